@@ -1,0 +1,1 @@
+"""Praesto node agent: downloads models into the node-local store."""

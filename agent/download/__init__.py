@@ -1,0 +1,1 @@
+"""Downloader shared by the agent, the PVC-mode Job and users."""

@@ -1,0 +1,1 @@
+"""Praesto CSI node plugin: read-only mounts of cached models."""

@@ -1,0 +1,1 @@
+"""CSI v1 protocol subset and its generated stubs."""

@@ -1,0 +1,1 @@
+"""Praesto hooks for Metacontroller and the admission webhooks."""

@@ -1,0 +1,1 @@
+"""Admission webhooks: mutate Pods, validate ModelCaches."""

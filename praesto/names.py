@@ -1,0 +1,144 @@
+"""Every name, label, annotation and constant the parts agree on.
+
+One source of truth: the hooks, the webhook, the agent, the CSI driver, the
+chart tests and the docs import from here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+GROUP = "praesto.praesto.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+MODELCACHE_KIND = "ModelCache"
+MODELCACHE_PLURAL = "modelcaches"
+MODELCACHENODE_KIND = "ModelCacheNode"
+MODELCACHENODE_PLURAL = "modelcachenodes"
+
+CSI_DRIVER_NAME = "csi.praesto.io"
+CSI_ATTR_CACHE_NAME = "modelCacheName"
+CSI_ATTR_LEGACY_NAMESPACE = "modelCacheNamespace"
+CSI_ATTR_POD_NAMESPACE = "csi.storage.k8s.io/pod.namespace"
+CSI_ATTR_POD_NAME = "csi.storage.k8s.io/pod.name"
+CSI_ATTR_POD_UID = "csi.storage.k8s.io/pod.uid"
+CSI_ATTR_EPHEMERAL = "csi.storage.k8s.io/ephemeral"
+
+# Labels and annotations
+LABEL_NODE = "praesto.io/node"
+LABEL_MODEL_CACHE = "praesto.io/model-cache"
+LABEL_CACHE_NODE = "praesto.io/cache-node"
+LABEL_USES_MODEL_CACHE = "praesto.io/uses-model-cache"
+LABEL_INJECTION = "praesto.io/model-cache-injection"
+INJECTION_ENABLED = "enabled"
+CONSUMER_LABEL_PREFIX = "consumer.praesto.io/"
+READY_LABEL_PREFIX = "ready.praesto.io/"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "praesto"
+
+ANNOTATION_MODEL_MOUNTS = "praesto.io/model-mounts"
+ANNOTATION_TARGET_CONTAINER = "praesto.io/target-container"
+ANNOTATION_LEGACY_MODEL_CACHE = "praesto.io/model-cache"
+ANNOTATION_LEGACY_MOUNT_PATH = "praesto.io/model-mount-path"
+ANNOTATION_SCHEDULING = "praesto.io/scheduling"
+DEFAULT_MOUNT_PATH = "/models"
+
+FINALIZER_NODE_AGENT = "praesto.io/node-agent"
+
+# Phases
+PHASE_PENDING = "Pending"
+PHASE_DOWNLOADING = "Downloading"
+PHASE_READY = "Ready"
+PHASE_FAILED = "Failed"
+PHASE_EVICTED = "Evicted"
+PHASES = (PHASE_PENDING, PHASE_DOWNLOADING, PHASE_READY, PHASE_FAILED, PHASE_EVICTED)
+MODE_NODE = "Node"
+MODE_PVC = "PVC"
+
+# Node-local store marker files (see praesto.store for the layout)
+OWNER_FILE = ".praesto-owner"
+MANIFEST_FILE = ".praesto-manifest.json"
+COMPLETE_FILE = ".praesto-complete"
+MARKER_FILES = (OWNER_FILE, MANIFEST_FILE, COMPLETE_FILE)
+
+DEFAULT_BASE_PATH = "/var/praesto"
+DEFAULT_REVISION = "main"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def is_dns_label(value: str) -> bool:
+    """RFC 1123 label: what a namespace or ModelCache name must be."""
+    return len(value) <= 63 and bool(_DNS_LABEL.match(value))
+
+
+def is_label_value(value: str) -> bool:
+    return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
+
+
+def short_hash(text: str, length: int = 16) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def ready_label_key(namespace: str, name: str) -> str:
+    """Node label marking a warm node for one cache, without leaking tenant names.
+
+    Cluster-scoped Node objects are readable by many; the key is a hash of
+    `<namespace>/<name>` so it is valid for every legal name and reveals neither.
+    """
+    return READY_LABEL_PREFIX + short_hash(f"{namespace}/{name}")
+
+
+def consumer_label_key(cache_name: str) -> str:
+    """Pod label the mutating webhook sets and the customize hook selects on."""
+    return CONSUMER_LABEL_PREFIX + cache_name
+
+
+def node_label_value(node_name: str) -> str:
+    """Value of `praesto.io/node` for a node.
+
+    Node names may be DNS subdomains up to 253 characters; label values stop
+    at 63. Short names are used as they are; longer ones become a readable
+    prefix plus a hash, computed the same way by the hooks and the agent.
+    """
+    if is_label_value(node_name):
+        return node_name
+    digest = short_hash(node_name, 10)
+    prefix = re.sub(r"[^A-Za-z0-9_.-]", "-", node_name)[:50].strip("-_.")
+    return f"{prefix}-{digest}" if prefix else f"n-{digest}"
+
+
+def modelcachenode_name(cache_name: str, node_name: str) -> str:
+    """Deterministic, valid, unique ModelCacheNode name for (cache, node).
+
+    `<cache>-<node>` cut to fit 63 characters, then a hash of both, so two long
+    node (or cache) names sharing a prefix never collide.
+    """
+    digest = short_hash(f"{cache_name}/{node_name}", 8)
+    node_part = re.sub(r"[^a-z0-9-]", "-", node_name.lower())
+    head = f"{cache_name}-{node_part}"[: 63 - len(digest) - 1].strip("-")
+    return f"{head}-{digest}"
+
+
+def _bounded_name(prefix: str, cache_name: str) -> str:
+    """`<prefix><cache>` kept within 63 characters (Job names become label values)."""
+    name = prefix + cache_name
+    if len(name) <= 63:
+        return name
+    digest = short_hash(cache_name, 8)
+    return f"{name[: 63 - len(digest) - 1].rstrip('-')}-{digest}"
+
+
+def pvc_name(cache_name: str) -> str:
+    return _bounded_name("praesto-", cache_name)
+
+
+def download_job_name(cache_name: str) -> str:
+    return _bounded_name("praesto-download-", cache_name)
+
+
+def secret_reader_role_name(cache_name: str) -> str:
+    return _bounded_name("praesto-secret-reader-", cache_name)

@@ -1,0 +1,246 @@
+"""The node-local store: where things live under the base path, and the small
+files through which the CSI driver and the node agent talk.
+
+Layout (`<base>` is the base path, `<ns>`/`<name>` a namespace and cache name,
+both DNS labels, so they never contain `_` or start with `.`):
+
+    <base>/<ns>/<name>/                 published cache: model files + marker files
+    <base>/.praesto/staging/<ns>_<name>/  download in progress (same filesystem)
+    <base>/.praesto/blobs/sha256/<hex>  content-addressed copies (hard links) for dedup
+    <base>/.praesto/mounts/<id>.json    CSI mount records: a cache with one is in use
+    <base>/.praesto/used/<ns>_<name>    mtime = last unmount (lastUsedTime)
+    <base>/.praesto/requests/<ns>_<name>.json   CSI asks the agent to (re)hydrate
+    <base>/.praesto/progress/<ns>_<name>.json   agent tells the CSI driver how far it got
+
+The agent is the only writer of cache directories, staging, blobs and progress;
+the CSI driver is the only writer of mount records, `used` stamps and requests.
+Every write is a whole-file atomic replace, so a reader never sees half a record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from praesto import names
+
+INTERNAL_DIR = ".praesto"
+
+
+def cache_key(namespace: str, name: str) -> str:
+    return f"{namespace}_{name}"
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write JSON so readers see the old file or the new one, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(payload, handle, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with path.open() as handle:
+            data = json.load(handle)
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    base: Path
+
+    @property
+    def internal(self) -> Path:
+        return self.base / INTERNAL_DIR
+
+    def cache_dir(self, namespace: str, name: str) -> Path:
+        return self.base / namespace / name
+
+    def complete_marker(self, namespace: str, name: str) -> Path:
+        return self.cache_dir(namespace, name) / names.COMPLETE_FILE
+
+    def manifest_path(self, namespace: str, name: str) -> Path:
+        return self.cache_dir(namespace, name) / names.MANIFEST_FILE
+
+    def is_complete(self, namespace: str, name: str) -> bool:
+        return self.complete_marker(namespace, name).is_file()
+
+    def staging_dir(self, namespace: str, name: str) -> Path:
+        return self.internal / "staging" / cache_key(namespace, name)
+
+    @property
+    def blobs_dir(self) -> Path:
+        return self.internal / "blobs" / "sha256"
+
+    @property
+    def mounts_dir(self) -> Path:
+        return self.internal / "mounts"
+
+    @property
+    def used_dir(self) -> Path:
+        return self.internal / "used"
+
+    @property
+    def requests_dir(self) -> Path:
+        return self.internal / "requests"
+
+    @property
+    def progress_dir(self) -> Path:
+        return self.internal / "progress"
+
+
+# ---- mount records (written by the CSI driver, read by the agent) ----------
+
+
+@dataclass(frozen=True)
+class MountRecord:
+    volume_id: str
+    namespace: str
+    name: str
+    target_path: str
+    mounted_at: float
+
+    @property
+    def file_name(self) -> str:
+        # volume ids come from the kubelet ("csi-<hash>"); never trust them as paths
+        return names.short_hash(self.volume_id, 32) + ".json"
+
+
+def record_mount(layout: StoreLayout, record: MountRecord) -> None:
+    write_json_atomic(layout.mounts_dir / record.file_name, asdict(record))
+
+
+def _record_from(data: dict[str, Any] | None) -> MountRecord | None:
+    if not data:
+        return None
+    try:
+        return MountRecord(
+            str(data["volume_id"]),
+            str(data["namespace"]),
+            str(data["name"]),
+            str(data["target_path"]),
+            float(data["mounted_at"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def find_mount(layout: StoreLayout, volume_id: str) -> MountRecord | None:
+    return _record_from(read_json(layout.mounts_dir / (names.short_hash(volume_id, 32) + ".json")))
+
+
+def drop_mount(layout: StoreLayout, volume_id: str, now: float | None = None) -> MountRecord | None:
+    """Forget a mount and stamp its cache's last-used time; unknown ids are fine."""
+    path = layout.mounts_dir / (names.short_hash(volume_id, 32) + ".json")
+    record = _record_from(read_json(path))
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    if record is not None:
+        touch_used(layout, record.namespace, record.name, now)
+    return record
+
+
+def all_mounts(layout: StoreLayout) -> list[MountRecord]:
+    if not layout.mounts_dir.is_dir():
+        return []
+    records = (_record_from(read_json(p)) for p in sorted(layout.mounts_dir.glob("*.json")))
+    return [r for r in records if r is not None]
+
+
+def mounts_for(layout: StoreLayout, namespace: str, name: str) -> list[MountRecord]:
+    return [r for r in all_mounts(layout) if r.namespace == namespace and r.name == name]
+
+
+def touch_used(layout: StoreLayout, namespace: str, name: str, now: float | None = None) -> None:
+    stamp = layout.used_dir / cache_key(namespace, name)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.touch()
+    when = time.time() if now is None else now
+    os.utime(stamp, (when, when))
+
+
+def last_used(layout: StoreLayout, namespace: str, name: str) -> float | None:
+    """Time of the last unmount, or None if the cache was never used on this node."""
+    try:
+        return (layout.used_dir / cache_key(namespace, name)).stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
+# ---- hydration requests (CSI -> agent) and progress (agent -> CSI) --------
+
+
+def request_hydration(layout: StoreLayout, namespace: str, name: str, now: float | None = None) -> None:
+    """Ask the agent to (re)download a cache; repeating the request is harmless."""
+    path = layout.requests_dir / (cache_key(namespace, name) + ".json")
+    if path.exists():
+        return
+    when = time.time() if now is None else now
+    write_json_atomic(path, {"namespace": namespace, "name": name, "requestedAt": when})
+
+
+def pending_hydration_requests(layout: StoreLayout) -> list[tuple[str, str]]:
+    if not layout.requests_dir.is_dir():
+        return []
+    out = []
+    for path in sorted(layout.requests_dir.glob("*.json")):
+        data = read_json(path)
+        if data and isinstance(data.get("namespace"), str) and isinstance(data.get("name"), str):
+            out.append((data["namespace"], data["name"]))
+    return out
+
+
+def clear_hydration_request(layout: StoreLayout, namespace: str, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (layout.requests_dir / (cache_key(namespace, name) + ".json")).unlink()
+
+
+@dataclass(frozen=True)
+class Progress:
+    phase: str
+    bytes_done: int = 0
+    bytes_total: int = 0
+    message: str = ""
+    updated_at: float = 0.0
+
+
+def write_progress(layout: StoreLayout, namespace: str, name: str, progress: Progress) -> None:
+    write_json_atomic(layout.progress_dir / (cache_key(namespace, name) + ".json"), asdict(progress))
+
+
+def read_progress(layout: StoreLayout, namespace: str, name: str) -> Progress | None:
+    data = read_json(layout.progress_dir / (cache_key(namespace, name) + ".json"))
+    if not data:
+        return None
+    try:
+        return Progress(
+            str(data["phase"]),
+            int(data.get("bytes_done", 0)),
+            int(data.get("bytes_total", 0)),
+            str(data.get("message", "")),
+            float(data.get("updated_at", 0.0)),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def clear_progress(layout: StoreLayout, namespace: str, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (layout.progress_dir / (cache_key(namespace, name) + ".json")).unlink()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything the project, its tests and its benchmarks need, from the
+# project's own files: Debian packages (nginx and aria2 serve and fetch bytes in
+# tests and benchmarks) and the pinned Python distribution with its test extra.
+set -euo pipefail
+venv=${1:-.venv}
+
+need_apt=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
+command -v aria2c >/dev/null 2>&1 || need_apt+=(aria2)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  else
+    echo "install.sh: please install ${need_apt[*]} (Debian packages); tests that need them will skip" >&2
+  fi
+fi
+
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel 2>&1 | grep -v '^WARNING: Location' || true
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
+"$venv/bin/python" -c 'import praesto, praesto.hooks, praesto.agent, praesto.csi' 
