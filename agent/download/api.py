@@ -1,0 +1,81 @@
+"""What the downloader promises its callers (the agent, the PVC-mode Job, users).
+
+The agent plans capacity with `plan()` before it spends any bytes, then calls
+`download()`; both raise `DownloadError` whose `reason` is one of `REASONS`
+and becomes a condition reason on the ModelCacheNode as it is.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from praesto.spec import Source
+
+REASONS = (
+    "RepoNotFound",
+    "Unauthorized",
+    "GatedRepo",
+    "RevisionNotFound",
+    "ChecksumMismatch",
+    "InsufficientDiskSpace",
+    "SourceUnavailable",
+    "InvalidRepoFile",
+)
+
+
+class DownloadError(Exception):
+    """A download that cannot finish; `reason` is machine-readable, `message` human."""
+
+    def __init__(self, reason: str, message: str, *, retryable: bool = False):
+        assert reason in REASONS, reason
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str  # relative, POSIX, already checked not to escape the destination
+    size: int
+    sha256: str | None = None  # LFS files
+    git_sha1: str | None = None  # small files: git blob id
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a source resolves to: an exact revision and every file to fetch."""
+
+    source: Source
+    revision: str  # commit for Hugging Face; a digest of object versions for stores
+    files: tuple[RemoteFile, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+@dataclass
+class Result:
+    plan: Plan
+    bytes_from_origin: int = 0
+    bytes_deduplicated: int = 0
+    bytes_resumed: int = 0
+    seconds: float = 0.0
+
+
+ProgressCallback = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+@dataclass
+class Options:
+    endpoint: str | None = None  # HF_ENDPOINT / mirror
+    token: str | None = None  # held in memory only; never logged
+    concurrency: int = 8
+    blobs_dir: Path | None = None  # content-addressed area for dedup (hard links)
+    staging_dir: Path | None = None  # default: a sibling of dest on the same filesystem
+    progress: ProgressCallback | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
