@@ -1,0 +1,65 @@
+"""The Kubernetes API calls each component makes: one list, two uses.
+
+The chart's RBAC templates are tested to grant exactly these, and each
+component's tests check (through the API emulator's request log) that its code
+makes no call outside its list. Change a component's API use here first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from praesto import names
+
+
+@dataclass(frozen=True, order=True)
+class Permission:
+    group: str  # "" for the core group
+    resource: str  # may include a subresource: "modelcachenodes/status"
+    verbs: tuple[str, ...]
+    namespaced: bool = True
+
+
+READ = ("get", "list", "watch")
+WRITE = ("create", "update", "patch", "delete")
+
+# Node agent (DaemonSet): its own ModelCacheNodes, their status and finalizer, and events.
+# Secret reads are granted per cache, for one named Secret, by a Role the sync hook returns.
+AGENT: tuple[Permission, ...] = (
+    Permission(names.GROUP, names.MODELCACHENODE_PLURAL, ("get", "list", "watch", "patch", "update")),
+    Permission(names.GROUP, f"{names.MODELCACHENODE_PLURAL}/status", ("get", "patch", "update")),
+    Permission("", "events", ("create", "patch")),
+)
+
+# Per-cache grant returned by the sync hook (Role in the cache's namespace, resourceNames = the Secret).
+AGENT_SECRET_GRANT = Permission("", "secrets", ("get",))
+
+# Hooks Deployment: the admission webhook's watch-fed lookups only.
+HOOKS: tuple[Permission, ...] = (
+    Permission(names.GROUP, names.MODELCACHE_PLURAL, READ),
+    Permission("storage.k8s.io", "storageclasses", READ, namespaced=False),
+)
+
+# Metacontroller, restricted to what our CompositeController and DecoratorController manage.
+METACONTROLLER: tuple[Permission, ...] = (
+    Permission(names.GROUP, names.MODELCACHE_PLURAL, ("get", "list", "watch", "update", "patch")),
+    Permission(names.GROUP, f"{names.MODELCACHE_PLURAL}/status", ("get", "update", "patch")),
+    Permission(names.GROUP, names.MODELCACHENODE_PLURAL, READ + WRITE),
+    Permission("", "nodes", ("get", "list", "watch", "update", "patch"), namespaced=False),
+    Permission("", "pods", READ),
+    Permission("", "persistentvolumeclaims", READ + WRITE),
+    Permission("batch", "jobs", READ + WRITE),
+    Permission("rbac.authorization.k8s.io", "roles", READ + WRITE),
+    Permission("rbac.authorization.k8s.io", "rolebindings", READ + WRITE),
+    # Granting `get` on a Secret through a Role requires holding it (RBAC escalation check).
+    Permission("", "secrets", ("get",)),
+    Permission("", "events", ("create", "patch")),
+    Permission("apiextensions.k8s.io", "customresourcedefinitions", READ, namespaced=False),
+    Permission("metacontroller.k8s.io", "compositecontrollers", READ, namespaced=False),
+    Permission("metacontroller.k8s.io", "decoratorcontrollers", READ, namespaced=False),
+    Permission("metacontroller.k8s.io", "controllerrevisions", READ + WRITE),
+    Permission("coordination.k8s.io", "leases", ("get", "create", "update")),
+)
+
+# CSI plugin: no API access at all (trusts only kubelet-set pod info).
+CSI: tuple[Permission, ...] = ()
