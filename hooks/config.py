@@ -1,0 +1,119 @@
+"""Settings the hooks need that are not in the ModelCache: chart defaults and identities.
+
+Built once from the environment (the chart sets these variables on the hooks
+Deployment) and passed to the pure hook functions as an argument, so the hooks
+stay pure and tests build any configuration they like without touching the
+process environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import praesto
+from praesto.names import is_dns_label
+
+ENV_DOWNLOADER_IMAGE = "PRAESTO_DOWNLOADER_IMAGE"
+ENV_DOWNLOADER_RESOURCES = "PRAESTO_DOWNLOADER_RESOURCES"  # JSON ResourceRequirements
+ENV_JOB_BACKOFF_LIMIT = "PRAESTO_JOB_BACKOFF_LIMIT"
+ENV_JOB_ACTIVE_DEADLINE_SECONDS = "PRAESTO_JOB_ACTIVE_DEADLINE_SECONDS"
+ENV_AGENT_SERVICE_ACCOUNT = "PRAESTO_AGENT_SERVICE_ACCOUNT"
+ENV_NAMESPACE = "PRAESTO_NAMESPACE"
+ENV_HF_ENDPOINT = "PRAESTO_HF_ENDPOINT"
+ENV_LAST_USED_GRANULARITY = "PRAESTO_LAST_USED_GRANULARITY_SECONDS"
+
+DEFAULT_IMAGE_REPOSITORY = "ghcr.io/praesto/praesto"
+DEFAULT_DOWNLOADER_RESOURCES: Mapping[str, Any] = {
+    "requests": {"cpu": "250m", "memory": "256Mi"},
+    "limits": {"memory": "1Gi"},
+}
+
+
+class ConfigError(ValueError):
+    """A bad environment variable: names it, says what is wrong and what to set."""
+
+
+def _default_resources() -> dict[str, Any]:
+    return json.loads(json.dumps(DEFAULT_DOWNLOADER_RESOURCES))  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class HooksConfig:
+    downloader_image: str = f"{DEFAULT_IMAGE_REPOSITORY}:{praesto.__version__}"
+    downloader_resources: dict[str, Any] = field(default_factory=_default_resources)
+    job_backoff_limit: int = 4
+    # No ttlSecondsAfterFinished: the finished Job is what says a PVC-mode cache is
+    # Ready, and Metacontroller would recreate a Job the TTL controller deleted.
+    job_active_deadline_seconds: int = 6 * 3600
+    agent_service_account: str = "praesto-node-agent"
+    namespace: str = "praesto-system"
+    hf_endpoint: str = ""  # passed to the downloader Job as HF_ENDPOINT when set
+    # lastUsedTime only moves forward in steps this long: a fresh `now` on every
+    # sync would change status each time and make Metacontroller resync forever.
+    last_used_granularity_seconds: int = 60
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> HooksConfig:
+        env = os.environ if env is None else env
+        kwargs: dict[str, Any] = {}
+        if env.get(ENV_DOWNLOADER_IMAGE):
+            kwargs["downloader_image"] = env[ENV_DOWNLOADER_IMAGE].strip()
+        if env.get(ENV_DOWNLOADER_RESOURCES):
+            kwargs["downloader_resources"] = _json_object(env, ENV_DOWNLOADER_RESOURCES)
+        for name, key, minimum in (
+            (ENV_JOB_BACKOFF_LIMIT, "job_backoff_limit", 0),
+            (ENV_JOB_ACTIVE_DEADLINE_SECONDS, "job_active_deadline_seconds", 1),
+            (ENV_LAST_USED_GRANULARITY, "last_used_granularity_seconds", 1),
+        ):
+            if env.get(name):
+                kwargs[key] = _integer(env, name, minimum)
+        for name, key in (
+            (ENV_AGENT_SERVICE_ACCOUNT, "agent_service_account"),
+            (ENV_NAMESPACE, "namespace"),
+        ):
+            if env.get(name):
+                value = env[name].strip()
+                if not is_dns_label(value):
+                    raise ConfigError(
+                        f"{name}: Invalid value: {value!r}: must be a DNS label; "
+                        "set it to the name the chart installed"
+                    )
+                kwargs[key] = value
+        if env.get(ENV_HF_ENDPOINT):
+            endpoint = env[ENV_HF_ENDPOINT].strip()
+            if not endpoint.startswith(("http://", "https://")):
+                raise ConfigError(
+                    f"{ENV_HF_ENDPOINT}: Invalid value: {endpoint!r}: must be an http(s) URL; "
+                    "e.g. https://hf-mirror.example.com"
+                )
+            kwargs["hf_endpoint"] = endpoint
+        return cls(**kwargs)
+
+
+def _integer(env: Mapping[str, str], name: str, minimum: int) -> int:
+    raw = env[name].strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: Invalid value: {raw!r}: must be an integer; e.g. 4") from None
+    if value < minimum:
+        raise ConfigError(f"{name}: Invalid value: {value}: must be at least {minimum}")
+    return value
+
+
+def _json_object(env: Mapping[str, str], name: str) -> dict[str, Any]:
+    try:
+        value = json.loads(env[name])
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f'{name}: is not JSON ({err.msg}); set a ResourceRequirements object such as {{"requests": {{"cpu": "250m"}}}}'
+        ) from None
+    if not isinstance(value, dict) or not set(value) <= {"requests", "limits", "claims"}:
+        raise ConfigError(
+            f"{name}: must be a Kubernetes ResourceRequirements object with requests and/or limits"
+        )
+    return value

@@ -1,0 +1,133 @@
+"""Local CSI mode: one ModelCacheNode per node that should hold a copy.
+
+Nodes come from two places: those matching `spec.nodeSelector` (all Nodes
+when it is empty) and those where a consuming Pod is already scheduled, so an
+autoscaled node that was never labelled still gets its copy on demand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from praesto.hooks import v2
+from praesto.hooks.common import Obj, child_metadata, meta, previous_status, running_consumers, section
+from praesto.hooks.config import HooksConfig
+from praesto.hooks.local_status import aggregate
+
+from praesto import names
+from praesto.rbac import AGENT_SECRET_GRANT
+from praesto.spec import COMMIT_PATTERN, ModelCacheSpec, Source
+
+
+def selected_nodes(nodes: Iterable[Mapping[str, Any]], selector: Mapping[str, str]) -> list[str]:
+    """Names of Nodes whose labels contain every selector pair (all when empty)."""
+    out = []
+    items = selector.items()
+    for node in nodes:
+        node_meta = meta(node)
+        name = node_meta.get("name")
+        if not isinstance(name, str) or not name or node_meta.get("deletionTimestamp"):
+            continue
+        labels = node_meta.get("labels")
+        if not items or (isinstance(labels, dict) and all(labels.get(k) == v for k, v in items)):
+            out.append(name)
+    return out
+
+
+def demand_nodes(pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Nodes where a consuming Pod is scheduled and not finished."""
+    out = set()
+    for pod in running_consumers(pods):
+        node = section(pod, "spec").get("nodeName")
+        if isinstance(node, str) and node:
+            out.add(node)
+    return out
+
+
+def pinned_source(parent: Mapping[str, Any], spec: ModelCacheSpec) -> Source:
+    """The spec's source, pinned to the commit the cache resolved to once it is known.
+
+    Every node then downloads the same bytes even if the branch moves meanwhile.
+    """
+    resolved = previous_status(parent).get("resolvedRevision")
+    source = spec.source
+    if (
+        source.scheme == "hf"
+        and not source.pinned
+        and isinstance(resolved, str)
+        and COMMIT_PATTERN.match(resolved)
+    ):
+        return source.with_revision(resolved)
+    return source
+
+
+def modelcachenode(parent: Mapping[str, Any], spec: ModelCacheSpec, node: str, source: dict[str, Any]) -> Obj:
+    cache = str(meta(parent)["name"])
+    node_spec: Obj = {
+        "modelCacheName": cache,
+        "nodeName": node,
+        "source": source,  # shared, never mutated: serialised as is
+        "size": spec.size,
+    }
+    if spec.unused_ttl:
+        node_spec["unusedTTL"] = spec.unused_ttl
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.MODELCACHENODE_KIND,
+        "metadata": child_metadata(
+            parent, names.modelcachenode_name(cache, node), {names.LABEL_NODE: names.node_label_value(node)}
+        ),
+        "spec": node_spec,
+    }
+
+
+def secret_grant(parent: Mapping[str, Any], secret_name: str, config: HooksConfig) -> list[Obj]:
+    """Role (get on that one Secret) + RoleBinding to the node agent's ServiceAccount."""
+    role_name = names.secret_reader_role_name(str(meta(parent)["name"]))
+    rbac = "rbac.authorization.k8s.io"
+    role = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "Role",
+        "metadata": child_metadata(parent, role_name),
+        "rules": [
+            {
+                "apiGroups": [AGENT_SECRET_GRANT.group],
+                "resources": [AGENT_SECRET_GRANT.resource],
+                "resourceNames": [secret_name],
+                "verbs": list(AGENT_SECRET_GRANT.verbs),
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "RoleBinding",
+        "metadata": child_metadata(parent, role_name),
+        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": role_name},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": config.agent_service_account, "namespace": config.namespace}
+        ],
+    }
+    return [role, binding]
+
+
+def sync_local(
+    request: Mapping[str, Any],
+    parent: Mapping[str, Any],
+    spec: ModelCacheSpec,
+    config: HooksConfig,
+    now: datetime,
+) -> Obj:
+    nodes = v2.objects(request, "related", v2.NODE)
+    pods = v2.objects(request, "related", v2.POD)
+    wanted = set(selected_nodes(nodes, spec.node_selector))
+    demand = demand_nodes(pods) - wanted
+    node_names = sorted(wanted | demand)
+    source = pinned_source(parent, spec).to_dict()
+    children = [modelcachenode(parent, spec, node, source) for node in node_names]
+    if spec.source.secret_ref is not None:
+        children.extend(secret_grant(parent, spec.source.secret_ref.name, config))
+    observed = v2.objects(request, "children", v2.MODELCACHENODE)
+    status = aggregate(parent, spec, node_names, len(demand), observed, now)
+    return {"status": status, "children": children}

@@ -1,0 +1,201 @@
+"""Local mode status: the node agents' ModelCacheNode reports, summed up.
+
+Phase: any node Failed → Failed; every node Ready → Ready; any Ready or
+Downloading → Downloading; otherwise Pending (an Evicted copy counts as
+pending: the agent rehydrates it on demand). Nodes that should hold a copy but
+have no ModelCacheNode observed yet count as pending too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from praesto.hooks.common import (
+    READY,
+    Obj,
+    condition,
+    format_time,
+    generation,
+    parse_time,
+    previous_status,
+    section,
+    selector_text,
+)
+
+from praesto import names
+from praesto.quantity import format_bytes
+from praesto.spec import ModelCacheSpec
+
+MAX_LISTED_FAILURES = 3
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def node_phase(status: Mapping[str, Any]) -> str:
+    phase = status.get("phase")
+    return phase if phase in names.PHASES else names.PHASE_PENDING
+
+
+def _failure_text(node: str, status: Mapping[str, Any]) -> str:
+    ready = next(
+        (c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("type") == READY), {}
+    )
+    reason = ready.get("reason") or "Failed"
+    message = status.get("message") or ready.get("message") or "no message from the node agent"
+    return f"{node}: {reason}: {message}"
+
+
+def progress_summary(done: int, total: int, size: int, nodes: int) -> str:
+    """The PROGRESS column: `41% of 4.1 GiB` (per copy), `on N nodes` when several."""
+    if total <= 0:
+        return ""
+    percent = 100 if done >= total else min(99, done * 100 // total)
+    text = f"{percent}% of {format_bytes(size or total)}"
+    return f"{text} on {nodes} nodes" if nodes > 1 else text
+
+
+def aggregate(
+    parent: Mapping[str, Any],
+    spec: ModelCacheSpec,
+    node_names: Sequence[str],
+    demand_count: int,
+    observed: Sequence[Mapping[str, Any]],
+    now: datetime,
+) -> Obj:
+    before = previous_status(parent)
+    by_node: dict[str, Mapping[str, Any]] = {}
+    for child in observed:
+        node = section(child, "spec").get("nodeName")
+        if isinstance(node, str):
+            by_node[node] = section(child, "status")
+    counts: Counter[str] = Counter()
+    revisions: Counter[str] = Counter()
+    failures: list[str] = []
+    size = 0
+    last_used = parse_time(before.get("lastUsedTime"))
+    statuses = []
+    for node in node_names:
+        status = by_node.get(node, {})
+        phase = node_phase(status)
+        counts[phase] += 1
+        statuses.append((phase, status))
+        if phase == names.PHASE_FAILED:
+            failures.append(_failure_text(node, status))
+        revision = status.get("resolvedRevision")
+        if isinstance(revision, str) and revision:
+            revisions[revision] += 1
+        size = max(size, _int(status.get("sizeBytes")))
+        used = parse_time(status.get("lastUsedTime"))
+        if used and (last_used is None or used > last_used):
+            last_used = used
+    size = size or _int(before.get("sizeBytes"))
+
+    done = total = 0
+    for phase, status in statuses:
+        progress = section(status, "progress")
+        node_total = _int(progress.get("bytesTotal")) or size
+        total += node_total
+        if phase == names.PHASE_READY:
+            done += node_total
+        elif phase == names.PHASE_DOWNLOADING:
+            done += min(_int(progress.get("bytesDone")), node_total)
+
+    ready, downloading, failed = (
+        counts[names.PHASE_READY],
+        counts[names.PHASE_DOWNLOADING],
+        counts[names.PHASE_FAILED],
+    )
+    count = len(node_names)
+    if failed:
+        phase = names.PHASE_FAILED
+    elif count and ready == count:
+        phase = names.PHASE_READY
+    elif ready or downloading:
+        phase = names.PHASE_DOWNLOADING
+    else:
+        phase = names.PHASE_PENDING
+
+    out: Obj = {
+        "observedGeneration": generation(parent),
+        "phase": phase,
+        "mode": names.MODE_NODE,
+        "readyNodes": ready,
+        "totalNodes": count,
+        "downloadingNodes": downloading,
+        "failedNodes": failed,
+        "pendingNodes": count - ready - downloading - failed,
+    }
+    resolved = _resolved_revision(spec, before, revisions)
+    if resolved:
+        out["resolvedRevision"] = resolved
+    if size:
+        out["sizeBytes"] = size
+    if total:
+        out["progress"] = {
+            "bytesDone": done,
+            "bytesTotal": total,
+            "summary": progress_summary(done, total, size, count),
+        }
+    if last_used:
+        out["lastUsedTime"] = format_time(last_used)
+    reason, message = _ready_reason(spec, phase, out, failures, demand_count, counts[names.PHASE_EVICTED])
+    out["conditions"] = [
+        condition(before, READY, phase == names.PHASE_READY, reason, message, now, out["observedGeneration"])
+    ]
+    return out
+
+
+def _resolved_revision(spec: ModelCacheSpec, before: Mapping[str, Any], revisions: Counter[str]) -> str:
+    """Pinned spec commit; else the one already chosen; else what most nodes resolved."""
+    if spec.source.pinned:
+        return spec.source.revision
+    chosen = before.get("resolvedRevision")
+    if isinstance(chosen, str) and chosen:
+        return chosen
+    if not revisions:
+        return ""
+    return min(revisions, key=lambda r: (-revisions[r], r))
+
+
+def _ready_reason(
+    spec: ModelCacheSpec, phase: str, status: Obj, failures: list[str], demand: int, evicted: int
+) -> tuple[str, str]:
+    ready, total = status["readyNodes"], status["totalNodes"]
+    if total == 0:
+        if spec.node_selector:
+            return (
+                "NoNodesMatch",
+                f"no Node matches spec.nodeSelector {{{selector_text(spec.node_selector)}}}; "
+                "label the nodes that should hold a copy (kubectl label node <name> "
+                f"{selector_text(spec.node_selector)}) or change the selector",
+            )
+        return "NoNodesMatch", "the cluster has no schedulable Nodes yet; the cache waits for one"
+    progress = status.get("progress", {}).get("summary")
+    tail = f" ({progress})" if progress else ""
+    if phase == names.PHASE_FAILED:
+        listed = "; ".join(failures[:MAX_LISTED_FAILURES])
+        more = len(failures) - MAX_LISTED_FAILURES
+        extra = f"; and {more} more" if more > 0 else ""
+        return (
+            "NodeFailed",
+            f"{len(failures)} of {total} nodes failed: {listed}{extra}; fix the cause "
+            "and delete the failed ModelCacheNode to retry",
+        )
+    demand_note = f", {demand} of them added for scheduled Pods" if demand else ""
+    if phase == names.PHASE_READY:
+        return "AllNodesReady", f"model ready on {ready} of {total} nodes{demand_note}"
+    if phase == names.PHASE_DOWNLOADING:
+        return (
+            "Downloading",
+            f"model ready on {ready} of {total} nodes, {status['downloadingNodes']} downloading{tail}",
+        )
+    evicted_note = f", {evicted} evicted until used again" if evicted else ""
+    return (
+        "Pending",
+        f"waiting for the node agents on {total} nodes to start the download{demand_note}{evicted_note}",
+    )

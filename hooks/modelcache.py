@@ -1,0 +1,127 @@
+"""The ModelCache CompositeController hooks: customize, sync, finalize.
+
+Pure functions `(request, config, now) -> response`: all cluster state comes in
+the request, time is injected, nothing here calls the Kubernetes API. A spec
+the hook cannot use never raises: the response keeps every observed child as
+it is and says why in a `Ready=False` condition with reason `InvalidSpec`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from praesto.hooks import v2
+from praesto.hooks.common import (
+    READY,
+    Obj,
+    condition,
+    generation,
+    keep_observed,
+    meta,
+    previous_status,
+)
+from praesto.hooks.config import HooksConfig
+from praesto.hooks.local import sync_local
+from praesto.hooks.pvc import sync_pvc
+
+from praesto import names
+from praesto.spec import InvalidSpec, ModelCacheSpec, SpecError, parse_spec
+
+Hook = Callable[[Any, HooksConfig, datetime], Obj]
+MAX_MESSAGE = 2000
+
+
+def customize(request: Any, config: HooksConfig, now: datetime) -> Obj:
+    """Related objects: consuming Pods always, Nodes in local mode.
+
+    Nodes are cluster-scoped and the parent is namespaced: Metacontroller lists
+    label-selected related objects inside the parent's namespace, which holds
+    no Nodes, and refuses a rule with both a selector and a namespace. So Nodes
+    are requested with `namespace: "*"` (all of them) and `spec.nodeSelector`
+    is applied in sync.
+    """
+    parent = v2.parent_of(request)
+    cache = str(meta(parent)["name"])
+    rules: list[Obj] = [
+        {
+            "apiVersion": "v1",
+            "resource": "pods",
+            "labelSelector": {"matchLabels": {names.consumer_label_key(cache): "true"}},
+        }
+    ]
+    spec = parent.get("spec")
+    storage = spec.get("storage") if isinstance(spec, dict) else None
+    if not (isinstance(storage, dict) and storage.get("storageClassName")):
+        rules.append({"apiVersion": "v1", "resource": "nodes", "namespace": "*"})
+    return {"relatedResources": rules}
+
+
+def _parse(parent: Mapping[str, Any]) -> ModelCacheSpec:
+    errors: list[SpecError] = []
+    name = meta(parent).get("name")
+    if not isinstance(name, str) or not names.is_dns_label(name):
+        errors.append(
+            SpecError(
+                "metadata.name",
+                "must be a DNS label (lowercase letters, digits and '-', at most 63 characters)",
+                "recreate the ModelCache under a shorter name",
+                name,
+            )
+        )
+    try:
+        spec = parse_spec(parent.get("spec"))
+    except InvalidSpec as err:
+        raise InvalidSpec(errors + err.errors) from None
+    if errors:
+        raise InvalidSpec(errors)
+    return spec
+
+
+def sync(request: Any, config: HooksConfig, now: datetime) -> Obj:
+    parent = v2.parent_of(request)
+    try:
+        spec = _parse(parent)
+    except InvalidSpec as err:
+        return invalid_spec(request, parent, err, now)
+    if spec.mode == names.MODE_PVC:
+        return sync_pvc(request, parent, spec, config, now)
+    return sync_local(request, parent, spec, config, now)
+
+
+def invalid_spec(
+    request: Mapping[str, Any], parent: Mapping[str, Any], err: InvalidSpec, now: datetime
+) -> Obj:
+    """No child change the hook could justify: observed children stay as they are."""
+    children = [
+        keep_observed(obj)
+        for group in (request.get("children") or {}).values()
+        if isinstance(group, dict)
+        for obj in group.values()
+        if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict)
+    ]
+    before = previous_status(parent)
+    message = "; ".join(str(e) for e in err.errors)
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 1] + "…"
+    status: Obj = {**before, "observedGeneration": generation(parent), "phase": names.PHASE_FAILED}
+    status["conditions"] = [condition(before, READY, False, "InvalidSpec", message, now, generation(parent))]
+    return {"status": status, "children": children}
+
+
+def finalize(request: Any, config: HooksConfig, now: datetime) -> Obj:
+    """Done only once every ModelCacheNode is gone (the agents remove the node copies first)."""
+    parent = v2.parent_of(request)
+    remaining = len(v2.objects(request, "children", v2.MODELCACHENODE))
+    before = previous_status(parent)
+    if remaining:
+        message = f"waiting for the node agents to remove {remaining} node copies"
+    else:
+        message = "every node copy is removed"
+    status: Obj = {**before, "observedGeneration": generation(parent)}
+    status["conditions"] = [condition(before, READY, False, "Deleting", message, now, generation(parent))]
+    return {"status": status, "children": [], "finalized": remaining == 0}
+
+
+HOOKS: dict[str, Hook] = {"customize": customize, "sync": sync, "finalize": finalize}

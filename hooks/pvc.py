@@ -1,0 +1,153 @@
+"""Shared PVC mode: one ReadWriteMany PVC plus a downloader Job that fills it.
+
+Both are returned together from the first sync: with a `WaitForFirstConsumer`
+StorageClass the PVC binds only once a Pod (the Job's) uses it, so waiting for
+Bound before creating the Job would deadlock.
+
+Unused TTL: when no consuming Pod has existed for `eviction.unusedTTL`
+(counted from `status.lastUsedTime`, or creation when never used) the PVC and
+Job are dropped (phase Evicted); a new consumer brings them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from praesto.hooks import v2
+from praesto.hooks.common import (
+    READY,
+    Obj,
+    child_metadata,
+    condition,
+    format_time,
+    generation,
+    meta,
+    parse_time,
+    previous_status,
+    running_consumers,
+    section,
+)
+from praesto.hooks.config import HooksConfig
+from praesto.hooks.pvc_job import download_job
+
+from praesto import names
+from praesto.spec import ModelCacheSpec
+
+
+def persistent_volume_claim(parent: Mapping[str, Any], spec: ModelCacheSpec) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": child_metadata(parent, names.pvc_name(str(meta(parent)["name"]))),
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": spec.storage_class_name,
+            "volumeMode": "Filesystem",
+            "resources": {"requests": {"storage": spec.size}},
+        },
+    }
+
+
+def _job_state(job: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    """(phase, reason, message) from the Job's status."""
+    if job is None:
+        return names.PHASE_PENDING, "Creating", "creating the PVC and the downloader Job"
+    status = section(job, "status")
+    for cond in status.get("conditions") or ():
+        if not isinstance(cond, dict) or cond.get("status") != "True":
+            continue
+        if cond.get("type") in ("Complete", "SuccessCriteriaMet"):
+            return names.PHASE_READY, "DownloadComplete", "the downloader Job filled the PVC"
+        if cond.get("type") in ("Failed", "FailureTarget"):
+            reason = str(cond.get("reason") or "JobFailed")
+            message = str(cond.get("message") or "the downloader Job failed")
+            return (
+                names.PHASE_FAILED,
+                reason,
+                f"downloader Job failed: {message}; see its Pod logs, then delete the Job to retry",
+            )
+    if isinstance(status.get("succeeded"), int) and status["succeeded"] > 0:
+        return names.PHASE_READY, "DownloadComplete", "the downloader Job filled the PVC"
+    return names.PHASE_DOWNLOADING, "Downloading", "the downloader Job is downloading into the PVC"
+
+
+def _last_used(
+    before: Mapping[str, Any], consumers: int, config: HooksConfig, now: datetime
+) -> datetime | None:
+    """Previous lastUsedTime, advanced to `now` only in steps of the configured granularity."""
+    last = parse_time(before.get("lastUsedTime"))
+    if consumers and (last is None or (now - last).total_seconds() >= config.last_used_granularity_seconds):
+        return now.replace(microsecond=0)
+    return last
+
+
+def sync_pvc(
+    request: Mapping[str, Any],
+    parent: Mapping[str, Any],
+    spec: ModelCacheSpec,
+    config: HooksConfig,
+    now: datetime,
+) -> Obj:
+    before = previous_status(parent)
+    cache = str(meta(parent)["name"])
+    consumers = len(running_consumers(v2.objects(request, "related", v2.POD)))
+    last_used = _last_used(before, consumers, config, now)
+    jobs = v2.objects(request, "children", v2.JOB)
+    pvcs = v2.objects(request, "children", v2.PVC)
+    job = jobs[0] if jobs else None
+    pvc = pvcs[0] if pvcs else None
+
+    resync = 0.0
+    evicted = False
+    if spec.unused_ttl_seconds:
+        if consumers:
+            # Re-check while in use so lastUsedTime stays fresh even if no event arrives.
+            resync = max(float(config.last_used_granularity_seconds), spec.unused_ttl_seconds / 4)
+        else:
+            since = last_used or parse_time(meta(parent).get("creationTimestamp")) or now
+            expiry = since + timedelta(seconds=spec.unused_ttl_seconds)
+            evicted = expiry <= now
+            if not evicted:
+                resync = max(1.0, (expiry - now).total_seconds())
+
+    if evicted:
+        children: list[Obj] = []
+        phase, reason = names.PHASE_EVICTED, "UnusedTTLExpired"
+        message = (
+            f"no Pod used the cache for {spec.unused_ttl}; the PVC and Job were removed and "
+            "come back when a Pod uses the cache again"
+        )
+    else:
+        children = [persistent_volume_claim(parent, spec), download_job(parent, spec, config)]
+        phase, reason, message = _job_state(job)
+        if phase != names.PHASE_FAILED and section(pvc or {}, "status").get("phase") == "Lost":
+            phase, reason = names.PHASE_FAILED, "VolumeLost"
+            message = "the PVC lost its PersistentVolume; delete the PVC to start over"
+
+    status: Obj = {
+        "observedGeneration": generation(parent),
+        "phase": phase,
+        "mode": names.MODE_PVC,
+        "readyNodes": 1 if phase == names.PHASE_READY else 0,
+        "totalNodes": 1,
+        "downloadingNodes": 1 if phase == names.PHASE_DOWNLOADING else 0,
+        "failedNodes": 1 if phase == names.PHASE_FAILED else 0,
+        "pendingNodes": 1 if phase in (names.PHASE_PENDING, names.PHASE_EVICTED) else 0,
+        "sizeBytes": spec.size_bytes,
+    }
+    if not evicted:
+        status["pvcName"] = names.pvc_name(cache)
+        status["downloadJobName"] = names.download_job_name(cache)
+    if spec.source.pinned:
+        status["resolvedRevision"] = spec.source.revision
+    if last_used:
+        status["lastUsedTime"] = format_time(last_used)
+    status["conditions"] = [
+        condition(before, READY, phase == names.PHASE_READY, reason, message, now, generation(parent))
+    ]
+    response: Obj = {"status": status, "children": children}
+    if resync:
+        response["resyncAfterSeconds"] = resync
+    return response

@@ -1,0 +1,94 @@
+"""`praesto-hooks`: gunicorn serving every hook and admission endpoint.
+
+gunicorn is embedded (BaseApplication) so the image has one entry point and
+flags Kubernetes users expect; TLS is on when a certificate is given (the
+admission webhooks require it). Nothing secret is ever printed: not the key
+path's contents, not request bodies (access logs are off by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from flask import Flask
+from gunicorn.app.base import BaseApplication
+from praesto.hooks.app import create_app
+from praesto.hooks.config import ConfigError, HooksConfig
+
+
+class HooksServer(BaseApplication):  # type: ignore[misc]
+    def __init__(self, app: Flask, options: dict[str, Any]):
+        self.application = app
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Flask:
+        return self.application
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="praesto-hooks", description="Serve the Praesto Metacontroller hooks and admission webhooks."
+    )
+    parser.add_argument(
+        "--bind",
+        action="append",
+        help="address to listen on, host:port or fd://N (repeatable); default 0.0.0.0:8443 with TLS, else 0.0.0.0:8080",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
+    parser.add_argument("--timeout", type=int, default=30, help="worker timeout in seconds (default 30)")
+    parser.add_argument("--certfile", help="TLS certificate (PEM); enables HTTPS together with --keyfile")
+    parser.add_argument("--keyfile", help="TLS private key (PEM)")
+    parser.add_argument("--access-log", action="store_true", help="log every request (off by default)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    args = parser.parse_args(argv)
+    if bool(args.certfile) != bool(args.keyfile):
+        parser.error("--certfile and --keyfile must be given together")
+    if args.workers < 1 or args.threads < 1:
+        parser.error("--workers and --threads must be at least 1")
+    return args
+
+
+def gunicorn_options(args: argparse.Namespace) -> dict[str, Any]:
+    tls = bool(args.certfile)
+    options: dict[str, Any] = {
+        "bind": args.bind or ["0.0.0.0:8443" if tls else "0.0.0.0:8080"],
+        "workers": args.workers,
+        "threads": args.threads,
+        "worker_class": "gthread" if args.threads > 1 else "sync",
+        "timeout": args.timeout,
+        "graceful_timeout": 10,
+        "errorlog": "-",
+        "loglevel": args.log_level,
+        "accesslog": "-" if args.access_log else None,
+        "proc_name": "praesto-hooks",
+        # No gunicornc control socket: it would be written under $HOME (read-only in
+        # the image) and two servers on one machine would fight over the path.
+        "control_socket_disable": True,
+    }
+    if tls:
+        options["certfile"] = args.certfile
+        options["keyfile"] = args.keyfile
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        config = HooksConfig.from_env()
+    except ConfigError as err:
+        print(f"praesto-hooks: {err}", file=sys.stderr)
+        return 2
+    HooksServer(create_app(config), gunicorn_options(args)).run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

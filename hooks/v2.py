@@ -1,0 +1,124 @@
+"""Metacontroller hook version v2: request shapes we read and response keys we may send.
+
+v2 hooks are unmarshalled in `strict` mode, so an unknown key in a response
+makes Metacontroller reject it: `check_response` is the one place that says
+what is allowed, and the tests run every response through it.
+
+Request maps (`children`, `related`) are keyed by `<Kind>.<apiVersion>` (core
+group: `<Kind>.<version>`), then by `<namespace>/<name>` or `<name>`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from praesto import names
+
+Obj = dict[str, Any]
+
+
+class BadRequest(ValueError):
+    """The body is not a Metacontroller request at all: answered with 400."""
+
+
+def group_key(kind: str, api_version: str) -> str:
+    return f"{kind}.{api_version}"
+
+
+MODELCACHENODE = group_key(names.MODELCACHENODE_KIND, names.API_VERSION)
+PVC = group_key("PersistentVolumeClaim", "v1")
+JOB = group_key("Job", "batch/v1")
+ROLE = group_key("Role", "rbac.authorization.k8s.io/v1")
+ROLEBINDING = group_key("RoleBinding", "rbac.authorization.k8s.io/v1")
+NODE = group_key("Node", "v1")
+POD = group_key("Pod", "v1")
+
+CUSTOMIZE_RESPONSE_KEYS = frozenset({"relatedResources"})
+SYNC_RESPONSE_KEYS = frozenset({"status", "children", "resyncAfterSeconds"})
+FINALIZE_RESPONSE_KEYS = SYNC_RESPONSE_KEYS | {"finalized"}
+RESPONSE_KEYS = {
+    "customize": CUSTOMIZE_RESPONSE_KEYS,
+    "sync": SYNC_RESPONSE_KEYS,
+    "finalize": FINALIZE_RESPONSE_KEYS,
+}
+RELATED_RULE_KEYS = frozenset({"apiVersion", "resource", "labelSelector", "namespace", "names"})
+LABEL_SELECTOR_KEYS = frozenset({"matchLabels", "matchExpressions"})
+
+
+def parent_of(request: Any) -> Obj:
+    """The parent object, or BadRequest when the body is not a hook request."""
+    if not isinstance(request, dict):
+        raise BadRequest("request body must be a JSON object with a 'parent' field")
+    parent = request.get("parent")
+    if not isinstance(parent, dict):
+        raise BadRequest("request.parent: Required value: must be the ModelCache object")
+    metadata = parent.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
+        raise BadRequest("request.parent.metadata.name: Required value: the parent has no name")
+    for section in ("children", "related"):
+        value = request.get(section)
+        if value is not None and not isinstance(value, dict):
+            raise BadRequest(f"request.{section}: must be an object keyed by <Kind>.<apiVersion>")
+    return parent
+
+
+def objects(request: Mapping[str, Any], section: str, key: str) -> list[Obj]:
+    """Observed objects of one type (values of `request[section][key]`), skipping junk."""
+    group = (request.get(section) or {}).get(key)
+    if not isinstance(group, dict):
+        return []
+    return [obj for obj in group.values() if isinstance(obj, dict)]
+
+
+def check_response(hook: str, response: Any) -> list[str]:
+    """Every way `response` would fail Metacontroller's strict v2 decoding (empty: fine)."""
+    if not isinstance(response, dict):
+        return ["response must be a JSON object"]
+    problems = [f"unknown key {k!r}" for k in response if k not in RESPONSE_KEYS[hook]]
+    if hook == "customize":
+        rules = response.get("relatedResources", [])
+        if not isinstance(rules, list):
+            return [*problems, "relatedResources must be a list"]
+        for i, rule in enumerate(rules):
+            problems.extend(_check_rule(i, rule))
+        return problems
+    if "status" in response and not isinstance(response["status"], dict | None):
+        problems.append("status must be an object")
+    children = response.get("children", [])
+    if not isinstance(children, list):
+        problems.append("children must be a list")
+        children = []
+    seen: set[tuple[str, str, str]] = set()
+    for i, child in enumerate(children):
+        meta = child.get("metadata") if isinstance(child, dict) else None
+        if not isinstance(child, dict) or not isinstance(meta, dict):
+            problems.append(f"children[{i}] must be an object with metadata")
+            continue
+        if not child.get("apiVersion") or not child.get("kind") or not meta.get("name"):
+            problems.append(f"children[{i}] needs apiVersion, kind and metadata.name")
+        ident = (str(child.get("apiVersion")), str(child.get("kind")), str(meta.get("name")))
+        if ident in seen:
+            problems.append(f"children[{i}] duplicates {ident}")
+        seen.add(ident)
+    resync = response.get("resyncAfterSeconds", 0)
+    if isinstance(resync, bool) or not isinstance(resync, int | float) or resync < 0:
+        problems.append("resyncAfterSeconds must be a number >= 0")
+    if "finalized" in response and not isinstance(response["finalized"], bool):
+        problems.append("finalized must be a boolean")
+    return problems
+
+
+def _check_rule(i: int, rule: Any) -> list[str]:
+    if not isinstance(rule, dict):
+        return [f"relatedResources[{i}] must be an object"]
+    problems = [f"relatedResources[{i}]: unknown key {k!r}" for k in rule if k not in RELATED_RULE_KEYS]
+    if not rule.get("apiVersion") or not rule.get("resource"):
+        problems.append(f"relatedResources[{i}] needs apiVersion and resource")
+    selector = rule.get("labelSelector")
+    if selector is not None:
+        if rule.get("namespace") or rule.get("names"):
+            problems.append(f"relatedResources[{i}]: labelSelector excludes namespace/names")
+        if not isinstance(selector, dict) or not set(selector) <= LABEL_SELECTOR_KEYS:
+            problems.append(f"relatedResources[{i}].labelSelector must be a v1.LabelSelector")
+    return problems

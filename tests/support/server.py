@@ -1,0 +1,228 @@
+"""Run a real `praesto-hooks` (gunicorn) process for tests.
+
+The listening socket is bound here (port 0, so the kernel picks a free port)
+and handed to gunicorn as `--bind fd://N`: no race between picking a port and
+the server binding it, so `pytest -n 2` is safe. Readiness is `/healthz`
+answering, polled against a deadline.
+
+    with hooks_server(tmp_path, tls=True) as server:
+        requests_session.post(server.url("/hooks/modelcache/sync"), verify=server.ca_path, ...)
+
+`post_json(server, path, body)` is a tiny stdlib client that trusts the
+server's CA when TLS is on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+STARTUP_DEADLINE = 30.0
+STOP_DEADLINE = 15.0
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    ca_path: Path
+    cert_path: Path
+    key_path: Path
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    base_url: str
+    ca_path: Path | None
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=str(self.ca_path)) if self.ca_path else None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def make_tls_files(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> TlsFiles:
+    """A throwaway CA and a server certificate for `hosts` (IPs and DNS names)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "praesto-test-ca")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    alt_names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            alt_names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            alt_names.append(x509.DNSName(host))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    files = TlsFiles(directory / "ca.crt", directory / "tls.crt", directory / "tls.key")
+    files.ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    files.cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    files.key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    files.key_path.chmod(0o600)
+    return files
+
+
+def _command() -> list[str]:
+    exe = shutil.which("praesto-hooks", path=str(Path(sys.executable).parent)) or shutil.which(
+        "praesto-hooks"
+    )
+    return [exe] if exe else [sys.executable, "-m", "praesto.hooks.server"]
+
+
+def _wait_healthy(server: RunningServer, deadline: float) -> None:
+    context = server.ssl_context()
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        code = server.process.poll()
+        if code is not None:
+            raise RuntimeError(f"praesto-hooks exited with {code} before serving:\n{server.log()}")
+        try:
+            with urllib.request.urlopen(server.url("/healthz"), timeout=2, context=context) as resp:
+                if resp.status == 200:
+                    return
+        except (OSError, urllib.error.URLError) as err:
+            last_error = err
+        time.sleep(0.05)  # poll interval, bounded by the deadline above
+    raise TimeoutError(f"praesto-hooks not healthy after {STARTUP_DEADLINE}s ({last_error}):\n{server.log()}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_DEADLINE)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=STOP_DEADLINE)
+
+
+@contextmanager
+def hooks_server(
+    tmp_path: Path,
+    *,
+    tls: bool = False,
+    env: Mapping[str, str] | None = None,
+    workers: int = 1,
+    threads: int = 2,
+    extra_args: tuple[str, ...] = (),
+) -> Iterator[RunningServer]:
+    """Start `praesto-hooks` on a free 127.0.0.1 port; yield it healthy; stop it cleanly."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    port = listener.getsockname()[1]
+    args = [
+        *_command(),
+        "--bind",
+        f"fd://{listener.fileno()}",
+        "--workers",
+        str(workers),
+        "--threads",
+        str(threads),
+        *extra_args,
+    ]
+    ca_path = None
+    if tls:
+        files = make_tls_files(tmp_path / "tls")
+        args += ["--certfile", str(files.cert_path), "--keyfile", str(files.key_path)]
+        ca_path = files.ca_path
+    log_path = tmp_path / f"praesto-hooks-{port}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            pass_fds=(listener.fileno(),),
+        )
+    listener.close()  # the child holds its own copy
+    scheme = "https" if tls else "http"
+    server = RunningServer(f"{scheme}://127.0.0.1:{port}", ca_path, process, log_path)
+    try:
+        _wait_healthy(server, time.monotonic() + STARTUP_DEADLINE)
+        yield server
+    finally:
+        _stop(process)
+
+
+def post_json(
+    server: RunningServer, path: str, body: Any, *, raw: bytes | None = None, timeout: float = 30
+) -> tuple[int, Any]:
+    """POST JSON (or `raw` bytes) and return (status code, decoded JSON or text)."""
+    data = raw if raw is not None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        server.url(path), data=data, method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=server.ssl_context()) as resp:
+            status, payload = resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        status, payload = err.code, err.read()
+    try:
+        return status, json.loads(payload)
+    except ValueError:
+        return status, payload.decode(errors="replace")
+
+
+def get_text(server: RunningServer, path: str, timeout: float = 30) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(server.url(path), timeout=timeout, context=server.ssl_context()) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
