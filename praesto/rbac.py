@@ -38,6 +38,8 @@ AGENT_SECRET_GRANT = Permission("", "secrets", ("get",))
 HOOKS: tuple[Permission, ...] = (
     Permission(names.GROUP, names.MODELCACHE_PLURAL, READ),
     Permission("storage.k8s.io", "storageclasses", READ, namespaced=False),
+    # Node labels only, for the validating webhook's "nodeSelector matches no nodes" warning.
+    Permission("", "nodes", READ, namespaced=False),
 )
 
 # Metacontroller, restricted to what our CompositeController and DecoratorController manage.

@@ -1,0 +1,64 @@
+"""Flask blueprint for the two AdmissionReview endpoints.
+
+Thin: parse JSON, call the pure webhook, return JSON. A body we cannot read at
+all gets HTTP 400; a body whose uid we can read always gets a valid
+AdmissionReview (HTTP 200), even when our own code fails, so the API server
+shows the user a message instead of a webhook call error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from . import review
+from .lookup import Lookups, shared_lookups
+from .mutate import configured_image, mutate
+from .review import MalformedReview, Refusal
+from .validate import validate
+
+log = logging.getLogger(__name__)
+
+blueprint = Blueprint("praesto_admission", __name__)
+
+# Flask config keys: tests and embedders may inject lookups or the image.
+CONFIG_LOOKUPS = "PRAESTO_LOOKUPS"
+CONFIG_IMAGE = "PRAESTO_IMAGE"
+
+
+def _lookups() -> Lookups:
+    injected = current_app.config.get(CONFIG_LOOKUPS)
+    return injected if injected is not None else shared_lookups()  # started lazily, once per worker
+
+
+def _answer(handler: Callable[[review.Request], dict[str, Any]]) -> tuple[Response, int]:
+    body = request.get_json(silent=True)
+    try:
+        parsed = review.parse_review(body)
+    except MalformedReview as error:
+        if error.uid is None:
+            return jsonify({"error": f"malformed AdmissionReview: {error}"}), 400
+        refusal = Refusal("request", str(error), "send an admission.k8s.io/v1 AdmissionReview")
+        return jsonify(review.deny(error.uid, refusal)), 200
+    try:
+        return jsonify(handler(parsed)), 200
+    except Exception:  # a bug must still answer the API server with a readable refusal
+        log.exception("admission handler failed for request %s", parsed.uid)
+        refusal = Refusal(
+            "request", "the Praesto webhook failed internally", "retry, or check the praesto-hooks logs", 500
+        )
+        return jsonify(review.deny(parsed.uid, refusal)), 200
+
+
+@blueprint.post("/admission/mutate-pod")
+def mutate_pod() -> tuple[Response, int]:
+    image = current_app.config.get(CONFIG_IMAGE) or configured_image()
+    return _answer(lambda r: mutate(r, _lookups(), image))
+
+
+@blueprint.post("/admission/validate-modelcache")
+def validate_modelcache() -> tuple[Response, int]:
+    return _answer(lambda r: validate(r, _lookups()))

@@ -1,0 +1,132 @@
+"""Validating ModelCache webhook: what the CRD schema cannot say.
+
+Spec rules come from the shared `praesto.spec.parse_spec`, so the webhook, the
+sync hook and `praesto render` refuse exactly the same things. This module
+adds what needs the cluster (the StorageClass exists), the old object (spec
+immutable) and advice given as AdmissionReview warnings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from praesto import names
+from praesto.spec import InvalidSpec, ModelCacheSpec, parse_spec
+
+from . import review
+from .lookup import Lookups, LookupUnavailable
+from .review import BAD_REQUEST, FORBIDDEN, UNAVAILABLE, Refusal, sub
+
+MAX_LISTED_ERRORS = 10
+
+
+def changed_fields(old: Any, new: Any, path: str = "spec") -> list[str]:
+    """Dotted paths that differ between two specs, deepest object level first found."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            out.extend(changed_fields(old.get(key), new.get(key), f"{path}.{key}"))
+        return out
+    return [] if old == new else [path]
+
+
+def _check_name(obj: dict[str, Any]) -> None:
+    meta = sub(obj, "metadata")
+    name = meta.get("name")
+    if isinstance(name, str) and name and not names.is_dns_label(name):
+        raise Refusal(
+            "metadata.name",
+            f"{name[:80]!r} is not a DNS label (it becomes a directory name and a label value)",
+            "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
+        )
+
+
+def _parse(spec: Any) -> ModelCacheSpec:
+    try:
+        return parse_spec(spec)
+    except InvalidSpec as invalid:
+        shown = "; ".join(str(e) for e in invalid.errors[:MAX_LISTED_ERRORS])
+        more = len(invalid.errors) - MAX_LISTED_ERRORS
+        raise Refusal(
+            "spec",
+            f"invalid ModelCache: {shown}" + (f"; and {more} more" if more > 0 else ""),
+            "correct the fields listed",
+            BAD_REQUEST,
+        ) from None
+
+
+def _check_storage_class(parsed: ModelCacheSpec, lookups: Lookups) -> None:
+    name = parsed.storage_class_name
+    if not name:
+        return
+    try:
+        exists = lookups.storageclass_exists(name)
+    except LookupUnavailable as error:
+        raise Refusal(
+            "spec.storage.storageClassName",
+            f"Praesto could not read StorageClass {name} from the Kubernetes API: {error}",
+            "retry, or check the praesto-hooks logs",
+            UNAVAILABLE,
+        ) from None
+    if not exists:
+        raise Refusal(
+            "spec.storage.storageClassName",
+            f"StorageClass {name!r} does not exist",
+            "name a ReadWriteMany StorageClass (kubectl get storageclass), or leave it empty for local mode",
+            FORBIDDEN,
+        )
+
+
+def advice(parsed: ModelCacheSpec, lookups: Lookups) -> list[str]:
+    """Non-fatal warnings: things that work but are likely not what the user meant."""
+    warnings = []
+    if parsed.source.scheme == "hf" and not parsed.source.pinned:
+        warnings.append(
+            f"spec.source: revision {parsed.source.revision!r} is a branch or tag, not a pinned commit; "
+            "it is resolved once and recorded in status.resolvedRevision, pin a 40-hex commit "
+            "to get the same files in every cluster"
+        )
+    if parsed.storage_class_name:
+        if parsed.node_selector:
+            warnings.append("spec.nodeSelector is ignored in shared PVC mode (storageClassName is set)")
+    else:
+        if parsed.downloader:
+            warnings.append("spec.downloader is ignored in local mode; it configures the shared PVC mode Job")
+        if parsed.node_selector:
+            try:
+                matching = lookups.count_nodes_matching(parsed.node_selector)
+            except LookupUnavailable:
+                matching = -1  # advice only: never refuse for it
+            if matching == 0:
+                shown = ",".join(f"{k}={v}" for k, v in sorted(parsed.node_selector.items()))
+                warnings.append(
+                    f"spec.nodeSelector {shown} matches no nodes right now; nothing is downloaded "
+                    "until a node has these labels (or a consuming Pod is scheduled)"
+                )
+    return warnings
+
+
+def validate(request: review.Request, lookups: Lookups) -> dict[str, Any]:
+    """AdmissionReview response for a ModelCache CREATE or UPDATE."""
+    if request.operation not in ("CREATE", "UPDATE"):
+        return review.allow(request.uid)
+    obj = request.obj
+    spec = obj.get("spec")
+    try:
+        if request.operation == "UPDATE":
+            old_spec = (request.old or {}).get("spec")
+            changed = changed_fields(old_spec, spec)
+            if changed:
+                raise Refusal(
+                    ", ".join(changed[:MAX_LISTED_ERRORS]),
+                    "field is immutable: a ModelCache's spec cannot change after creation",
+                    "delete the ModelCache and create it again (or create one under a new name)",
+                    BAD_REQUEST,
+                )
+            return review.allow(request.uid)  # metadata-only change: never block finalizers or labels
+        _check_name(obj)
+        parsed = _parse(spec)
+        _check_storage_class(parsed, lookups)
+    except Refusal as refusal:
+        return review.deny(request.uid, refusal)
+    return review.allow(request.uid, advice(parsed, lookups))

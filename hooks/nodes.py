@@ -1,0 +1,120 @@
+"""DecoratorController over Nodes: label each Node with one key per cache Ready on it.
+
+The Pod webhook adds a node affinity on these keys, so Pods land where their
+model is already on disk. Keys come from `names.ready_label_key` (a hash of
+`<namespace>/<name>`), valid for every legal name and not leaking tenant
+names onto cluster-scoped Nodes. Hook version v2: `parent` is the Node,
+`related` holds its ModelCacheNodes keyed `Kind.apiVersion` → `namespace/name`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request
+from praesto.hooks.admission.review import sub
+
+from praesto import names
+
+blueprint = Blueprint("praesto_nodes", __name__)
+
+SYNC_KEYS = frozenset({"labels", "annotations", "status", "attachments", "resyncAfterSeconds", "finalized"})
+
+
+class BadHookRequest(ValueError):
+    """The body is not a Metacontroller decorator request."""
+
+
+def _node(body: Any) -> dict[str, Any]:
+    parent = body.get("parent", body.get("object")) if isinstance(body, dict) else None
+    meta = parent.get("metadata") if isinstance(parent, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise BadHookRequest("parent must be a Node with metadata.name")
+    assert isinstance(parent, dict)
+    return parent
+
+
+def customize(body: Any) -> dict[str, Any]:
+    """Relate the ModelCacheNodes (all namespaces) labelled with this node."""
+    node = _node(body)
+    return {
+        "relatedResources": [
+            {
+                "apiVersion": names.API_VERSION,
+                "resource": names.MODELCACHENODE_PLURAL,
+                "labelSelector": {
+                    "matchLabels": {names.LABEL_NODE: names.node_label_value(node["metadata"]["name"])}
+                },
+            }
+        ]
+    }
+
+
+def _related_cache_nodes(body: dict[str, Any]) -> list[dict[str, Any]]:
+    related = body.get("related")
+    out: list[dict[str, Any]] = []
+    if not isinstance(related, dict):
+        return out
+    for group, objects in related.items():
+        if not str(group).startswith(f"{names.MODELCACHENODE_KIND}.") or not isinstance(objects, dict):
+            continue
+        out.extend(o for o in objects.values() if isinstance(o, dict))
+    return out
+
+
+def ready_caches(node_name: str, cache_nodes: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(namespace, cache) of every ModelCacheNode Ready on this node and not being deleted."""
+    ready = set()
+    for child in cache_nodes:
+        meta = sub(child, "metadata")
+        spec = sub(child, "spec")
+        status = sub(child, "status")
+        labels = sub(meta, "labels")
+        cache = labels.get(names.LABEL_MODEL_CACHE)
+        namespace = meta.get("namespace")
+        # spec.nodeName guards against two long node names sharing a shortened label value.
+        if spec.get("nodeName", node_name) != node_name or meta.get("deletionTimestamp"):
+            continue
+        if status.get("phase") == names.PHASE_READY and isinstance(cache, str) and isinstance(namespace, str):
+            ready.add((namespace, cache))
+    return ready
+
+
+def sync(body: Any) -> dict[str, Any]:
+    """Desired readiness labels: "true" per Ready cache, null (= delete) for stale ones of ours."""
+    node = _node(body)
+    assert isinstance(body, dict)
+    current = node["metadata"].get("labels") or {}
+    wanted = {
+        names.ready_label_key(ns, cache): "true"
+        for ns, cache in ready_caches(node["metadata"]["name"], _related_cache_nodes(body))
+    }
+    labels: dict[str, str | None] = dict(wanted)
+    labels.update(
+        {
+            k: None
+            for k in current
+            if isinstance(k, str) and k.startswith(names.READY_LABEL_PREFIX) and k not in wanted
+        }
+    )
+    return {"labels": labels, "attachments": []}
+
+
+def _serve(handler: Any) -> tuple[Response, int]:
+    body = request.get_json(silent=True)
+    if body is None:
+        return jsonify({"error": "request body must be a JSON object from Metacontroller"}), 400
+    try:
+        return jsonify(handler(body)), 200
+    except BadHookRequest as error:
+        return jsonify({"error": str(error)}), 400
+
+
+@blueprint.post("/hooks/node/customize")
+def customize_hook() -> tuple[Response, int]:
+    return _serve(customize)
+
+
+@blueprint.post("/hooks/node/sync")
+def sync_hook() -> tuple[Response, int]:
+    return _serve(sync)
