@@ -1,3 +1,4 @@
+# mypy: disable-error-code="type-arg, misc"
 from google.protobuf import descriptor_pb2 as _descriptor_pb2
 from google.protobuf import wrappers_pb2 as _wrappers_pb2
 from google.protobuf.internal import containers as _containers

@@ -1,0 +1,69 @@
+"""`praesto-csi`: the CSI node plugin's command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from praesto.csi.server import EndpointError, serve
+
+from praesto import names
+
+DEFAULT_ENDPOINT = "unix:///csi/csi.sock"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="praesto-csi",
+        description=f"CSI node plugin {names.CSI_DRIVER_NAME}: read-only model cache mounts",
+    )
+    parser.add_argument(
+        "--endpoint",
+        default=os.environ.get("CSI_ENDPOINT", DEFAULT_ENDPOINT),
+        help=f"unix socket to serve on (env CSI_ENDPOINT; default {DEFAULT_ENDPOINT})",
+    )
+    parser.add_argument(
+        "--node-name", default=os.environ.get("NODE_NAME", ""), help="this node's name (env NODE_NAME)"
+    )
+    parser.add_argument(
+        "--base-path",
+        type=Path,
+        default=Path(names.DEFAULT_BASE_PATH),
+        help=f"the node-local model store (default {names.DEFAULT_BASE_PATH})",
+    )
+    parser.add_argument(
+        "--unassigned-after",
+        type=float,
+        default=60.0,
+        help="seconds without an answer from the node agent before a cache is reported as not assigned here",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.node_name:
+        print(
+            "praesto-csi: --node-name is required (or env NODE_NAME); set it from the Pod's "
+            "spec.nodeName with the downward API",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.base_path.is_absolute():
+        print(f"praesto-csi: --base-path {str(args.base_path)!r} must be an absolute path", file=sys.stderr)
+        return 2
+    try:
+        serve(args.endpoint, args.node_name, args.base_path, args.unassigned_after)
+    except EndpointError as err:
+        print(f"praesto-csi: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
