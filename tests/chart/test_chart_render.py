@@ -1,0 +1,293 @@
+"""The chart, rendered by the real Helm engine for each supported value set, is valid Kubernetes.
+
+Built-in kinds are validated strictly (unknown fields rejected) against the
+Kubernetes 1.37 OpenAPI schemas; Metacontroller kinds against Metacontroller's
+CRD schema (tests/chart/data); cert-manager kinds are checked in test_chart_tls.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from praesto import names
+from tests.support.helm_chart import (
+    CHART_DIR,
+    chart_with_metacontroller_standin,
+    crd_documents,
+    crd_schemas,
+    find,
+    one,
+    render,
+    render_objects,
+)
+
+K8S_VERSION = "1.37.0"
+DATA = Path(__file__).parent / "data"
+METACONTROLLER_SCHEMAS = crd_schemas(list(crd_documents(DATA)))
+
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "no-cert-manager": {"webhooks": {"certManager": {"enabled": False}, "failurePolicy": "Ignore"}},
+    "metacontroller-disabled": {"metacontroller": {"enabled": False}},
+    "custom-basepath-nodeselector": {
+        "localCache": {"basePath": "/mnt/fast-ssd/praesto"},
+        "nodeAgent": {
+            "nodeSelector": {names.LABEL_CACHE_NODE: "true"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+        "csi": {"kubeletDir": "/var/lib/k0s/kubelet"},
+    },
+    "pvc-only": {"nodeAgent": {"enabled": False}},
+    "pinned-tags": {
+        "image": {"tag": "0.6.2"},
+        "downloader": {"image": {"tag": "0.6.2"}},
+        "csi": {"image": {"tag": "0.6.2"}},
+        "nodeAgent": {"image": {"tag": "0.6.2"}},
+    },
+}
+
+
+def validate_object(obj: dict[str, Any]) -> None:
+    key = (obj["apiVersion"], obj["kind"])
+    if key in METACONTROLLER_SCHEMAS:
+        jsonschema.validate(obj, METACONTROLLER_SCHEMAS[key])
+        return
+    if obj["apiVersion"].startswith("cert-manager.io/"):
+        return  # no vendored schema: structure asserted in test_chart_tls
+    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_every_rendered_object_is_valid(value_set: str) -> None:
+    objects = render_objects(VALUE_SETS[value_set])
+    assert objects
+    for obj in objects:
+        validate_object(obj)
+        assert obj["metadata"].get("namespace") in (None, "praesto-system")
+
+
+def test_validation_is_strict_about_unknown_fields() -> None:
+    """The validators above reject a typo, so passing means something."""
+    deployment = one(render_objects(), "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+    decorator = one(render_objects(), "DecoratorController")
+    decorator["spec"]["hooks"]["sync"]["webhook"]["uri"] = "http://x"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_object(decorator)
+
+
+def test_defaults_render_every_component() -> None:
+    objects = render_objects()
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert {
+        ("Deployment", "praesto-hooks"),
+        ("Service", "praesto-hooks"),
+        ("PodDisruptionBudget", "praesto-hooks"),
+        ("DaemonSet", "praesto-node-agent"),
+        ("CSIDriver", names.CSI_DRIVER_NAME),
+        ("MutatingWebhookConfiguration", "praesto-admission"),
+        ("ValidatingWebhookConfiguration", "praesto-admission"),
+        ("ServiceAccount", "praesto-hooks"),
+        ("ServiceAccount", "praesto-node-agent"),
+        ("DecoratorController", "praesto-node-readiness"),
+    } <= kinds
+    assert find(objects, "CompositeController")
+
+
+def test_hooks_deployment_is_hardened_and_configured() -> None:
+    deployment = one(render_objects({"downloader": {"hfEndpoint": "https://mirror.example"}}), "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    by_name = {c["name"]: c for c in pod["containers"]}
+    assert set(by_name) == {"hooks", "webhooks"}
+    for container in by_name.values():
+        sc = container["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert sc["seccompProfile"]["type"] == "RuntimeDefault"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["PRAESTO_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+        assert env["PRAESTO_AGENT_SERVICE_ACCOUNT"]["value"] == "praesto-node-agent"
+        assert env["PRAESTO_DOWNLOADER_IMAGE"]["value"] == "ghcr.io/praesto/praesto:0.7.0"
+        assert env["PRAESTO_IMAGE"]["value"] == "ghcr.io/praesto/praesto:0.7.0"
+        assert env["PRAESTO_HF_ENDPOINT"]["value"] == "https://mirror.example"
+    assert "--bind=0.0.0.0:8080" in by_name["hooks"]["args"]
+    assert not any(a.startswith("--certfile") for a in by_name["hooks"]["args"])
+    assert {"--bind=0.0.0.0:8443", "--certfile=/tls/tls.crt", "--keyfile=/tls/tls.key"} <= set(
+        by_name["webhooks"]["args"]
+    )
+    assert by_name["webhooks"]["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+
+def test_hooks_arguments_are_accepted_by_praesto_hooks() -> None:
+    """The flags the chart passes parse with the real praesto-hooks argument parser."""
+    server = pytest.importorskip("praesto.hooks.server")
+    pod = one(render_objects(), "Deployment")["spec"]["template"]["spec"]
+    for container in pod["containers"]:
+        assert container["command"] == ["praesto-hooks"]
+        args = server.parse_args(container["args"])
+        assert args.bind
+
+
+def test_service_exposes_http_hooks_and_https_admission() -> None:
+    ports = {p["name"]: p for p in one(render_objects(), "Service")["spec"]["ports"]}
+    assert (ports["http"]["port"], ports["http"]["targetPort"]) == (80, "http")
+    assert (ports["https"]["port"], ports["https"]["targetPort"]) == (443, "https")
+
+
+def test_network_policy_limits_the_http_port_to_metacontroller() -> None:
+    policy = one(render_objects(), "NetworkPolicy")
+    rules = {r["ports"][0]["port"]: r for r in policy["spec"]["ingress"]}
+    assert "from" not in rules["https"]
+    assert rules["http"]["from"] == [
+        {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "metacontroller",
+                    "app.kubernetes.io/instance": "praesto",
+                }
+            }
+        }
+    ]
+    external = one(render_objects({"metacontroller": {"enabled": False}}), "NetworkPolicy")
+    http_rule = next(r for r in external["spec"]["ingress"] if r["ports"][0]["port"] == "http")
+    assert http_rule["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "metacontroller"}
+
+
+def test_webhook_configurations() -> None:
+    objects = render_objects({"webhooks": {"failurePolicy": "Ignore", "timeoutSeconds": 3}})
+    mutating = one(objects, "MutatingWebhookConfiguration")["webhooks"]
+    validating = one(objects, "ValidatingWebhookConfiguration")["webhooks"]
+    assert len(mutating) == len(validating) == 1
+    pod_hook, mc_hook = mutating[0], validating[0]
+    assert pod_hook["namespaceSelector"] == {"matchLabels": {names.LABEL_INJECTION: names.INJECTION_ENABLED}}
+    assert pod_hook["clientConfig"]["service"]["path"] == "/admission/mutate-pod"
+    assert mc_hook["clientConfig"]["service"]["path"] == "/admission/validate-modelcache"
+    assert mc_hook["rules"][0]["apiGroups"] == [names.GROUP]
+    assert mc_hook["rules"][0]["resources"] == [names.MODELCACHE_PLURAL]
+    for hook in (pod_hook, mc_hook):
+        assert hook["failurePolicy"] == "Ignore"
+        assert hook["timeoutSeconds"] == 3
+        assert hook["sideEffects"] == "None"
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["clientConfig"]["service"] == {
+            **hook["clientConfig"]["service"],
+            "name": "praesto-hooks",
+            "namespace": "praesto-system",
+            "port": 443,
+        }
+    defaults = render_objects()
+    assert one(defaults, "MutatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Fail"
+
+
+def test_csi_driver_object() -> None:
+    driver = one(render_objects(), "CSIDriver")
+    assert driver["spec"] == {
+        "attachRequired": False,
+        "podInfoOnMount": True,
+        "volumeLifecycleModes": ["Ephemeral"],
+        "fsGroupPolicy": "None",
+        "requiresRepublish": False,
+        "storageCapacity": False,
+    }
+
+
+def test_pvc_only_install_has_no_node_components() -> None:
+    objects = render_objects({"nodeAgent": {"enabled": False}})
+    assert not find(objects, "DaemonSet")
+    assert not find(objects, "CSIDriver")
+    assert not find(objects, "ClusterRole", "praesto-node-agent")
+    assert find(objects, "ServiceAccount", "praesto-node-agent")  # Job/secret grants bind to it
+    assert find(objects, "Deployment", "praesto-hooks")
+
+
+def test_image_tags_follow_values() -> None:
+    objects = render_objects(
+        VALUE_SETS["pinned-tags"] | {"image": {"tag": "0.6.2", "repository": "reg.example/p"}}
+    )
+    pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    images = {c["name"]: c["image"] for c in pod["containers"]}
+    assert images["agent"] == images["csi"] == "reg.example/p:0.6.2"
+    assert images["node-driver-registrar"].startswith(
+        "registry.k8s.io/sig-storage/csi-node-driver-registrar:v"
+    )
+    assert images["livenessprobe"].startswith("registry.k8s.io/sig-storage/livenessprobe:v")
+    env = {
+        e["name"]: e.get("value")
+        for e in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["PRAESTO_DOWNLOADER_IMAGE"] == "reg.example/p:0.6.2"
+    split = render_objects({"downloader": {"image": {"repository": "d.example/dl", "tag": "9"}}})
+    env = {
+        e["name"]: e.get("value")
+        for e in one(split, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["PRAESTO_DOWNLOADER_IMAGE"] == "d.example/dl:9"
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"localCache": {"basepath": "/x"}}, "additional properties 'basepath' not allowed"),
+        ({"webhooks": {"failurePolicy": "Sometimes"}}, "/webhooks/failurePolicy"),
+        ({"nodeAgent": {"concurrency": "8"}}, "/nodeAgent/concurrency': got string, want integer"),
+        ({"webhooks": {"certManager": {"enabled": "yes"}}}, "/webhooks/certManager/enabled"),
+        ({"localCache": {"basePath": "relative/path"}}, "/localCache/basePath"),
+        ({"nodeAgent": {"nodeSelector": {"a": 1}}}, "/nodeAgent/nodeSelector/a"),
+        ({"imagePulSecrets": []}, "additional properties 'imagePulSecrets' not allowed"),
+    ],
+)
+def test_values_schema_rejects_typos_and_bad_types(values: dict[str, Any], expected: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as err:
+        render(values)
+    assert expected in str(err.value)
+
+
+def test_values_schema_accepts_the_documented_defaults() -> None:
+    with helm.Chart.load(CHART_DIR) as chart:
+        chart.validate_schema(chart.values)
+
+
+def test_helm_lint_is_clean(tmp_path: Path) -> None:
+    """`helm lint --strict` (via the SDK) on the chart with the dependency present (test stand-in)."""
+    chart = chart_with_metacontroller_standin(tmp_path)
+    for values in VALUE_SETS.values():
+        report = helm.lint(chart, values, strict=True, namespace="praesto-system", kube_version="v1.33.0")
+        problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+        assert problems == [], problems
+
+
+def test_lint_reports_the_missing_dependency_without_it() -> None:
+    """Without `helm dependency build`, lint says exactly that (and nothing else)."""
+    report = helm.lint(CHART_DIR, {}, strict=True, namespace="praesto-system")
+    errors = [m["error"] for m in report["messages"] if m["severity"] >= 2]
+    assert errors and all("metacontroller" in e for e in errors), errors
+
+
+def test_notes_tell_the_user_what_to_do_next() -> None:
+    notes = render()["praesto/templates/NOTES.txt"]
+    for step in (
+        "kubectl label namespace <namespace> praesto.io/model-cache-injection=enabled",
+        "kind: ModelCache",
+        "kubectl get mc",
+        "praesto.io/model-mounts",
+        "kubectl apply --server-side -f charts/praesto/crds/",
+        "mkdir -p /var/praesto",
+    ):
+        assert step in notes
+    pvc_notes = render({"nodeAgent": {"enabled": False}})["praesto/templates/NOTES.txt"]
+    assert "shared-PVC" in pvc_notes

@@ -1,0 +1,203 @@
+"""Render charts/praesto with the real Helm engine (helm-python-sdk) and check objects against schemas.
+
+Helm cannot pull the Metacontroller dependency here (no registry access), and
+`Chart.render` simply leaves a missing subchart out. Tests that need the
+subchart's output (its ClusterRole, to prove our values restrict it) render a
+temporary copy of the chart with `metacontroller_standin()` in its `charts/`
+directory: a small test-only chart that templates the ClusterRole from
+`clusterRole.rules` the way metacontroller-helm 4.x does, and defaults to the
+same `*/*/*` grant. It is never written into the real chart.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART_DIR = ROOT / "charts" / "praesto"
+CRD_DIR = CHART_DIR / "crds"
+RELEASE = "praesto"
+NAMESPACE = "praesto-system"
+
+Obj = dict[str, Any]
+
+
+def parse_manifests(rendered: dict[str, str]) -> list[Obj]:
+    """Every object of a render, in template order; NOTES.txt and empty documents skipped."""
+    objects: list[Obj] = []
+    for path in sorted(rendered):
+        if path.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(rendered[path]):
+            if doc:
+                objects.append(doc)
+    return objects
+
+
+def render(
+    values: Obj | None = None,
+    *,
+    chart_dir: Path = CHART_DIR,
+    name: str = RELEASE,
+    namespace: str = NAMESPACE,
+) -> dict[str, str]:
+    """Render offline (`lookup` returns nothing), as `helm template` would."""
+    with helm.Chart.load(chart_dir) as chart:
+        return chart.render(values or {}, name=name, namespace=namespace, is_install=True)
+
+
+def render_objects(values: Obj | None = None, **kwargs: Any) -> list[Obj]:
+    return parse_manifests(render(values, **kwargs))
+
+
+def find(objects: list[Obj], kind: str, name: str | None = None) -> list[Obj]:
+    return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
+    found = find(objects, kind, name)
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def deep_merge(base: Obj, override: Obj) -> Obj:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# --- the test-only Metacontroller stand-in --------------------------------------------
+
+_STANDIN_CHART = """\
+apiVersion: v2
+name: metacontroller-helm
+version: 4.12.13
+appVersion: v4.12.13
+description: TEST-ONLY stand-in for metacontroller-helm (RBAC templates only); not the real chart.
+"""
+
+_STANDIN_VALUES = """\
+rbac:
+  create: true
+nameOverride: ""
+fullnameOverride: ""
+serviceAccount:
+  create: true
+  name: ""
+clusterRole:
+  aggregationRule: {}
+  rules:
+    - apiGroups: ["*"]
+      resources: ["*"]
+      verbs: ["*"]
+"""
+
+_STANDIN_TEMPLATES = {
+    "_helpers.tpl": """\
+{{- define "standin.name" -}}{{ default .Chart.Name .Values.nameOverride }}{{- end }}
+{{- define "standin.fullname" -}}{{ printf "%s-%s" .Release.Name (include "standin.name" .) }}{{- end }}
+""",
+    "rbac.yaml": """\
+{{- if .Values.rbac.create }}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "standin.fullname" . }}
+  namespace: {{ .Release.Namespace }}
+---
+kind: ClusterRole
+apiVersion: rbac.authorization.k8s.io/v1
+metadata:
+  name: {{ include "standin.fullname" . }}
+aggregationRule:
+  {{- toYaml .Values.clusterRole.aggregationRule | nindent 2 }}
+rules:
+  {{- toYaml .Values.clusterRole.rules | nindent 2 }}
+---
+kind: ClusterRoleBinding
+apiVersion: rbac.authorization.k8s.io/v1
+metadata:
+  name: {{ include "standin.fullname" . }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ include "standin.fullname" . }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "standin.fullname" . }}
+    namespace: {{ .Release.Namespace }}
+{{- end }}
+""",
+}
+
+
+def chart_with_metacontroller_standin(tmp: Path) -> Path:
+    """A copy of charts/praesto whose charts/ holds the test-only stand-in subchart."""
+    target = tmp / "praesto"
+    shutil.copytree(CHART_DIR, target)
+    sub = target / "charts" / "metacontroller-helm"
+    (sub / "templates").mkdir(parents=True)
+    (sub / "Chart.yaml").write_text(_STANDIN_CHART)
+    (sub / "values.yaml").write_text(_STANDIN_VALUES)
+    for name, text in _STANDIN_TEMPLATES.items():
+        (sub / "templates" / name).write_text(text)
+    return target
+
+
+# --- CRD schemas as strict JSON Schemas ------------------------------------------------
+
+
+def crd_documents(directory: Path) -> Iterator[Obj]:
+    for path in sorted(directory.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition":
+                yield doc
+
+
+def crd_schemas(docs: Iterator[Obj] | list[Obj]) -> dict[tuple[str, str], Obj]:
+    """`(apiVersion, kind)` -> strict JSON Schema of every served version."""
+    out: dict[tuple[str, str], Obj] = {}
+    for crd in docs:
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            schema = version["schema"]["openAPIV3Schema"]
+            out[(f"{spec['group']}/{version['name']}", spec["names"]["kind"])] = strict_schema(schema)
+    return out
+
+
+def strict_schema(node: Any) -> Any:
+    """An OpenAPI v3 structural schema as JSON Schema that rejects unknown fields.
+
+    The API server prunes unknown fields and `kubectl --validate=strict` refuses
+    them; a plain JSON Schema would silently accept them. So every object with
+    declared properties (and no `additionalProperties` or
+    `x-kubernetes-preserve-unknown-fields`) gets `additionalProperties: false`;
+    `x-kubernetes-int-or-string` becomes a type union; `metadata` stays open.
+    """
+    if isinstance(node, list):
+        return [strict_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: strict_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    preserve = node.get("x-kubernetes-preserve-unknown-fields")
+    if node.get("type") == "object" and "properties" in node and not preserve:
+        out.setdefault("additionalProperties", False)
+    if node.get("nullable"):
+        out.pop("nullable", None)
+        if "type" in out:
+            out["type"] = [out["type"], "null"]
+    return out
