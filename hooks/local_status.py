@@ -50,13 +50,17 @@ def _failure_text(node: str, status: Mapping[str, Any]) -> str:
     return f"{node}: {reason}: {message}"
 
 
+def _nodes(count: int) -> str:
+    return f"{count} node" if count == 1 else f"{count} nodes"
+
+
 def progress_summary(done: int, total: int, size: int, nodes: int) -> str:
     """The PROGRESS column: `41% of 4.1 GiB` (per copy), `on N nodes` when several."""
     if total <= 0:
         return ""
     percent = 100 if done >= total else min(99, done * 100 // total)
     text = f"{percent}% of {format_bytes(size or total)}"
-    return f"{text} on {nodes} nodes" if nodes > 1 else text
+    return f"{text} on {_nodes(nodes)}" if nodes > 1 else text
 
 
 def aggregate(
@@ -89,7 +93,8 @@ def aggregate(
         revision = status.get("resolvedRevision")
         if isinstance(revision, str) and revision:
             revisions[revision] += 1
-        size = max(size, _int(status.get("sizeBytes")))
+        # Every copy is the same model: any node's size (or planned total) is each node's size.
+        size = max(size, _int(status.get("sizeBytes")), _int(section(status, "progress").get("bytesTotal")))
         used = parse_time(status.get("lastUsedTime"))
         if used and (last_used is None or used > last_used):
             last_used = used
@@ -183,19 +188,20 @@ def _ready_reason(
         extra = f"; and {more} more" if more > 0 else ""
         return (
             "NodeFailed",
-            f"{len(failures)} of {total} nodes failed: {listed}{extra}; fix the cause "
+            f"{len(failures)} of {_nodes(total)} failed: {listed}{extra}; fix the cause "
             "and delete the failed ModelCacheNode to retry",
         )
     demand_note = f", {demand} of them added for scheduled Pods" if demand else ""
     if phase == names.PHASE_READY:
-        return "AllNodesReady", f"model ready on {ready} of {total} nodes{demand_note}"
+        return "AllNodesReady", f"model ready on {ready} of {_nodes(total)}{demand_note}"
     if phase == names.PHASE_DOWNLOADING:
         return (
             "Downloading",
-            f"model ready on {ready} of {total} nodes, {status['downloadingNodes']} downloading{tail}",
+            f"model ready on {ready} of {_nodes(total)}, {status['downloadingNodes']} downloading"
+            f"{f', {evicted} evicted until used again' if evicted else ''}{tail}",
         )
     evicted_note = f", {evicted} evicted until used again" if evicted else ""
     return (
         "Pending",
-        f"waiting for the node agents on {total} nodes to start the download{demand_note}{evicted_note}",
+        f"waiting for the node agents on {_nodes(total)} to start the download{demand_note}{evicted_note}",
     )

@@ -58,7 +58,8 @@ def customize(request: Any, config: HooksConfig, now: datetime) -> Obj:
     return {"relatedResources": rules}
 
 
-def _parse(parent: Mapping[str, Any]) -> ModelCacheSpec:
+def parse_parent(parent: Mapping[str, Any]) -> ModelCacheSpec:
+    """The typed spec of a ModelCache object, its name checked too (InvalidSpec otherwise)."""
     errors: list[SpecError] = []
     name = meta(parent).get("name")
     if not isinstance(name, str) or not names.is_dns_label(name):
@@ -82,7 +83,7 @@ def _parse(parent: Mapping[str, Any]) -> ModelCacheSpec:
 def sync(request: Any, config: HooksConfig, now: datetime) -> Obj:
     parent = v2.parent_of(request)
     try:
-        spec = _parse(parent)
+        spec = parse_parent(parent)
     except InvalidSpec as err:
         return invalid_spec(request, parent, err, now)
     if spec.mode == names.MODE_PVC:
@@ -116,7 +117,9 @@ def finalize(request: Any, config: HooksConfig, now: datetime) -> Obj:
     remaining = len(v2.objects(request, "children", v2.MODELCACHENODE))
     before = previous_status(parent)
     if remaining:
-        message = f"waiting for the node agents to remove {remaining} node copies"
+        message = (
+            f"waiting for the node agents to remove {remaining} node {'copy' if remaining == 1 else 'copies'}"
+        )
     else:
         message = "every node copy is removed"
     status: Obj = {**before, "observedGeneration": generation(parent)}
