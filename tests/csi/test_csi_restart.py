@@ -1,0 +1,62 @@
+"""A crashed and restarted praesto-csi: stale socket, mount records rebuilt, unpublish still works."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from praesto.csi import mounts
+from praesto.csi.proto import csi_pb2
+from praesto.csi.recovery import recovered_volume_id
+
+from praesto import store
+from tests.support.csi_driver import NEEDS_ROOT, cli_driver, make_cache, publish_request, short_socket_dir
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
+
+
+@pytest.fixture
+def socket_path() -> Iterator[Path]:
+    directory = short_socket_dir()
+    yield directory / "csi.sock"
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_restart_rebuilds_records_and_unpublishes(base: Path, pods: Path, socket_path: Path) -> None:
+    layout = store.StoreLayout(base)
+    make_cache(layout, "default", "tinyllama")
+    make_cache(layout, "team-b", "bert")
+    kept, unrecorded, vanished = str(pods / "a"), str(pods / "b"), str(pods / "c")
+
+    with cli_driver(base, socket_path) as first:
+        first.client.publish(publish_request("csi-a", kept))
+        first.client.publish(publish_request("csi-b", unrecorded, "bert", "team-b"))
+        first.client.publish(publish_request("csi-c", vanished))
+        first.kill()
+    assert socket_path.is_socket()  # a crash leaves the socket file behind
+    # a crash between mount and record, and a mount removed behind the driver's back:
+    store.drop_mount(layout, "csi-b")
+    mounts.unmount(vanished)
+    assert store.last_used(layout, "default", "tinyllama") is None
+
+    with cli_driver(base, socket_path) as second:
+        by_target = {r.target_path: r for r in store.all_mounts(layout)}
+        assert set(by_target) == {kept, unrecorded}
+        assert by_target[kept].volume_id == "csi-a"
+        assert by_target[unrecorded].volume_id == recovered_volume_id(unrecorded)
+        assert (by_target[unrecorded].namespace, by_target[unrecorded].name) == ("team-b", "bert")
+        assert store.last_used(layout, "default", "tinyllama") is not None  # the vanished mount's record
+
+        # the kubelet, unaware of the crash, unpublishes with the ids it knows
+        second.client.unpublish("csi-b", unrecorded)
+        second.client.unpublish("csi-a", kept)
+        second.client.unpublish("csi-c", vanished)
+        assert second.client.identity.Probe(csi_pb2.ProbeRequest()).ready.value is True
+        assert store.all_mounts(layout) == []
+        assert [e for e in mounts.read_mountinfo() if mounts.is_within(e.mount_point, str(pods))] == []
+        assert not any(Path(t).exists() for t in (kept, unrecorded, vanished))
+        assert second.terminate() == 0  # SIGTERM: graceful stop
+    assert not socket_path.exists()
