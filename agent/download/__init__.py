@@ -1,1 +1,32 @@
-"""Downloader shared by the agent, the PVC-mode Job and users."""
+"""Downloader shared by the agent, the PVC-mode Job and users.
+
+`plan(source, options)` resolves a source to a commit and its files (no bytes yet, so
+capacity can be checked first); `download(plan, dest, options)` fetches, verifies and
+publishes atomically. Failures are `DownloadError` with a reason from `REASONS`.
+"""
+
+from praesto.agent.download.api import (
+    REASONS,
+    DownloadCancelled,
+    DownloadError,
+    Options,
+    Plan,
+    ProgressCallback,
+    RemoteFile,
+    Result,
+)
+from praesto.agent.download.download import download
+from praesto.agent.download.hfplan import plan
+
+__all__ = [
+    "REASONS",
+    "DownloadCancelled",
+    "DownloadError",
+    "Options",
+    "Plan",
+    "ProgressCallback",
+    "RemoteFile",
+    "Result",
+    "download",
+    "plan",
+]

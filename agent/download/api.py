@@ -26,6 +26,13 @@ REASONS = (
 )
 
 
+class DownloadCancelled(Exception):
+    """`Options.cancel` was set: the download stopped and left resumable staging behind.
+
+    Not a `DownloadError`: a cancel is the caller's decision, not a failure to report.
+    """
+
+
 class DownloadError(Exception):
     """A download that cannot finish; `reason` is machine-readable, `message` human."""
 
@@ -74,8 +81,12 @@ ProgressCallback = Callable[[int, int], None]  # (bytes done, bytes total)
 class Options:
     endpoint: str | None = None  # HF_ENDPOINT / mirror
     token: str | None = None  # held in memory only; never logged
-    concurrency: int = 8
+    concurrency: int = 32  # parallel connections: CDNs cap each one (see bench/download_bench.py)
     blobs_dir: Path | None = None  # content-addressed area for dedup (hard links)
     staging_dir: Path | None = None  # default: a sibling of dest on the same filesystem
     progress: ProgressCallback | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
+    # Tuning (defaults measured by bench/download_bench.py); rarely worth changing.
+    part_size: int = 16 << 20  # byte-range size for large files; also the resume granularity
+    memory_budget: int = 64 << 20  # out-of-order bytes held for in-order hashing before re-reading
+    checkpoint_seconds: float = 1.0  # how often completed parts are fsync'd and journaled

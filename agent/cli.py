@@ -1,0 +1,233 @@
+"""`praesto-agent`: the node agent daemon (`run`), one-shot downloads and the PVC-mode wait.
+
+    praesto-agent download hf://org/name[:rev] --dest DIR [--revision R] [--token-file F]
+                  [--endpoint URL] [--concurrency N] [--allow GLOB]... [--ignore GLOB]...
+    praesto-agent wait --path DIR [--timeout SECONDS]
+    praesto-agent run ...            (the DaemonSet process; see `praesto-agent run --help`)
+
+Exit codes (download): 0 published (or already complete); 1 failed for good (the
+reason says why: RepoNotFound, Unauthorized, GatedRepo, RevisionNotFound,
+ChecksumMismatch, InsufficientDiskSpace, InvalidRepoFile, SourceUnavailable); 2 bad
+usage; 75 temporary failure, run again to resume; 130 interrupted (SIGINT/SIGTERM),
+staging kept for resume. wait: 0 complete, 1 timed out, 2 bad usage.
+
+The token comes from --token-file or HF_TOKEN, is held in memory only, and is never
+printed: every line this command writes is scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from praesto.agent.download import DownloadCancelled, DownloadError, Options, download, plan
+
+from praesto import names
+from praesto.quantity import format_bytes
+from praesto.spec import parse_uri
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TEMPFAIL, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
+
+
+class _Scrub(logging.Filter):
+    """Last line of defence: no log record carries the token."""
+
+    def __init__(self, secret: str | None) -> None:
+        super().__init__()
+        self.secret = secret
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secret and self.secret in record.getMessage():
+            record.msg, record.args = record.getMessage().replace(self.secret, "***"), None
+        return True
+
+
+def _say(text: str, secret: str | None, stream: object = sys.stderr) -> None:
+    if secret:
+        text = text.replace(secret, "***")
+    print(text, file=stream, flush=True)  # type: ignore[call-overload]
+
+
+def _read_token(args: argparse.Namespace) -> str | None:
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as error:
+            raise ValueError(
+                f"--token-file {args.token_file}: {error.strerror}; give a readable file"
+            ) from None
+        return token or None
+    return os.environ.get("HF_TOKEN") or None
+
+
+def _download(args: argparse.Namespace) -> int:
+    source, errors = parse_uri(args.source, "SOURCE")
+    if errors or source is None:
+        _say(f"error: {errors[0] if errors else 'SOURCE: unsupported'}", None)
+        return EXIT_USAGE
+    if args.revision:
+        source = source.with_revision(args.revision)
+    if args.allow or args.ignore:
+        source = type(source)(
+            source.scheme, source.location, source.revision, tuple(args.allow), tuple(args.ignore)
+        )
+    try:
+        token = _read_token(args)
+    except ValueError as error:
+        _say(f"error: {error}", None)
+        return EXIT_USAGE
+    logging.getLogger().addFilter(_Scrub(token))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_Scrub(token))
+    cancel = threading.Event()
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if not args.quiet and (now - last[0] >= 2.0 or done == total):
+            last[0] = now
+            pct = 100 * done // total if total else 100
+            _say(f"progress: {format_bytes(done)} of {format_bytes(total)} ({pct}%)", token)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        cancel.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    options = Options(
+        endpoint=args.endpoint,
+        token=token,
+        concurrency=args.concurrency,
+        blobs_dir=Path(args.blobs_dir) if args.blobs_dir else None,
+        staging_dir=Path(args.staging_dir) if args.staging_dir else None,
+        progress=progress,
+        cancel=cancel,
+        part_size=args.part_size << 20,
+    )
+    try:
+        resolved = plan(source, options)
+        _say(
+            f"planned: {source.uri} {source.revision} -> {resolved.revision}, "
+            f"{len(resolved.files)} files, {format_bytes(resolved.total_bytes)}",
+            token,
+        )
+        result = download(resolved, Path(args.dest), options)
+    except DownloadCancelled:
+        _say("interrupted: staging kept; run the same command again to resume", token)
+        return EXIT_INTERRUPTED
+    except DownloadError as error:
+        _say(f"error: {error.reason}: {error.message}", token)
+        return EXIT_TEMPFAIL if error.retryable else EXIT_FAILED
+    _say(
+        f"complete: {args.dest} at {resolved.revision} ({format_bytes(result.bytes_from_origin)} fetched, "
+        f"{format_bytes(result.bytes_deduplicated)} linked, {format_bytes(result.bytes_resumed)} resumed, "
+        f"{result.seconds:.1f}s)",
+        token,
+        sys.stdout,
+    )
+    return EXIT_OK
+
+
+def _wait(args: argparse.Namespace) -> int:
+    """Poll for the complete marker: the PVC-mode init container's whole job."""
+    marker = Path(args.path) / names.COMPLETE_FILE
+    deadline = None if args.timeout <= 0 else time.monotonic() + args.timeout
+    announced = False
+    while not marker.is_file():
+        if deadline is not None and time.monotonic() >= deadline:
+            _say(
+                f"error: {args.path} has no {names.COMPLETE_FILE} after {args.timeout:g}s; the download is "
+                "still running or failed: check the ModelCache status and its download Job",
+                None,
+            )
+            return EXIT_FAILED
+        if not announced:
+            _say(f"waiting for {marker}", None)
+            announced = True
+        time.sleep(min(args.interval, max(0.0, deadline - time.monotonic())) if deadline else args.interval)
+    _say(f"ready: {args.path}", None, sys.stdout)
+    return EXIT_OK
+
+
+def build_parser(with_run: bool) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="praesto-agent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--log-level", default=os.environ.get("PRAESTO_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dl = sub.add_parser("download", help="download a model into a directory, verified, atomically")
+    dl.add_argument("source", metavar="SOURCE", help="hf://org/name[:revision]")
+    dl.add_argument(
+        "--dest", required=True, help="directory to publish (created, or filled in place if it exists)"
+    )
+    dl.add_argument("--revision", help="branch, tag or commit (overrides :rev in SOURCE)")
+    dl.add_argument("--token-file", help="file holding a Hugging Face token (default: $HF_TOKEN)")
+    dl.add_argument("--endpoint", default=None, help="Hub endpoint or mirror (default: $HF_ENDPOINT)")
+    dl.add_argument("--concurrency", type=_positive, default=Options.concurrency, help="parallel connections")
+    dl.add_argument("--allow", action="append", default=[], metavar="GLOB", help="only files matching")
+    dl.add_argument("--ignore", action="append", default=[], metavar="GLOB", help="skip files matching")
+    dl.add_argument("--blobs-dir", help="content-addressed dir for dedup hard links (same filesystem)")
+    dl.add_argument("--staging-dir", help="where to stage (same filesystem as --dest)")
+    dl.add_argument("--part-size", type=_positive, default=Options.part_size >> 20, help="MiB per byte range")
+    dl.add_argument("--quiet", action="store_true", help="no progress lines")
+    dl.set_defaults(func=_download)
+
+    wait = sub.add_parser("wait", help="wait until a directory holds a complete download")
+    wait.add_argument("--path", required=True)
+    wait.add_argument("--timeout", type=float, default=0.0, help="seconds; 0 waits forever")
+    wait.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    wait.set_defaults(func=_wait)
+
+    run = sub.add_parser("run", help="run the node agent (DaemonSet)")
+    if with_run:
+        from praesto.agent.daemon import add_run_arguments
+        from praesto.agent.daemon import run as run_daemon
+
+        add_run_arguments(run)
+        run.set_defaults(func=run_daemon)
+    return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a positive integer")
+    return value
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand, found without parsing (the `run` parser needs the daemon imported)."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--log-level":
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(with_run=_command(argv) == "run")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""`download()`: plan in, verified and atomically published directory out.
+
+Staging, resume and dedup are in engine.py, publication in publish.py; this module
+only decides what happens to staging on each kind of failure: kept for resume on
+cancel and transient errors, removed when the disk is full (space given back).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, Result
+from praesto.agent.download.engine import NO_SPACE, Engine
+from praesto.agent.download.hfplan import endpoint_of
+from praesto.agent.download.publish import is_published, publish, staging_for
+
+from praesto.quantity import format_bytes
+
+log = logging.getLogger("praesto.download")
+
+
+def download(plan: Plan, dest: Path, options: Options) -> Result:
+    """Fetch, verify and publish `plan` at `dest`; idempotent when `dest` already holds it."""
+    started = time.monotonic()
+    if plan.source.scheme != "hf":
+        raise DownloadError(
+            "SourceUnavailable",
+            f"{plan.source.uri}: object stores come in a later release; use hf://org/name",
+        )
+    dest = Path(dest)
+    if is_published(dest, plan):
+        log.info("already complete dest=%s commit=%s", dest, plan.revision)
+        return Result(plan, seconds=time.monotonic() - started)
+    staging, pvc = staging_for(dest, options)
+    engine = Engine(plan, staging, endpoint_of(options), options)
+    try:
+        try:
+            engine.prepare()
+            engine.run()
+        finally:
+            engine.close()
+        publish(plan, staging, dest, pvc, engine.sha256)
+    except OSError as error:
+        if error.errno not in NO_SPACE:
+            raise DownloadError(
+                "SourceUnavailable",
+                f"writing {dest}: {error.strerror or error}; check the disk",
+                retryable=True,
+            ) from None
+        shutil.rmtree(staging, ignore_errors=True)  # give the space back; resuming cannot fit either
+        free = shutil.disk_usage(staging.parent if staging.parent.exists() else dest.parent).free
+        raise DownloadError(
+            "InsufficientDiskSpace",
+            f"{plan.source.uri} needs {format_bytes(plan.total_bytes)} but only {format_bytes(free)} is free "
+            f"on the filesystem of {dest}; free space or use a larger disk",
+        ) from None
+    except (DownloadError, DownloadCancelled):
+        raise
+    result = engine.result
+    result.seconds = time.monotonic() - started
+    log.info(
+        "published dest=%s commit=%s origin_bytes=%d dedup_bytes=%d resumed_bytes=%d seconds=%.2f",
+        dest, plan.revision, result.bytes_from_origin, result.bytes_deduplicated, result.bytes_resumed,
+        result.seconds,
+    )  # fmt: skip
+    return result
+
+
+__all__ = ["download"]

@@ -1,0 +1,336 @@
+"""Fetch a plan's files into staging: parallel ranges, streaming hashes, resume, dedup.
+
+Work is a queue of (file, part) items served by `concurrency` threads, each with its
+own keep-alive connections. Large files are split into `part_size` ranges, written
+with `pwrite` into preallocated files and hashed as they arrive (see hashing.py);
+their parts are interleaved across files so several files hash on several cores.
+Completed parts are fsync'd and journaled every `checkpoint_seconds`, which is what
+a resumed run trusts. A file is verified when its last part lands; a mismatch
+re-fetches that file once, then fails with ChecksumMismatch.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import queue
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, RemoteFile, Result
+from praesto.agent.download.hashing import MemoryBudget, StreamHasher
+from praesto.agent.download.http import MAX_ATTEMPTS, Expired, Redirect, Target, Transient, Transport, backoff
+from praesto.agent.download.journal import Journal
+from praesto.agent.download.publish import TREE, add_to_blobs, link_from_blob
+
+log = logging.getLogger("praesto.download")
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+@dataclass
+class FileJob:
+    file: RemoteFile
+    staged: Path
+    parts: list[tuple[int, int]]
+    fd: int = -1
+    hasher: StreamHasher | None = None
+    remaining: int = 0
+    unjournaled: list[int] = field(default_factory=list)
+    target: Target | None = None
+    checksum_retries: int = 0
+    resumed: set[int] = field(default_factory=set)  # parts journaled by an earlier run
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Engine:
+    def __init__(self, plan: Plan, staging: Path, endpoint: str, options: Options) -> None:
+        self.plan = plan
+        self.staging = staging
+        self.tree = staging / TREE
+        self.endpoint = endpoint
+        self.options = options
+        self.transport = Transport(endpoint, options.token)
+        self.budget = MemoryBudget(options.memory_budget)
+        self.journal = Journal(staging, {"revision": plan.revision, "partSize": options.part_size, "v": 1})
+        self.result = Result(plan)
+        self.sha256: dict[str, str] = {}
+        self.jobs: list[FileJob] = []
+        self.done = 0
+        self._queue: queue.Queue[tuple[FileJob, int] | None] = queue.Queue()
+        self._outstanding = 0
+        self._cond = threading.Condition()
+        self._error: BaseException | None = None
+        self._verified_unjournaled: list[tuple[str, str]] = []
+        self._last_checkpoint = time.monotonic()
+        self._checkpointing = threading.Lock()
+
+    # ---- set-up: resume, dedup, preallocate -----------------------------------------
+    def prepare(self) -> None:
+        resumed = self.journal.load()
+        if resumed is None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+        self.tree.mkdir(parents=True, exist_ok=True)
+        self.journal.open(fresh=resumed is None)
+        need = 0
+        for f in self.plan.files:
+            staged = self.tree / f.path
+            parts = _split(f.size, self.options.part_size)
+            if resumed and f.path in resumed.verified and _size_is(staged, f.size):
+                self.sha256[f.path] = resumed.verified[f.path]
+                self.result.bytes_resumed += f.size
+                continue
+            if link_from_blob(self.options.blobs_dir, f.sha256, f.size, staged):
+                assert f.sha256 is not None
+                self.sha256[f.path] = f.sha256
+                self.result.bytes_deduplicated += f.size
+                continue
+            job = FileJob(f, staged, parts)
+            done = resumed.parts.get(f.path, set()) if resumed and len(parts) > 1 else set()
+            if done and not _size_is(staged, f.size):
+                done = set()
+            self._open(job, keep=bool(done))
+            assert job.hasher is not None
+            for index in sorted(done):
+                start, end = parts[index]
+                job.hasher.add_on_disk(start, end - start)
+                self.result.bytes_resumed += end - start
+            job.resumed = done
+            job.remaining = len(parts) - len(done)
+            need += sum(end - start for i, (start, end) in enumerate(parts) if i not in done)
+            self.jobs.append(job)
+        self.done = self.result.bytes_resumed + self.result.bytes_deduplicated
+        free = shutil.disk_usage(self.tree).free
+        if need > free:
+            raise OSError(errno.ENOSPC, f"{need} bytes needed, {free} free")
+        for job in self.jobs:
+            if job.file.size and job.remaining == len(job.parts):
+                os.posix_fallocate(job.fd, 0, job.file.size)
+
+    def _open(self, job: FileJob, *, keep: bool) -> None:
+        job.staged.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_RDWR | os.O_CREAT | (0 if keep else os.O_TRUNC)
+        if not keep and job.staged.exists():
+            job.staged.unlink()  # may be a read-only hard link from an earlier attempt
+        job.fd = os.open(job.staged, flags, 0o644)
+        job.hasher = StreamHasher(job.fd, job.file.size, self.budget, git_blob=job.file.sha256 is None)
+
+    # ---- running ---------------------------------------------------------------------
+    def run(self) -> None:
+        self._report()
+        order = sorted(self.jobs, key=lambda j: -j.file.size)
+        large = [j for j in order if len(j.parts) > 1]
+        depth = max((len(j.parts) for j in large), default=0)
+        items: list[tuple[FileJob, int]] = []
+        for index in range(depth):  # interleave parts across files: several hashers at once
+            items += [(j, index) for j in large if index < len(j.parts) and index not in j.resumed]
+        items += [(j, 0) for j in order if len(j.parts) == 1]
+        self._enqueue(items)
+        workers = [
+            threading.Thread(target=self._worker, name=f"praesto-fetch-{n}", daemon=True)
+            for n in range(max(1, self.options.concurrency))
+        ]
+        for w in workers:
+            w.start()
+        with self._cond:
+            while self._outstanding and self._error is None:
+                self._cond.wait(0.5)
+        for _ in workers:
+            self._queue.put(None)
+        for w in workers:
+            w.join()
+        self._checkpoint(force=True)
+        self.close()
+        if self._error is not None:
+            raise self._error
+        if self.options.cancel.is_set():
+            raise DownloadCancelled()
+
+    def close(self) -> None:
+        for job in self.jobs:
+            if job.fd >= 0:
+                os.close(job.fd)
+                job.fd = -1
+            if job.hasher is not None:
+                job.hasher.discard()
+        self.journal.close()
+
+    def _enqueue(self, items: list[tuple[FileJob, int]]) -> None:
+        with self._cond:
+            self._outstanding += len(items)
+        for item in items:
+            self._queue.put(item)
+
+    def _worker(self) -> None:
+        try:
+            while (item := self._queue.get()) is not None:
+                try:
+                    if self._error is None and not self.options.cancel.is_set():
+                        self._fetch_part(*item)
+                except BaseException as error:
+                    with self._cond:
+                        if self._error is None:
+                            self._error = error
+                        self._cond.notify_all()
+                finally:
+                    with self._cond:
+                        self._outstanding -= 1
+                        self._cond.notify_all()
+        finally:
+            self.transport.close()
+
+    def _resolve_url(self, f: RemoteFile) -> str:
+        return f"{self.endpoint}/{self.plan.source.location}/resolve/{self.plan.revision}/{quote(f.path)}"
+
+    def _target(self, job: FileJob, *, fresh: bool = False) -> Target:
+        with job.lock:
+            if job.target is None or fresh:
+                url = self._resolve_url(job.file)
+                job.target = self.transport.resolve(url) if len(job.parts) > 1 else Target(url, True)
+            return job.target
+
+    def _fetch_part(self, job: FileJob, index: int) -> None:
+        start, end = job.parts[index]
+        pos = [start]
+        hasher, fd = job.hasher, job.fd
+        assert hasher is not None
+
+        def sink(offset: int, chunk: memoryview) -> None:
+            written = 0
+            while written < len(chunk):
+                written += os.pwrite(fd, chunk[written:], offset + written)
+            hasher.feed(offset, chunk)
+            pos[0] = offset + len(chunk)
+            self._progress(len(chunk))
+
+        failures, expired = 0, 0
+        target = self._target(job) if end > start else None
+        while target is not None and pos[0] < end:
+            before = pos[0]
+            try:
+                self.transport.fetch(target, pos[0], end, sink, self.options.cancel)
+                break
+            except Redirect as redirect:
+                target = job.target = redirect.target
+            except Expired:
+                expired += 1
+                if expired > 2:
+                    raise DownloadError(
+                        "Unauthorized", f"{job.file.path}: the byte server keeps refusing access (HTTP 403)"
+                    ) from None
+                target = self._target(job, fresh=True)
+            except Transient as error:
+                failures = 1 if pos[0] > before else failures + 1
+                if failures >= MAX_ATTEMPTS:
+                    raise DownloadError(
+                        "SourceUnavailable",
+                        f"{job.file.path}: giving up after {failures} failed attempts ({error}); retry later",
+                        retryable=True,
+                    ) from None
+                log.warning(
+                    "retrying file=%s offset=%d attempt=%d: %s", job.file.path, pos[0], failures, error
+                )
+                backoff(failures, error.retry_after, self.options.cancel)
+        self._part_done(job, index)
+
+    def _progress(self, n: int) -> None:
+        with self._cond:
+            self.done += n
+            self.result.bytes_from_origin += n
+        self._report()
+
+    def _report(self) -> None:
+        if self.options.progress is not None:
+            self.options.progress(self.done, self.plan.total_bytes)
+
+    def _part_done(self, job: FileJob, index: int) -> None:
+        with job.lock:
+            job.remaining -= 1
+            job.unjournaled.append(index)
+            last = job.remaining == 0
+        if last:
+            self._verify(job)
+        self._checkpoint()
+
+    def _verify(self, job: FileJob) -> None:
+        assert job.hasher is not None
+        sha256, sha1 = job.hasher.finish()
+        f = job.file
+        ok = sha256 == f.sha256 if f.sha256 else (f.git_sha1 is None or sha1 == f.git_sha1)
+        if not ok:
+            expected = f"sha256 {f.sha256}" if f.sha256 else f"git blob {f.git_sha1}"
+            got = sha256 if f.sha256 else sha1
+            if job.checksum_retries >= 1:
+                with job.lock:
+                    fd, job.fd = job.fd, -1
+                os.close(fd)
+                job.staged.unlink(missing_ok=True)
+                self.journal.reset(f.path)
+                raise DownloadError(
+                    "ChecksumMismatch",
+                    f"{f.path}: expected {expected}, got {got} twice; the source serves corrupt bytes "
+                    "or the listing is stale: check the repo and retry",
+                )
+            log.warning("checksum mismatch file=%s, fetching it again", f.path)
+            job.checksum_retries += 1
+            self.journal.reset(f.path)
+            with self._cond:
+                self.done -= f.size
+            job.hasher.discard()
+            with job.lock:
+                os.close(job.fd)
+                self._open(job, keep=False)
+                job.remaining = len(job.parts)
+                job.unjournaled.clear()
+            self._enqueue([(job, i) for i in range(len(job.parts))])
+            return
+        with job.lock:
+            fd, job.fd = job.fd, -1
+            job.unjournaled.clear()
+        os.fsync(fd)
+        os.close(fd)
+        os.chmod(job.staged, 0o444)
+        add_to_blobs(self.options.blobs_dir, sha256, job.staged)
+        self.sha256[f.path] = sha256
+        if job.hasher.read_back:
+            log.debug("file=%s hashed %d bytes from disk", f.path, job.hasher.read_back)
+        with self._cond:
+            self._verified_unjournaled.append((f.path, sha256))
+
+    def _checkpoint(self, *, force: bool = False) -> None:
+        """fsync files with newly completed parts, then record them; at most every few seconds."""
+        if not force and time.monotonic() - self._last_checkpoint < self.options.checkpoint_seconds:
+            return
+        if not self._checkpointing.acquire(blocking=force):
+            return
+        try:
+            self._last_checkpoint = time.monotonic()
+            for job in self.jobs:
+                with job.lock:  # held so _verify cannot close the fd meanwhile
+                    parts = list(job.unjournaled)
+                    job.unjournaled.clear()
+                    if parts and job.fd >= 0:
+                        os.fdatasync(job.fd)
+                        self.journal.parts_done(job.file.path, parts)
+            with self._cond:
+                verified, self._verified_unjournaled = self._verified_unjournaled, []
+            self.journal.verified(verified)
+        finally:
+            self._checkpointing.release()
+
+
+def _split(size: int, part_size: int) -> list[tuple[int, int]]:
+    if size <= part_size:
+        return [(0, size)]
+    return [(start, min(size, start + part_size)) for start in range(0, size, part_size)]
+
+
+def _size_is(path: Path, size: int) -> bool:
+    try:
+        return path.stat().st_size == size
+    except OSError:
+        return False

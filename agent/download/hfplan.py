@@ -1,0 +1,153 @@
+"""Resolve a Hugging Face source to one commit and the exact files to fetch.
+
+Metadata goes through `huggingface_hub` (the Hub's own client, so its URL and error
+conventions are not re-implemented here): `model_info` resolves the revision to a
+commit, `list_repo_tree(recursive=True)` at that commit lists every file with its
+size, git blob id and, for LFS files, sha256. Bytes never go through it (see engine).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+
+import httpx2
+from huggingface_hub import HfApi
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.hf_api import RepoFile
+from huggingface_hub.utils import filter_repo_objects
+from praesto.agent.download.api import DownloadError, Options, Plan, RemoteFile
+
+from praesto.spec import Source
+
+log = logging.getLogger("praesto.download")
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+RESERVED_PREFIX = ".praesto"  # marker files and staging live at the top of a cache
+
+
+def endpoint_of(options: Options) -> str:
+    return (options.endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def check_repo_path(path: str) -> str:
+    """Refuse names that could escape the destination or spoof our markers."""
+    parts = path.split("/")
+    bad = (
+        not path
+        or path.startswith("/")
+        or "\\" in path
+        or "\x00" in path
+        or any(p in ("", ".", "..") for p in parts)
+        or parts[0].startswith(RESERVED_PREFIX)
+    )
+    if bad:
+        raise DownloadError(
+            "InvalidRepoFile",
+            f"repo file {path!r} would escape the destination or replace a Praesto marker; "
+            "remove or rename it in the repo (plain relative names only)",
+        )
+    return path
+
+
+def plan(source: Source, options: Options) -> Plan:
+    """The commit `source.revision` points to and every file to fetch (after patterns)."""
+    if source.scheme != "hf":
+        raise DownloadError(
+            "SourceUnavailable",
+            f"{source.uri}: {source.scheme}:// object stores come in a later release; use hf://org/name",
+        )
+    endpoint = endpoint_of(options)
+    revision = source.revision or "main"
+    api = HfApi(endpoint=endpoint, token=options.token or False, library_name="praesto")
+    try:
+        info = api.model_info(source.location, revision=revision)
+        commit = info.sha
+        if not commit:
+            raise DownloadError("SourceUnavailable", f"{endpoint} returned no commit for {source.uri}")
+        entries = [
+            e
+            for e in api.list_repo_tree(source.location, recursive=True, revision=commit)
+            if isinstance(e, RepoFile)
+        ]
+        files = _select(entries, source)
+        if info.gated and files:
+            _probe_access(api, source, commit, files[0].path)
+    except DownloadError:
+        raise
+    except Exception as error:  # every metadata failure becomes one reason
+        raise translate_error(error, source, revision, options) from None
+    log.info("planned source=%s revision=%s commit=%s files=%d", source.uri, revision, commit, len(files))
+    return Plan(source=source.with_revision(revision), revision=commit, files=tuple(files))
+
+
+def _select(entries: Iterable[RepoFile], source: Source) -> list[RemoteFile]:
+    chosen = filter_repo_objects(
+        entries,
+        allow_patterns=list(source.allow_patterns) or None,
+        ignore_patterns=list(source.ignore_patterns) or None,
+        key=lambda e: e.path,
+    )
+    out = []
+    for entry in chosen:
+        path = check_repo_path(entry.path)
+        if entry.lfs is not None:
+            out.append(RemoteFile(path, int(entry.lfs.size), sha256=entry.lfs.sha256))
+        else:
+            out.append(RemoteFile(path, int(entry.size), git_sha1=entry.blob_id))
+    return sorted(out, key=lambda f: f.path)
+
+
+def _probe_access(api: HfApi, source: Source, commit: str, path: str) -> None:
+    """Gated repos list their files to anyone; only a file fetch tells whether we may read them."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(source.location, path, revision=commit, endpoint=api.endpoint)
+    get_hf_file_metadata(url, token=api.token, endpoint=api.endpoint)
+
+
+def translate_error(error: BaseException, source: Source, revision: str, options: Options) -> DownloadError:
+    """Hub client errors as the reasons the agent puts on conditions (never with the token)."""
+    uri = source.uri
+    status = error.response.status_code if isinstance(error, HfHubHTTPError) else None
+    if isinstance(error, GatedRepoError):
+        return DownloadError(
+            "GatedRepo",
+            f"{uri} is gated and {'this token has' if options.token else 'no token was given, so we have'} "
+            "not been granted access; accept the repo's conditions on the Hub with the token's account "
+            "and reference that token",
+        )
+    if isinstance(error, RevisionNotFoundError):
+        return DownloadError(
+            "RevisionNotFound", f"{uri} has no branch, tag or commit {revision!r}; fix the revision"
+        )
+    if isinstance(error, RepositoryNotFoundError) or status == 401:
+        if status == 401:
+            hint = (
+                "the token was refused; check that it is valid"
+                if options.token
+                else "the repo does not exist, or it is private and needs a token (token.secretRef)"
+            )
+            return DownloadError("Unauthorized", f"{uri}: {hint}")
+        return DownloadError(
+            "RepoNotFound",
+            f"{uri} does not exist or this token cannot see it; check the repo name and the token's access",
+        )
+    if status == 403:
+        return DownloadError(
+            "Unauthorized", f"{uri}: access forbidden (HTTP 403); check the token's permissions"
+        )
+    if isinstance(error, HfHubHTTPError | httpx2.HTTPError | OSError):
+        detail = f"HTTP {status}" if status else type(error).__name__
+        return DownloadError(
+            "SourceUnavailable",
+            f"{uri}: the Hub at {endpoint_of(options)} could not be reached ({detail}); it will be retried",
+            retryable=True,
+        )
+    return DownloadError("SourceUnavailable", f"{uri}: unexpected metadata error {type(error).__name__}")

@@ -1,0 +1,243 @@
+"""Byte transport: keep-alive `http.client` connections, one set per worker thread.
+
+Why `http.client` and not httpx2 (which `huggingface_hub` uses for metadata): a ranged
+GET here is a straight `readinto()` from the socket into a reused 1 MiB buffer, then
+`pwrite` and hashing from that same buffer; no per-chunk objects, no async machinery.
+Measured against nginx on loopback (bench/download_bench.py), httpx2's `iter_bytes`
+cost roughly twice the CPU per GiB, and CPU is what runs out first when the origin is
+fast. Connections are per thread so no locking is needed, and reused across parts.
+
+Auth goes to the Hub's origin only: redirects to a CDN (signed URLs) never carry it,
+the same rule `huggingface_hub` follows.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import random
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
+
+from praesto.agent.download.api import DownloadCancelled, DownloadError
+
+CHUNK = 1 << 20
+MAX_ATTEMPTS = 8
+MAX_BACKOFF = 30.0
+MAX_RETRY_AFTER = 120.0
+USER_AGENT = "praesto-agent/0.7"
+
+
+class Transient(Exception):
+    """Worth another try: 5xx, 429, dropped connection, short read."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Redirect(Exception):
+    """The Hub answered a byte request with a redirect (LFS file): fetch from `target`."""
+
+    def __init__(self, target: Target):
+        super().__init__(target.url)
+        self.target = target
+
+
+class Expired(Exception):
+    """A CDN URL stopped working (signed URLs expire): resolve it again."""
+
+
+def origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a file's bytes come from after redirects, and whether auth may be sent there."""
+
+    url: str
+    authorized: bool
+
+
+class Transport:
+    def __init__(self, hub_endpoint: str, token: str | None, *, timeout: float = 60.0) -> None:
+        self.hub_origin = origin(hub_endpoint)
+        self._token = token
+        self.timeout = timeout
+        self._local = threading.local()
+
+    # ---- connections -----------------------------------------------------------
+    def _conn(self, url: str) -> http.client.HTTPConnection:
+        pool: dict[tuple[str, str], http.client.HTTPConnection] = self._local.__dict__.setdefault("pool", {})
+        key = origin(url)
+        conn = pool.get(key)
+        if conn is None:
+            scheme, netloc = key
+            if scheme == "https":
+                conn = http.client.HTTPSConnection(
+                    netloc, timeout=self.timeout, context=ssl.create_default_context()
+                )
+            else:
+                conn = http.client.HTTPConnection(netloc, timeout=self.timeout)
+            pool[key] = conn
+        return conn
+
+    def _drop(self, url: str) -> None:
+        pool: dict[tuple[str, str], http.client.HTTPConnection] = self._local.__dict__.get("pool", {})
+        conn = pool.pop(origin(url), None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for conn in self._local.__dict__.pop("pool", {}).values():
+            conn.close()
+
+    def _headers(self, url: str, authorized: bool, extra: dict[str, str]) -> dict[str, str]:
+        headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **extra}
+        if authorized and self._token and origin(url) == self.hub_origin:
+            headers["Authorization"] = f"Bearer {self._token}"
+        return headers
+
+    def request(
+        self, method: str, url: str, *, authorized: bool, headers: dict[str, str] | None = None
+    ) -> http.client.HTTPResponse:
+        """One request on this thread's keep-alive connection; a stale socket is retried once."""
+        parts = urlsplit(url)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        for attempt in (1, 2):
+            conn = self._conn(url)
+            try:
+                conn.request(method, target, headers=self._headers(url, authorized, headers or {}))
+                return conn.getresponse()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as error:
+                self._drop(url)
+                if attempt == 2:
+                    raise Transient(f"connection to {parts.netloc} dropped: {error}") from None
+            except (OSError, http.client.HTTPException) as error:
+                self._drop(url)
+                raise Transient(f"{parts.netloc}: {type(error).__name__}: {error}") from None
+        raise AssertionError("unreachable")
+
+    # ---- high level ----------------------------------------------------------------
+    def resolve(self, url: str) -> Target:
+        """Follow the Hub's redirects (HEAD) to the URL that serves the bytes."""
+        authorized = True
+        for _ in range(10):
+            resp = self.request("HEAD", url, authorized=authorized)
+            resp.read()
+            if resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):
+                url = urljoin(url, resp.getheader("Location", ""))
+                authorized = authorized and origin(url) == self.hub_origin
+                continue
+            try:
+                check_status(resp, url)
+            except Expired:
+                raise DownloadError(
+                    "Unauthorized", f"{redact(url)}: HTTP {resp.status}; check the token's permissions"
+                ) from None
+            return Target(url, authorized)
+        raise DownloadError("SourceUnavailable", f"too many redirects resolving {redact(url)}")
+
+    def fetch(
+        self,
+        target: Target,
+        start: int,
+        end: int,
+        sink: Callable[[int, memoryview], None],
+        cancel: threading.Event,
+    ) -> int:
+        """GET bytes [start, end) into `sink(offset, chunk)`; returns bytes delivered.
+
+        Raises Transient on a short read after delivering what arrived, so the caller
+        retries from where the stream stopped, not from the start of the part.
+        """
+        headers = {"Range": f"bytes={start}-{end - 1}"}
+        resp = self.request("GET", target.url, authorized=target.authorized, headers=headers)
+        try:
+            if resp.status == 200 and start != 0:
+                raise Transient(f"{redact(target.url)} ignored the Range header")
+            location = resp.getheader("Location")
+            if resp.status in (301, 302, 303, 307, 308) and location:
+                resp.read()
+                url = urljoin(target.url, location)
+                raise Redirect(Target(url, target.authorized and origin(url) == self.hub_origin))
+            if resp.status not in (200, 206):
+                check_status(resp, target.url)
+            buf: bytearray = self._local.__dict__.setdefault("buf", bytearray(CHUNK))
+            view = memoryview(buf)
+            offset = start
+            while offset < end:
+                if cancel.is_set():
+                    raise DownloadCancelled()
+                want = min(CHUNK, end - offset)
+                got = 0
+                while got < want:
+                    n = resp.readinto(view[got:want])
+                    if not n:
+                        break
+                    got += n
+                if got:
+                    sink(offset, view[:got])
+                    offset += got
+                if got < want:
+                    raise Transient(f"connection closed after {offset - start} of {end - start} bytes")
+            return offset - start
+        except (OSError, http.client.HTTPException) as error:
+            raise Transient(f"reading {redact(target.url)}: {type(error).__name__}") from None
+        finally:
+            if not resp.isclosed() and resp.length:
+                self._drop(target.url)  # unread body: the connection cannot be reused
+
+
+def redact(url: str) -> str:
+    """URL without its query string (signed CDN URLs carry credentials there)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+
+
+def retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return min(MAX_RETRY_AFTER, max(0.0, float(value)))
+    except ValueError:
+        when = email.utils.parsedate_to_datetime(value)
+        return None if when is None else min(MAX_RETRY_AFTER, max(0.0, when.timestamp() - time.time()))
+
+
+def check_status(resp: http.client.HTTPResponse, url: str) -> None:
+    """Map an HTTP answer to Transient (retry), Expired (re-resolve) or a terminal DownloadError."""
+    status = resp.status
+    if status < 300:
+        return
+    resp.read()
+    code = resp.getheader("X-Error-Code", "")
+    where = redact(url)
+    if status == 429 or status >= 500:
+        raise Transient(f"HTTP {status} from {where}", retry_after(resp.getheader("Retry-After")))
+    if code == "GatedRepo":
+        raise DownloadError(
+            "GatedRepo", f"{where}: gated repo; accept its conditions with the token's account"
+        )
+    if code == "RevisionNotFound":
+        raise DownloadError("RevisionNotFound", f"{where}: revision vanished from the repo")
+    if code == "RepoNotFound" and status == 404:
+        raise DownloadError("RepoNotFound", f"{where}: repo not found or not visible to this token")
+    if status == 401 or (code == "RepoNotFound"):
+        raise DownloadError("Unauthorized", f"{where}: HTTP 401; the repo is private: give a valid token")
+    if status in (403, 410):
+        raise Expired(where)  # a signed CDN URL that expired; resolve() turns a Hub 403 terminal
+    raise DownloadError("SourceUnavailable", f"{where}: HTTP {status}; the file could not be fetched")
+
+
+def backoff(attempt: int, hint: float | None, cancel: threading.Event) -> None:
+    """Wait before retry `attempt` (1-based): Retry-After when given, else jittered exponential."""
+    delay = hint if hint is not None else min(MAX_BACKOFF, 0.25 * 2**attempt) * (0.5 + random.random() / 2)  # noqa: S311
+    if cancel.wait(delay):
+        raise DownloadCancelled()

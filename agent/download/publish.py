@@ -1,0 +1,176 @@
+"""Staging, dedup and atomic publication of a verified download.
+
+Two destination shapes (design.md, "Node-local store"):
+* node cache: `dest` does not exist yet; the staged tree is renamed onto it in one step;
+* PVC mode: `dest` is an existing mount point; files are moved in one by one.
+Either way the complete marker is written (and fsync'd) last, so a reader that checks
+for it never sees a partial model. Published files are read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from praesto.agent.download.api import Options, Plan
+
+from praesto import names
+
+STAGING_IN_DEST = ".praesto-staging"
+TREE = "tree"
+FILE_MODE = 0o444
+
+
+def staging_for(dest: Path, options: Options) -> tuple[Path, bool]:
+    """(staging dir, PVC mode). Staging is on dest's filesystem so the final rename is atomic.
+
+    An existing `dest` is a volume to fill in place (PVC mode, or a copy being replaced);
+    a missing one is created by renaming the staged tree onto it.
+    """
+    if dest.is_dir():
+        return dest / STAGING_IN_DEST, True
+    if options.staging_dir is not None:
+        return options.staging_dir, False
+    return dest.parent / f".{dest.name}{STAGING_IN_DEST}", False
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def complete_manifest(dest: Path) -> dict[str, Any] | None:
+    if not (dest / names.COMPLETE_FILE).is_file():
+        return None
+    try:
+        data = json.loads((dest / names.MANIFEST_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_published(dest: Path, plan: Plan) -> bool:
+    """`dest` already holds exactly this plan (same source, commit and files)."""
+    manifest = complete_manifest(dest)
+    if manifest is None:
+        return False
+    want = {(f.path, f.size) for f in plan.files}
+    have = {(f.get("path"), f.get("size")) for f in manifest.get("files", [])}
+    return bool(
+        manifest.get("source") == plan.source.uri
+        and manifest.get("resolvedRevision") == plan.revision
+        and want == have
+    )
+
+
+def manifest_for(plan: Plan, sha256: dict[str, str]) -> dict[str, Any]:
+    files = []
+    for f in plan.files:
+        entry: dict[str, Any] = {"path": f.path, "size": f.size, "sha256": sha256[f.path]}
+        if f.git_sha1:
+            entry["gitBlobSha1"] = f.git_sha1
+        files.append(entry)
+    return {
+        "source": plan.source.uri,
+        "revision": plan.source.revision,
+        "resolvedRevision": plan.revision,
+        "allowPatterns": list(plan.source.allow_patterns),
+        "ignorePatterns": list(plan.source.ignore_patterns),
+        "totalBytes": plan.total_bytes,
+        "files": files,
+        "completedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(tmp, FILE_MODE)
+    os.replace(tmp, path)
+
+
+def link_from_blob(blobs: Path | None, sha256: str | None, size: int, target: Path) -> bool:
+    """Hard-link known content instead of fetching it; False when absent or not linkable."""
+    if blobs is None or sha256 is None:
+        return False
+    blob = blobs / sha256
+    try:
+        if blob.stat().st_size != size:
+            return False
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
+        os.link(blob, target)
+    except OSError:  # absent, or another filesystem (EXDEV): fetch it instead
+        return False
+    return True
+
+
+def add_to_blobs(blobs: Path | None, sha256: str, path: Path) -> None:
+    if blobs is None:
+        return
+    try:
+        blobs.mkdir(parents=True, exist_ok=True)
+        os.link(path, blobs / sha256)
+    except FileExistsError:
+        pass
+    except OSError:
+        return  # dedup is an optimisation; a failure to share must not fail the download
+
+
+def publish(plan: Plan, staging: Path, dest: Path, pvc: bool, sha256: dict[str, str]) -> None:
+    """Move the verified tree into `dest`, then write the markers, complete last."""
+    tree = staging / TREE
+    tree.mkdir(parents=True, exist_ok=True)
+    dirs = {tree}
+    for f in plan.files:
+        staged = tree / f.path
+        os.chmod(staged, FILE_MODE)
+        dirs.update(p for p in staged.parents if p.is_relative_to(tree))
+    for d in sorted(dirs, key=lambda p: -len(p.parts)):
+        fsync_dir(d)
+    manifest = json.dumps(manifest_for(plan, sha256), indent=1, sort_keys=True).encode()
+    owner = json.dumps(
+        {
+            "writer": "praesto-agent",
+            "source": plan.source.uri,
+            "resolvedRevision": plan.revision,
+            "host": socket.gethostname(),
+        }
+    ).encode()
+    if not pvc:
+        _write_synced(tree / names.MANIFEST_FILE, manifest)
+        _write_synced(tree / names.OWNER_FILE, owner)
+        fsync_dir(tree)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(tree, dest)
+        fsync_dir(dest.parent)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            (dest / names.COMPLETE_FILE).unlink()  # a replaced copy is not complete meanwhile
+        fsync_dir(dest)
+        for f in plan.files:
+            target = dest / f.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(tree / f.path, target)
+        for d in {(dest / f.path).parent for f in plan.files}:
+            fsync_dir(d)
+        _write_synced(dest / names.MANIFEST_FILE, manifest)
+        _write_synced(dest / names.OWNER_FILE, owner)
+    _write_synced(dest / names.COMPLETE_FILE, f"{plan.revision}\n".encode())
+    fsync_dir(dest)
+    shutil.rmtree(staging, ignore_errors=True)
