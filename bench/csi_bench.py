@@ -30,10 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-
-from praesto import names, store
 from praesto.csi import mounts
 from praesto.csi.proto import csi_pb2, csi_pb2_grpc
+
+from praesto import names, store
 
 NAMESPACE, CACHE, NODE = "bench", "model", "bench-node"
 
