@@ -1,0 +1,75 @@
+"""metacontroller/ holds exactly the controllers the chart installs (rendered as release praesto in praesto-system)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.support.helm_chart import ROOT, crd_documents, crd_schemas, find, render_objects
+
+DATA = Path(__file__).parent / "data"
+MANIFESTS = ROOT / "metacontroller"
+HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/version"}
+
+
+def without_chart_labels(obj: dict[str, Any]) -> dict[str, Any]:
+    """The chart adds its standard labels; everything else must be identical."""
+    out = {**obj, "metadata": dict(obj["metadata"])}
+    out["metadata"].pop("labels", None)
+    return out
+
+
+def committed(kind: str) -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(MANIFESTS.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == kind]
+    return docs
+
+
+@pytest.mark.parametrize("kind", ["CompositeController", "DecoratorController"])
+def test_metacontroller_dir_equals_the_chart(kind: str) -> None:
+    files = committed(kind)
+    if not files:
+        pytest.skip(f"no {kind} in metacontroller/ yet")
+    rendered = find(render_objects(), kind)
+    assert [without_chart_labels(o) for o in rendered] == files
+    assert set(rendered[0]["metadata"]["labels"]) >= HELM_LABELS
+
+
+def test_controllers_follow_the_release_name_and_namespace() -> None:
+    objects = render_objects(name="cache", namespace="ml-infra")
+    urls = [
+        hook["webhook"]["url"]
+        for kind in ("CompositeController", "DecoratorController")
+        for obj in find(objects, kind)
+        for hook in obj["spec"]["hooks"].values()
+    ]
+    assert urls and all(u.startswith("http://cache-praesto-hooks.ml-infra/hooks/") for u in urls)
+
+
+def test_controllers_validate_against_metacontroller_crds() -> None:
+    schemas = crd_schemas(list(crd_documents(DATA)))
+    for kind in ("CompositeController", "DecoratorController"):
+        objects = find(render_objects(), kind) + committed(kind)
+        assert objects
+        for obj in objects:
+            jsonschema.validate(obj, schemas[(obj["apiVersion"], obj["kind"])])
+            for hook in obj["spec"]["hooks"].values():
+                assert hook["version"] == "v2"  # hook responses are strict in v2
+
+
+def test_hook_paths_are_served_by_praesto_hooks() -> None:
+    """Every URL a controller calls is a route of the real hooks Flask app."""
+    app_module = pytest.importorskip("praesto.hooks.app")
+    config = pytest.importorskip("praesto.hooks.config")
+    app = app_module.create_app(config.HooksConfig())
+    routes = {rule.rule for rule in app.url_map.iter_rules()}
+    for kind in ("CompositeController", "DecoratorController"):
+        for obj in find(render_objects(), kind):
+            for hook in obj["spec"]["hooks"].values():
+                path = "/" + hook["webhook"]["url"].split("/", 3)[3]
+                assert path in routes, f"{path} is not served by praesto-hooks"

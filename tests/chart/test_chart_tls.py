@@ -1,0 +1,153 @@
+"""Webhook TLS: cert-manager objects by default; without it a chart-made CA that survives upgrades.
+
+The upgrade case runs Helm's cluster-aware render (`lookup` really queries an
+API server: the emulator, behind a discovery front) so reuse is proven by the
+real template engine reading a real Secret back, not by inspecting templates.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+import helm_python as helm
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+
+from tests.support.helm_chart import CHART_DIR, NAMESPACE, RELEASE, find, one, parse_manifests, render_objects
+from tests.support.kube import KubeEmulator
+from tests.support.kube_discovery import discovery_front
+
+SELF_SIGNED = {"webhooks": {"certManager": {"enabled": False}}}
+SERVICE_NAMES = {
+    "praesto-hooks",
+    "praesto-hooks.praesto-system",
+    "praesto-hooks.praesto-system.svc",
+    "praesto-hooks.praesto-system.svc.cluster.local",
+}
+
+
+def webhook_configs(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return find(objects, "MutatingWebhookConfiguration") + find(objects, "ValidatingWebhookConfiguration")
+
+
+def tls_volume_secret(objects: list[dict[str, Any]]) -> str:
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    return str(next(v["secret"]["secretName"] for v in pod["volumes"] if v["name"] == "tls"))
+
+
+def test_cert_manager_chain_and_ca_injection() -> None:
+    objects = render_objects()
+    assert not find(objects, "Secret")
+    issuers = {i["metadata"]["name"]: i for i in find(objects, "Issuer")}
+    certs = {c["metadata"]["name"]: c for c in find(objects, "Certificate")}
+    assert issuers["praesto-selfsigned"]["spec"] == {"selfSigned": {}}
+    ca = certs["praesto-ca"]["spec"]
+    assert ca["isCA"] is True
+    assert ca["issuerRef"] == {"kind": "Issuer", "name": "praesto-selfsigned"}
+    assert issuers["praesto-ca"]["spec"] == {"ca": {"secretName": ca["secretName"]}}
+    serving = certs["praesto-hooks-tls"]
+    assert serving["spec"]["issuerRef"] == {"kind": "Issuer", "name": "praesto-ca"}
+    assert set(serving["spec"]["dnsNames"]) == SERVICE_NAMES
+    assert "server auth" in serving["spec"]["usages"]
+    assert serving["spec"]["secretName"] == tls_volume_secret(objects)
+    for config in webhook_configs(objects):
+        ref = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        assert ref == f"{serving['metadata']['namespace']}/{serving['metadata']['name']}"
+        for hook in config["webhooks"]:
+            assert "caBundle" not in hook["clientConfig"]
+    for obj in find(objects, "Issuer") + find(objects, "Certificate"):
+        assert obj["apiVersion"] == "cert-manager.io/v1"
+        assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+def _pem(b64: str) -> bytes:
+    return base64.b64decode(b64)
+
+
+def test_self_signed_certificate_is_a_valid_chain() -> None:
+    objects = render_objects(
+        SELF_SIGNED | {"webhooks": {"certManager": {"enabled": False}, "selfSigned": {"validityDays": 30}}}
+    )
+    assert not find(objects, "Certificate") and not find(objects, "Issuer")
+    secret = one(objects, "Secret", tls_volume_secret(objects))
+    assert secret["type"] == "kubernetes.io/tls"
+    data = secret["data"]
+    ca = x509.load_pem_x509_certificate(_pem(data["ca.crt"]))
+    cert = x509.load_pem_x509_certificate(_pem(data["tls.crt"]))
+    assert cert.issuer == ca.subject
+    public_key = ca.public_key()
+    assert isinstance(public_key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey)
+    if isinstance(public_key, rsa.RSAPublicKey):
+        assert cert.signature_hash_algorithm is not None
+        public_key.verify(
+            cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(), cert.signature_hash_algorithm
+        )
+    sans = set(
+        cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.DNSName
+        )
+    )
+    assert sans >= SERVICE_NAMES
+    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+    assert datetime.timedelta(days=29) < lifetime <= datetime.timedelta(days=31)
+    assert b"PRIVATE KEY" in _pem(data["tls.key"])
+    for config in webhook_configs(objects):
+        assert "annotations" not in config["metadata"]
+        for hook in config["webhooks"]:
+            assert hook["clientConfig"]["caBundle"] == data["ca.crt"]
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[KubeEmulator, str]]:
+    with KubeEmulator() as emulator, discovery_front(emulator) as url:
+        yield emulator, url
+
+
+def cluster_render(url: str, values: dict[str, Any], *, upgrade: bool) -> list[dict[str, Any]]:
+    with helm.Chart.load(CHART_DIR) as chart, helm.Config(kube_apiserver=url, namespace=NAMESPACE) as config:
+        rendered = config.render(
+            chart, values, name=RELEASE, namespace=NAMESPACE, is_install=not upgrade, is_upgrade=upgrade
+        )
+    return parse_manifests(rendered)
+
+
+def test_self_signed_certificate_survives_upgrades(cluster: tuple[KubeEmulator, str]) -> None:
+    emulator, url = cluster
+    first = cluster_render(url, SELF_SIGNED, upgrade=False)
+    secret = one(first, "Secret")
+    emulator.create(secret)  # what `helm install` would have applied
+
+    for _ in range(2):
+        again = cluster_render(url, SELF_SIGNED, upgrade=True)
+        assert one(again, "Secret")["data"] == secret["data"]
+        for config in webhook_configs(again):
+            assert config["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert any(r.path.endswith(f"/secrets/{secret['metadata']['name']}") for r in emulator.requests)
+
+
+def test_without_the_secret_every_render_makes_a_new_ca(cluster: tuple[KubeEmulator, str]) -> None:
+    """Negative control: reuse comes from the lookup, not from deterministic generation."""
+    _, url = cluster
+    one_ca = one(cluster_render(url, SELF_SIGNED, upgrade=True), "Secret")["data"]["ca.crt"]
+    other_ca = one(cluster_render(url, SELF_SIGNED, upgrade=True), "Secret")["data"]["ca.crt"]
+    assert one_ca != other_ca
+
+
+def test_an_incomplete_secret_is_replaced(cluster: tuple[KubeEmulator, str]) -> None:
+    emulator, url = cluster
+    emulator.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "praesto-hooks-tls", "namespace": NAMESPACE},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": base64.b64encode(b"junk").decode()},
+        }
+    )
+    data = one(cluster_render(url, SELF_SIGNED, upgrade=True), "Secret")["data"]
+    assert set(data) == {"tls.crt", "tls.key", "ca.crt"}
+    x509.load_pem_x509_certificate(_pem(data["tls.crt"]))
