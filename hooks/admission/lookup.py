@@ -16,9 +16,12 @@ client is configured in-cluster, else from `KUBECONFIG` / `~/.kube/config`.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -114,6 +117,7 @@ class _Reflector:
         self.last_error = ""
         self._stop = threading.Event()
         self._watch: Any = None
+        self._response: Any = None
         self._thread = threading.Thread(target=self._run, name=f"praesto-lookup-{kind}", daemon=True)
 
     def start(self) -> None:
@@ -123,10 +127,15 @@ class _Reflector:
         self._stop.set()
         if self._watch is not None:
             self._watch.stop()
-            response = getattr(self._watch, "_resp", None)
-            if response is not None:
-                response.close()  # unblocks the reading thread now, not at the read timeout
+        self._hang_up()
         self._thread.join(timeout)
+
+    def _hang_up(self) -> None:
+        """Shut the open watch socket down so the reader returns now, not at its read timeout."""
+        sock = getattr(getattr(self._response, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def check(self, cold_wait: float) -> None:
         """Raise LookupUnavailable unless the data is known and fresh enough to decide on."""
@@ -139,6 +148,15 @@ class _Reflector:
                 f"the API server has been unreachable for {time.monotonic() - since:.0f}s: {self.last_error}"
             )
 
+    def _contact(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One API request; the time without an answer counts towards staleness (a hung server too)."""
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+            self.last_error = f"no answer from the API server for {self.kind} list/watch"
+        result = func(*args, **kwargs)
+        self.failing_since, self.last_error = None, ""
+        return result
+
     def _fail(self, error: BaseException) -> None:
         self.last_error = f"{type(error).__name__}: {str(error)[:300]}"
         if self.failing_since is None:
@@ -146,13 +164,24 @@ class _Reflector:
         log.warning("praesto lookup %s: %s; relisting", self.kind, self.last_error)
 
     def _run(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
         backoff = 0.2
         while not self._stop.is_set():
             try:
                 version = self._list()
-                self.failing_since, self.last_error, backoff = None, "", 0.2
+                backoff = 0.2
                 self._watch_from(version)
-            except Exception as error:  # any failure: relist after a capped backoff
+            except ApiException as error:
+                if self._stop.is_set():
+                    return
+                if error.status == 410:  # history compacted: an ordinary relist, no backoff
+                    log.info("praesto lookup %s: watch expired (410 Gone); relisting", self.kind)
+                    continue
+                self._fail(error)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except Exception as error:  # network, decoding, anything: relist after a capped backoff
                 if self._stop.is_set():
                     return
                 self._fail(error)
@@ -160,7 +189,7 @@ class _Reflector:
                 backoff = min(backoff * 2, 5.0)
 
     def _list(self) -> str:
-        response = self.list_func(*self.args, _preload_content=False, _request_timeout=(5, 30))
+        response = self._contact(self.list_func, *self.args, _preload_content=False, _request_timeout=(5, 30))
         body = json.loads(response.data)
         self.items = {_key(obj): self.transform(obj) for obj in body.get("items") or []}
         self.synced.set()
@@ -168,6 +197,13 @@ class _Reflector:
 
     def _watch_from(self, version: str) -> None:
         from kubernetes import watch
+
+        @functools.wraps(self.list_func)
+        def connect(*args: Any, **kwargs: Any) -> Any:
+            self._response = self._contact(self.list_func, *args, **kwargs)
+            if self._stop.is_set():
+                self._hang_up()
+            return self._response
 
         while not self._stop.is_set():
             self._watch = watch.Watch()
@@ -181,7 +217,7 @@ class _Reflector:
             if version:
                 kwargs["resource_version"] = version
             try:
-                for event in self._watch.stream(self.list_func, *self.args, **kwargs):
+                for event in self._watch.stream(connect, *self.args, **kwargs):
                     obj = event.get("object") or {}
                     kind = event.get("type")
                     if kind in ("ADDED", "MODIFIED"):

@@ -77,17 +77,21 @@ FAILED_CONDITIONS = [
     }
 ]
 
-# One cache per (phase, mode), named `<mode>-<phase>`.
-CACHES: list[Obj] = [
-    modelcache(
-        f"{'pvc' if pvc else 'local'}-{(phase or 'new').lower()}",
-        phase,
-        pvc,
-        **({"conditions": FAILED_CONDITIONS} if phase == names.PHASE_FAILED else {}),
-    )
-    for pvc in (False, True)
-    for phase in (None, *names.PHASES)
-]
+
+def _all_caches() -> list[Obj]:
+    """One cache per (mode, phase), named `<mode>-<phase>`; `new` has no status yet."""
+    out = []
+    for pvc in (False, True):
+        for phase in (None, *names.PHASES):
+            name = f"{'pvc' if pvc else 'local'}-{(phase or 'new').lower()}"
+            cache = modelcache(name, phase, pvc)
+            if phase == names.PHASE_FAILED:
+                cache["status"]["conditions"] = FAILED_CONDITIONS
+            out.append(cache)
+    return out
+
+
+CACHES = _all_caches()
 
 
 def static_lookups(caches: list[Obj] = CACHES) -> StaticLookups:

@@ -247,7 +247,7 @@ def test_collision_with_existing_volume_mount_is_refused() -> None:
 
 
 def test_pod_with_existing_volumes_mounts_and_affinity_is_merged() -> None:
-    anti = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    anti: Obj = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
     obj = pod(
         {**mounts(("local-ready", "/models")), names.ANNOTATION_TARGET_CONTAINER: "main"},
         containers=[
