@@ -75,9 +75,63 @@ def parse_parent(parent: Mapping[str, Any]) -> ModelCacheSpec:
         spec = parse_spec(parent.get("spec"))
     except InvalidSpec as err:
         raise InvalidSpec(errors + err.errors) from None
+    errors.extend(downloader_errors(spec.downloader))
     if errors:
         raise InvalidSpec(errors)
     return spec
+
+
+SECURITY_CONTEXT_FIELDS = frozenset(
+    {
+        "allowPrivilegeEscalation",
+        "appArmorProfile",
+        "capabilities",
+        "privileged",
+        "procMount",
+        "readOnlyRootFilesystem",
+        "runAsGroup",
+        "runAsNonRoot",
+        "runAsUser",
+        "seLinuxOptions",
+        "seccompProfile",
+        "windowsOptions",
+    }
+)
+
+
+def downloader_errors(downloader: Mapping[str, Any]) -> list[SpecError]:
+    """What would make the downloader Job fail its own schema, caught before it is returned."""
+    errors = []
+    resources = downloader.get("resources")
+    if resources is not None and not (
+        set(resources) <= {"limits", "requests"}
+        and all(
+            isinstance(v, dict)
+            and all(
+                isinstance(k, str) and k and isinstance(q, str | int) and not isinstance(q, bool)
+                for k, q in v.items()
+            )
+            for v in resources.values()
+        )
+    ):
+        errors.append(
+            SpecError(
+                "spec.downloader.resources",
+                "must hold only limits and requests, each a map of resource name to quantity",
+                'e.g. {"requests": {"cpu": "500m"}, "limits": {"memory": "2Gi"}}',
+            )
+        )
+    context = downloader.get("containerSecurityContext")
+    if context is not None and not set(context) <= SECURITY_CONTEXT_FIELDS:
+        unknown = sorted(str(k) for k in set(context) - SECURITY_CONTEXT_FIELDS)
+        errors.append(
+            SpecError(
+                "spec.downloader.containerSecurityContext",
+                f"unknown fields {unknown}",
+                "use fields of the Kubernetes SecurityContext such as runAsUser",
+            )
+        )
+    return errors
 
 
 def sync(request: Any, config: HooksConfig, now: datetime) -> Obj:

@@ -1,0 +1,171 @@
+"""CRDs: seed examples validate, bad ones do not, CEL rules hold, columns are as promised."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+
+from praesto import names
+from praesto.quantity import DURATION_PATTERN, QUANTITY_PATTERN
+from praesto.spec import HF_REPO_PATTERN
+from tests.hooks.schemas import ROOT, crd, crd_errors
+
+MC, MCN = names.MODELCACHE_KIND, names.MODELCACHENODE_KIND
+
+
+def _readme_modelcaches() -> list[dict[str, Any]]:
+    text = (ROOT / "README.md").read_text()
+    docs = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    return [d for d in docs if isinstance(d, dict) and d.get("kind") == MC]
+
+
+def _schema(kind: str) -> dict[str, Any]:
+    return crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+
+
+def _rules(node: Any, path: str = "") -> list[tuple[str, str]]:
+    """(schema path, CEL rule) for every x-kubernetes-validations entry."""
+    out: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        for rule in node.get("x-kubernetes-validations", []):
+            out.append((path, rule["rule"]))
+        for key, value in node.items():
+            out += _rules(value, f"{path}.{key}" if key != "properties" else path)
+    return out
+
+
+def _cel(rule: str, self_value: Any, old: Any = None) -> Any:
+    env = celpy.Environment()
+    program = env.program(env.compile(rule))
+    activation = {"self": celpy.json_to_cel(self_value)}
+    if old is not None:
+        activation["oldSelf"] = celpy.json_to_cel(old)
+    return program.evaluate(activation)
+
+
+def test_seed_readme_examples_validate() -> None:
+    examples = _readme_modelcaches()
+    assert {e["metadata"]["name"] for e in examples} >= {"tinyllama", "tinyllama-rwx"}
+    for example in examples:
+        assert crd_errors(example) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda s: s["storage"].pop("size"), "size"),
+        (lambda s: s["storage"].update(size="five gigs"), "size"),
+        (lambda s: s["source"]["huggingface"].update(repo="nope"), "repo"),
+        (lambda s: s["source"]["huggingface"].update(token={"secretRef": {"name": "t"}}), "key"),
+        (lambda s: s.update(eviction={"unusedTTL": "soon"}), "unusedTTL"),
+        (lambda s: s.pop("source"), "source"),
+    ],
+)
+def test_bad_specs_are_refused_by_the_schema(change: Any, field: str) -> None:
+    example = copy.deepcopy(_readme_modelcaches()[0])
+    change(example["spec"])
+    errors = crd_errors(example)
+    assert errors and any(field in e for e in errors), errors
+
+
+def test_patterns_are_the_parsers_own() -> None:
+    spec = _schema(MC)["properties"]["spec"]["properties"]
+    assert spec["storage"]["properties"]["size"]["pattern"] == QUANTITY_PATTERN
+    assert spec["eviction"]["properties"]["unusedTTL"]["pattern"] == DURATION_PATTERN
+    assert spec["source"]["properties"]["huggingface"]["properties"]["repo"]["pattern"] == HF_REPO_PATTERN
+    node_spec = _schema(MCN)["properties"]["spec"]["properties"]
+    assert node_spec["size"]["pattern"] == QUANTITY_PATTERN
+
+
+def test_every_cel_rule_compiles() -> None:
+    rules = _rules(_schema(MC)) + _rules(_schema(MCN))
+    assert len(rules) >= 6
+    env = celpy.Environment()
+    for _, rule in rules:
+        env.compile(rule)
+
+
+def test_cel_rules_decide_as_documented() -> None:
+    rules = dict(_rules(_schema(MC)))
+    source_rules = [r for p, r in _rules(_schema(MC)) if p == ".spec.source"]
+    one_form = source_rules[0]
+    assert _cel(one_form, {"huggingface": {"repo": "a/b"}})
+    assert _cel(one_form, {"uri": "hf://a/b"})
+    assert not _cel(one_form, {"huggingface": {"repo": "a/b"}, "uri": "hf://a/b"})
+    assert not _cel(one_form, {})
+    spec = {"source": {"uri": "hf://a/b"}, "storage": {"size": "1Gi"}}
+    assert _cel(rules[".spec"], spec, copy.deepcopy(spec))
+    assert not _cel(rules[".spec"], spec, {**spec, "storage": {"size": "2Gi"}})
+    name_rule = rules[""]
+    assert _cel(name_rule, {"metadata": {"name": "tinyllama"}})
+    assert not _cel(name_rule, {"metadata": {"name": "x" * 64}})
+    assert not _cel(name_rule, {"metadata": {"name": "Bad_Name"}})
+    node_rule = next(r for p, r in _rules(_schema(MCN)) if p == ".spec")
+    node_spec = {"modelCacheName": "a", "nodeName": "n1"}
+    assert _cel(node_rule, {**node_spec, "source": {"revision": "x"}}, node_spec)
+    assert not _cel(node_rule, {**node_spec, "nodeName": "n2"}, node_spec)
+
+
+def test_printer_columns_and_names() -> None:
+    version = crd(MC)["spec"]["versions"][0]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "PHASE",
+        "MODE",
+        "READY",
+        "TOTAL",
+        "PVC",
+        "DOWNLOAD JOB",
+        "PROGRESS",
+        "AGE",
+    ]
+    assert {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}["PROGRESS"] == (
+        ".status.progress.summary"
+    )
+    assert crd(MC)["spec"]["names"]["shortNames"] == ["mc"]
+    assert crd(MCN)["spec"]["names"]["shortNames"] == ["mcn"]
+    for kind in (MC, MCN):
+        assert crd(kind)["spec"]["group"] == names.GROUP
+        assert version["name"] == names.VERSION
+        assert crd(kind)["spec"]["versions"][0]["subresources"] == {"status": {}}
+
+
+def test_status_schema_holds_every_field_the_hooks_write() -> None:
+    """Metacontroller loops forever when the API server prunes a status field it wrote."""
+    from tests.hooks import golden
+    from tests.hooks.scenarios import SCENARIOS
+
+    status_schema = _schema(MC)["properties"]["status"]
+    for name, (hook, _) in SCENARIOS.items():
+        if hook == "customize":
+            continue
+        status = golden.load(name)["response"]["status"]
+        _assert_declared(status, status_schema, f"{name}: status")
+    node_status = _schema(MCN)["properties"]["status"]["properties"]
+    assert set(node_status) >= {
+        "phase",
+        "localPath",
+        "progress",
+        "resolvedRevision",
+        "sizeBytes",
+        "lastUsedTime",
+        "message",
+        "conditions",
+        "observedGeneration",
+        "peer",
+        "bytesFromPeers",
+    }
+
+
+def _assert_declared(value: Any, schema: dict[str, Any], path: str) -> None:
+    if isinstance(value, dict) and "properties" in schema:
+        for key, item in value.items():
+            assert key in schema["properties"], f"{path}.{key} is not in the CRD status schema"
+            _assert_declared(item, schema["properties"][key], f"{path}.{key}")
+    elif isinstance(value, list) and "items" in schema:
+        for item in value:
+            _assert_declared(item, schema["items"], f"{path}[]")
