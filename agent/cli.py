@@ -162,8 +162,12 @@ def build_parser(with_run: bool) -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", default=os.environ.get("PRAESTO_LOG_LEVEL", "INFO"))
     sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)  # --log-level also after the subcommand
+    common.add_argument("--log-level", default=argparse.SUPPRESS, help="DEBUG, INFO, WARNING, ERROR")
 
-    dl = sub.add_parser("download", help="download a model into a directory, verified, atomically")
+    dl = sub.add_parser(
+        "download", parents=[common], help="download a model into a directory, verified, atomically"
+    )
     dl.add_argument("source", metavar="SOURCE", help="hf://org/name[:revision]")
     dl.add_argument(
         "--dest", required=True, help="directory to publish (created, or filled in place if it exists)"
@@ -180,7 +184,7 @@ def build_parser(with_run: bool) -> argparse.ArgumentParser:
     dl.add_argument("--quiet", action="store_true", help="no progress lines")
     dl.set_defaults(func=_download)
 
-    wait = sub.add_parser("wait", help="wait until a directory holds a complete download")
+    wait = sub.add_parser("wait", parents=[common], help="wait until a directory holds a complete download")
     wait.add_argument("--path", required=True)
     wait.add_argument("--timeout", type=float, default=0.0, help="seconds; 0 waits forever")
     wait.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)

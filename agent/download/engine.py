@@ -208,10 +208,12 @@ class Engine:
             self._progress(len(chunk))
 
         failures, expired = 0, 0
-        target = self._target(job) if end > start else None
-        while target is not None and pos[0] < end:
+        target: Target | None = None
+        while pos[0] < end:
             before = pos[0]
             try:
+                if target is None:
+                    target = self._target(job, fresh=expired > 0)
                 self.transport.fetch(target, pos[0], end, sink, self.options.cancel)
                 break
             except Redirect as redirect:
@@ -222,7 +224,7 @@ class Engine:
                     raise DownloadError(
                         "Unauthorized", f"{job.file.path}: the byte server keeps refusing access (HTTP 403)"
                     ) from None
-                target = self._target(job, fresh=True)
+                target = None
             except Transient as error:
                 failures = 1 if pos[0] > before else failures + 1
                 if failures >= MAX_ATTEMPTS:

@@ -126,14 +126,17 @@ class Transport:
 
     # ---- high level ----------------------------------------------------------------
     def resolve(self, url: str) -> Target:
-        """Follow the Hub's redirects (HEAD) to the URL that serves the bytes."""
-        authorized = True
+        """Follow the Hub's redirects (HEAD) to the URL that serves the bytes.
+
+        Stops at the first redirect off the Hub (the CDN): that URL is used as it is.
+        """
         for _ in range(10):
-            resp = self.request("HEAD", url, authorized=authorized)
+            resp = self.request("HEAD", url, authorized=True)
             resp.read()
             if resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):
                 url = urljoin(url, resp.getheader("Location", ""))
-                authorized = authorized and origin(url) == self.hub_origin
+                if origin(url) != self.hub_origin:
+                    return Target(url, authorized=False)
                 continue
             try:
                 check_status(resp, url)
@@ -141,7 +144,7 @@ class Transport:
                 raise DownloadError(
                     "Unauthorized", f"{redact(url)}: HTTP {resp.status}; check the token's permissions"
                 ) from None
-            return Target(url, authorized)
+            return Target(url, authorized=True)
         raise DownloadError("SourceUnavailable", f"too many redirects resolving {redact(url)}")
 
     def fetch(

@@ -366,7 +366,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             status = 206
         body = data[start : end + 1]
-        body = self._maybe_corrupt(path, body)
+        if not head:
+            body = self._maybe_corrupt(path, body)
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
