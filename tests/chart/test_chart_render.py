@@ -7,6 +7,7 @@ CRD schema (tests/chart/data); cert-manager kinds are checked in test_chart_tls.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +292,65 @@ def test_notes_tell_the_user_what_to_do_next() -> None:
         assert step in notes
     pvc_notes = render({"nodeAgent": {"enabled": False}})["praesto/templates/NOTES.txt"]
     assert "shared-PVC" in pvc_notes
+
+
+def _expand(args: list[str], env: dict[str, str]) -> list[str]:
+    """What the kubelet does with $(VAR) references in container args."""
+    return [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in args]
+
+
+def test_node_daemonset_arguments_are_accepted_by_agent_and_csi() -> None:
+    """The DaemonSet's commands parse with the real praesto-agent / praesto-csi parsers."""
+    agent_cli = pytest.importorskip("praesto.agent.cli")
+    daemon = pytest.importorskip("praesto.agent.daemon")
+    csi_cli = pytest.importorskip("praesto.csi.cli")
+    values = {"localCache": {"basePath": "/mnt/ssd/praesto"}, "nodeAgent": {"reserve": "50Gi"}}
+    pod = one(render_objects(values), "DaemonSet")["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    env = {"NODE_NAME": "worker-1"}
+
+    agent = containers["agent"]
+    assert agent["command"] == ["praesto-agent"]
+    args = agent_cli.build_parser(with_run=True).parse_args(_expand(agent["args"], env))
+    assert daemon.check_arguments(args) is None
+    assert (args.command, args.node_name, args.base_path, args.reserve) == (
+        "run",
+        "worker-1",
+        "/mnt/ssd/praesto",
+        "50Gi",
+    )
+    agent_env = {e["name"]: e for e in agent["env"]}
+    assert agent_env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+    csi = containers["csi"]
+    assert csi["command"] == ["praesto-csi"]
+    csi_args = csi_cli.build_parser().parse_args(_expand(csi["args"], env))
+    assert (csi_args.endpoint, csi_args.node_name, str(csi_args.base_path)) == (
+        "unix:///csi/csi.sock",
+        "worker-1",
+        "/mnt/ssd/praesto",
+    )
+
+
+def test_node_daemonset_mounts_and_privileges() -> None:
+    values = VALUE_SETS["custom-basepath-nodeselector"]
+    pod = one(render_objects(values), "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {names.LABEL_CACHE_NODE: "true"}
+    assert pod["tolerations"] == values["nodeAgent"]["tolerations"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["store"]["hostPath"] == {"path": "/mnt/fast-ssd/praesto", "type": "Directory"}
+    assert volumes["kubelet-dir"]["hostPath"]["path"] == "/var/lib/k0s/kubelet"
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert set(containers) == {"agent", "csi", "node-driver-registrar", "livenessprobe"}
+    for name, container in containers.items():
+        privileged = container["securityContext"].get("privileged", False)
+        assert privileged == (name == "csi"), name
+        mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+        bidirectional = [m for m in mounts.values() if m.get("mountPropagation") == "Bidirectional"]
+        assert bidirectional == ([mounts["kubelet-dir"]] if name == "csi" else []), name
+        if name in ("agent", "csi"):
+            assert mounts["store"]["mountPath"] == "/mnt/fast-ssd/praesto"  # same path as on the host
+    agent_sc = containers["agent"]["securityContext"]
+    assert agent_sc["runAsNonRoot"] is True and agent_sc["capabilities"]["drop"] == ["ALL"]
+    registrar = containers["node-driver-registrar"]["args"]
+    assert "--kubelet-registration-path=/var/lib/k0s/kubelet/plugins/csi.praesto.io/csi.sock" in registrar
