@@ -29,7 +29,7 @@ def crd(kind: str) -> dict[str, Any]:
 @cache
 def _validator(kind: str) -> jsonschema.protocols.Validator:
     schema = crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return jsonschema.Draft7Validator(schema)  # type: ignore[return-value]
+    return jsonschema.Draft7Validator(schema)
 
 
 def crd_errors(obj: dict[str, Any]) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 import celpy
 import pytest
 import yaml
+from celpy.adapter import json_to_cel
 
 from praesto import names
 from praesto.quantity import DURATION_PATTERN, QUANTITY_PATTERN
@@ -42,9 +43,9 @@ def _rules(node: Any, path: str = "") -> list[tuple[str, str]]:
 def _cel(rule: str, self_value: Any, old: Any = None) -> Any:
     env = celpy.Environment()
     program = env.program(env.compile(rule))
-    activation = {"self": celpy.json_to_cel(self_value)}
+    activation = {"self": json_to_cel(self_value)}
     if old is not None:
-        activation["oldSelf"] = celpy.json_to_cel(old)
+        activation["oldSelf"] = json_to_cel(old)
     return program.evaluate(activation)
 
 
