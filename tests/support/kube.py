@@ -154,6 +154,10 @@ class KubeEmulator(Store):
         with self._cond:
             self._faults.append((count, status, match or (lambda _r: True)))
 
+    def clear_faults(self) -> None:
+        with self._cond:
+            self._faults.clear()
+
     def _take_fault(self, record: RequestRecord) -> int | None:
         with self._cond:
             for i, (count, status, match) in enumerate(self._faults):

@@ -1,0 +1,126 @@
+"""`praesto-agent run`: flags, Kubernetes client set-up, metrics server, signals.
+
+Everything with behaviour lives in `reconcile.Agent`; this is the process edge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+from kubernetes import client, config
+from praesto.agent import capacity, logs
+from praesto.agent.kube import KubeApi
+from praesto.agent.metrics import AgentMetrics
+from praesto.agent.reconcile import Agent, AgentConfig
+
+from praesto import names
+from praesto.quantity import QuantityError
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add(
+        "--node-name",
+        default=os.environ.get("NODE_NAME"),
+        help="this node (env NODE_NAME, from the downward API)",
+    )
+    add("--base-path", default=os.environ.get("PRAESTO_BASE_PATH", names.DEFAULT_BASE_PATH),
+        help="node-local store; must already exist (default %(default)s)")  # fmt: skip
+    add("--concurrency", type=int, default=_env_int("PRAESTO_CONCURRENCY", 8),
+        help="parallel connections per download (default %(default)s)")  # fmt: skip
+    add("--max-parallel-caches", type=int, default=_env_int("PRAESTO_MAX_PARALLEL_CACHES", 2),
+        help="caches downloading at once on this node (default %(default)s)")  # fmt: skip
+    add("--reserve", default=os.environ.get("PRAESTO_RESERVE") or None,
+        help="disk kept free: a quantity (50Gi) or a percent (15%%); default the larger of 30Gi and 15%% of the disk")  # fmt: skip
+    add("--metrics-port", type=int, default=_env_int("PRAESTO_METRICS_PORT", 9090),
+        help="Prometheus /metrics port, 0 to disable (default %(default)s)")  # fmt: skip
+    add(
+        "--metrics-address",
+        default=os.environ.get("PRAESTO_METRICS_ADDRESS", "0.0.0.0"),
+        help=argparse.SUPPRESS,
+    )
+    add(
+        "--hf-endpoint",
+        default=os.environ.get("HF_ENDPOINT"),
+        help="Hugging Face endpoint or mirror (env HF_ENDPOINT)",
+    )
+    add(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig for development; in-cluster config otherwise",
+    )
+    add("--log-format", choices=("json",), default="json", help=argparse.SUPPRESS)
+
+
+def check_arguments(args: argparse.Namespace) -> str | None:
+    """The first problem with the flags, named with its fix, or None."""
+    if not args.node_name:
+        return "--node-name: Required value; set it or NODE_NAME (fieldRef spec.nodeName in the DaemonSet)"
+    if args.concurrency < 1 or args.max_parallel_caches < 1:
+        return "--concurrency and --max-parallel-caches must be at least 1"
+    if not 0 <= args.metrics_port <= 65535:
+        return f"--metrics-port: {args.metrics_port} is not a port; use 1-65535, or 0 to disable"
+    try:
+        capacity.check_reserve(args.reserve)
+    except QuantityError as err:
+        return f"--reserve: {err}; use e.g. 50Gi or 15%"
+    return None
+
+
+def api_client(kubeconfig: str | None) -> client.ApiClient:
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+def build(args: argparse.Namespace, api: client.ApiClient) -> Agent:
+    cfg = AgentConfig(
+        node_name=args.node_name,
+        base_path=Path(args.base_path),
+        endpoint=args.hf_endpoint,
+        concurrency=args.concurrency,
+        max_parallel_caches=args.max_parallel_caches,
+        reserve=args.reserve,
+    )
+    return Agent(cfg, KubeApi(api, args.node_name), AgentMetrics.create())
+
+
+def run(args: argparse.Namespace) -> int:
+    logs.configure(getattr(args, "log_level", "INFO") or "INFO")
+    problem = check_arguments(args)
+    log = logs.logger("praesto.agent", node=args.node_name or "")
+    if problem:
+        log.error(problem)
+        return 2
+    try:
+        agent = build(args, api_client(args.kubeconfig))
+    except (config.ConfigException, OSError) as err:
+        log.error(f"cannot reach the Kubernetes API: {err}; run in-cluster or pass --kubeconfig")
+        return 1
+    if args.metrics_port:
+        agent.metrics.serve(args.metrics_port, args.metrics_address)
+    stopped = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stopped.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    agent.start()
+    stopped.wait()
+    agent.stop()
+    return 0

@@ -1,0 +1,132 @@
+"""Removing caches from the store: deletion, eviction and blob garbage collection.
+
+The agent may only ever remove `<base>/<ns>/<name>` and its own staging,
+progress and request files; every path is rebuilt from validated DNS labels
+and checked to sit where the layout says before anything is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+from praesto import names, store
+from praesto.store import StoreLayout
+
+
+class UnsafePath(Exception):
+    """A cache path that is not a plain directory inside the base path."""
+
+
+def _checked(layout: StoreLayout, namespace: str, name: str) -> Path:
+    if not (names.is_dns_label(namespace) and names.is_dns_label(name)):
+        raise UnsafePath(f"{namespace}/{name}: namespace and cache name must be DNS labels")
+    path = layout.cache_dir(namespace, name)
+    parent = path.parent
+    if parent.is_symlink() or path.is_symlink():
+        raise UnsafePath(f"{path} or its namespace directory is a symlink; refusing to delete through it")
+    return path
+
+
+def ready_time(layout: StoreLayout, namespace: str, name: str) -> float | None:
+    """When the cache became complete (mtime of its marker), None if it is not."""
+    try:
+        return layout.complete_marker(namespace, name).stat().st_mtime
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def last_activity(layout: StoreLayout, namespace: str, name: str) -> float | None:
+    """Last unmount or readiness, whichever is later (a rehydrated cache starts fresh)."""
+    times = [t for t in (store.last_used(layout, namespace, name), ready_time(layout, namespace, name)) if t]
+    return max(times) if times else None
+
+
+def ttl_expired(layout: StoreLayout, namespace: str, name: str, ttl: float, now: float) -> bool:
+    if store.mounts_for(layout, namespace, name):
+        return False
+    last = last_activity(layout, namespace, name)
+    return last is not None and now - last >= ttl
+
+
+def evict(layout: StoreLayout, namespace: str, name: str) -> bool:
+    """Unpublish (marker first, so no new mount starts), re-check mounts, then delete.
+
+    False, with the cache left intact, when a mount appeared in between.
+    """
+    path = _checked(layout, namespace, name)
+    marker = layout.complete_marker(namespace, name)
+    try:
+        content = marker.read_bytes()
+    except FileNotFoundError:
+        return False
+    marker.unlink()
+    if store.mounts_for(layout, namespace, name):
+        _restore(marker, content)
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    store.clear_progress(layout, namespace, name)
+    return True
+
+
+def _restore(marker: Path, content: bytes) -> None:
+    tmp = marker.with_name(marker.name + ".restore")
+    tmp.write_bytes(content)
+    os.replace(tmp, marker)
+
+
+def remove_all(layout: StoreLayout, namespace: str, name: str) -> None:
+    """Everything the agent keeps for one cache (the ModelCacheNode is being deleted)."""
+    shutil.rmtree(_checked(layout, namespace, name), ignore_errors=True)
+    shutil.rmtree(layout.staging_dir(namespace, name), ignore_errors=True)
+    store.clear_progress(layout, namespace, name)
+    store.clear_hydration_request(layout, namespace, name)
+    with contextlib.suppress(FileNotFoundError):
+        (layout.used_dir / store.cache_key(namespace, name)).unlink()
+    ns_dir = layout.base / namespace
+    with contextlib.suppress(OSError):
+        ns_dir.rmdir()  # only when empty
+
+
+def gc_blobs(layout: StoreLayout) -> int:
+    """Drop content-addressed copies no cache links to any more (link count 1); bytes freed."""
+    freed = 0
+    if not layout.blobs_dir.is_dir():
+        return 0
+    for entry in os.scandir(layout.blobs_dir):
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if entry.is_file(follow_symlinks=False) and st.st_nlink == 1:
+                os.unlink(entry.path)
+                freed += st.st_size
+        except FileNotFoundError:
+            continue
+    return freed
+
+
+def cache_size(layout: StoreLayout, namespace: str, name: str) -> int:
+    """Bytes a complete cache holds, from its manifest (no tree walk)."""
+    manifest = store.read_json(layout.manifest_path(namespace, name)) or {}
+    total = manifest.get("totalBytes")
+    if isinstance(total, int):
+        return total
+    files = manifest.get("files") or []
+    return sum(int(f.get("size", 0)) for f in files if isinstance(f, dict))
+
+
+def freeable_bytes(layout: StoreLayout, namespace: str, name: str) -> int:
+    """Bytes evicting this cache would give back: files no other cache links to.
+
+    A file shared by dedup has links from this cache, the blob area and another
+    cache (3+); only files linked from this cache and at most the blob come back.
+    """
+    freed = 0
+    for root, _dirs, files in os.walk(layout.cache_dir(namespace, name)):
+        for f in files:
+            with contextlib.suppress(FileNotFoundError):
+                st = os.lstat(os.path.join(root, f))
+                if st.st_nlink <= 2:
+                    freed += st.st_size
+    return freed

@@ -1,0 +1,260 @@
+"""The agent's only door to the Kubernetes API (the real `kubernetes` client).
+
+Calls made here are exactly those `praesto.rbac.AGENT` grants: list/watch/patch
+ModelCacheNodes, patch their status, get one named Secret, create Events.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+from praesto.agent import logs
+
+from praesto import names
+
+Obj = dict[str, Any]
+G, V, P = names.GROUP, names.VERSION, names.MODELCACHENODE_PLURAL
+WATCH_TIMEOUT = 300  # seconds the server keeps one watch open before we resume it
+
+log = logs.logger("praesto.agent.kube")
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is no longer served (410): relist."""
+
+
+class SecretUnavailable(Exception):
+    """The token Secret cannot be read yet; `message` says which and why (never its value)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def key_of(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+class KubeApi:
+    def __init__(self, api_client: client.ApiClient, node_name: str, watch_timeout: int = WATCH_TIMEOUT):
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.node_name = node_name
+        self.selector = f"{names.LABEL_NODE}={names.node_label_value(node_name)}"
+        self.watch_timeout = watch_timeout
+        self._watch: watch.Watch | None = None
+
+    def abort_watch(self) -> None:
+        """Unblock a running `watch_nodes` (shutdown): closes its connection."""
+        if self._watch is not None:
+            self._watch.stop()
+
+    # ---- ModelCacheNodes -------------------------------------------------
+
+    def list_nodes(self) -> tuple[list[Obj], str]:
+        listed = self.custom.list_cluster_custom_object(G, V, P, label_selector=self.selector)
+        return list(listed.get("items") or []), str(listed["metadata"]["resourceVersion"])
+
+    def watch_nodes(self, resource_version: str) -> Iterator[tuple[str, Obj]]:
+        """Events after `resource_version` until the server ends the watch; `Gone` on 410."""
+        self._watch = watch.Watch()
+        stream = self._watch.stream(
+            self.custom.list_cluster_custom_object,
+            G,
+            V,
+            P,
+            label_selector=self.selector,
+            resource_version=resource_version,
+            timeout_seconds=self.watch_timeout,
+            allow_watch_bookmarks=True,
+            _request_timeout=(10, self.watch_timeout + 30),
+        )
+        try:
+            for event in stream:
+                yield str(event["type"]), event["raw_object"]
+        except ApiException as err:
+            if err.status == 410:
+                raise Gone(str(err.reason)) from None
+            raise
+
+    def set_finalizers(self, obj: Obj, finalizers: list[str]) -> Obj:
+        """Merge patch guarded by resourceVersion: never drops a finalizer another writer just added."""
+        ns, name = key_of(obj)
+        body = {"metadata": {"finalizers": finalizers, "resourceVersion": obj["metadata"]["resourceVersion"]}}
+        result: Obj = self.custom.patch_namespaced_custom_object(G, V, ns, P, name, body)
+        return result
+
+    def get_node(self, namespace: str, name: str) -> Obj | None:
+        try:
+            got: Obj = self.custom.get_namespaced_custom_object(G, V, namespace, P, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return got
+
+    def patch_status(self, namespace: str, name: str, patch: Obj) -> Obj | None:
+        """Merge patch of the status subresource; None when the object is gone."""
+        try:
+            result: Obj = self.custom.patch_namespaced_custom_object_status(
+                G, V, namespace, P, name, {"status": patch}
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return result
+
+    # ---- Secrets -----------------------------------------------------------
+
+    def read_token(self, namespace: str, secret: str, key: str | None) -> str:
+        """The token in one Secret key, held only by the caller; raises `SecretUnavailable`."""
+        where = f"Secret {namespace}/{secret}"
+        try:
+            obj = self.core.read_namespaced_secret(secret, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                raise SecretUnavailable(
+                    f"{where} not found; create it with the token in key {key or 'HF_TOKEN'}"
+                ) from None
+            if err.status == 403:
+                raise SecretUnavailable(
+                    f"the node agent may not read {where} yet; the ModelCache grants it through Role "
+                    f"praesto-secret-reader-<cache> (check the ModelCache's events if this persists)"
+                ) from None
+            raise SecretUnavailable(f"reading {where} failed with HTTP {err.status}; retrying") from None
+        data = obj.data or {}
+        for candidate in [key] if key else ["HF_TOKEN", "token"]:
+            if candidate and candidate in data:
+                return base64.b64decode(data[candidate]).decode().strip()
+        raise SecretUnavailable(f"{where} has no key {key or 'HF_TOKEN'}; add the token under that key")
+
+    # ---- Events ------------------------------------------------------------
+
+    def emit_event(self, obj: Obj, type_: str, reason: str, message: str) -> None:
+        """Best effort: an Event on the ModelCacheNode (kubectl describe shows it)."""
+        ns, name = key_of(obj)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name[:200]}.{uuid.uuid4().hex[:12]}", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": names.API_VERSION,
+                "kind": names.MODELCACHENODE_KIND,
+                "name": name,
+                "namespace": ns,
+                "uid": obj["metadata"].get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1000],
+            "source": {"component": "praesto-agent", "host": self.node_name},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(ns, event)
+        except Exception as err:  # events are a courtesy; never fail reconcile on them
+            log.warning("could not record event", extra={"namespace": ns, "object": name, "error": str(err)})
+
+
+@dataclass
+class Backoff:
+    """Capped exponential delays: initial, 2x, 4x, ... up to `cap`."""
+
+    initial: float = 1.0
+    cap: float = 30.0
+    attempts: int = field(default=0)
+
+    def next(self) -> float:
+        delay = min(self.cap, self.initial * 2.0**self.attempts)
+        self.attempts += 1
+        return delay
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+class Watcher:
+    """List, then watch from the list's resourceVersion; resume after errors, relist on 410.
+
+    `on_event(type, obj)` sees ADDED/MODIFIED/DELETED; after a relist it also sees
+    SYNC for every listed object and DELETED for each object that vanished while
+    the watch was down, so no event is lost for good.
+    """
+
+    def __init__(
+        self,
+        api: KubeApi,
+        on_event: Callable[[str, Obj], None],
+        stop: threading.Event,
+        backoff: Backoff | None = None,
+    ):
+        self.api, self.on_event, self.stop = api, on_event, stop
+        self.backoff = backoff or Backoff()
+        self.known: dict[tuple[str, str], Obj] = {}
+        self.resource_version: str | None = None
+        self.relists = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                if self.resource_version is None:
+                    self._relist()
+                assert self.resource_version is not None
+                for type_, obj in self.api.watch_nodes(self.resource_version):
+                    self._apply(type_, obj)
+                    self.backoff.reset()
+                    if self.stop.is_set():
+                        return
+            except Gone:
+                log.info("watch expired; relisting", extra={"node": self.api.node_name})
+                self.resource_version = None
+            except Exception as err:
+                delay = self.backoff.next()
+                log.warning(
+                    "watch failed; retrying",
+                    extra={"node": self.api.node_name, "error": _short(err), "retryIn": delay},
+                )
+                self.stop.wait(delay)
+
+    def _relist(self) -> None:
+        items, rv = self.api.list_nodes()
+        self.relists += 1
+        seen = {key_of(o) for o in items}
+        for key in list(self.known):
+            if key not in seen:
+                self.on_event("DELETED", self.known.pop(key))
+        for obj in items:
+            self.known[key_of(obj)] = obj
+            self.on_event("SYNC", obj)
+        self.resource_version = rv
+
+    def _apply(self, type_: str, obj: Obj) -> None:
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            self.resource_version = str(rv)
+        if type_ == "BOOKMARK":
+            return
+        if type_ == "DELETED":
+            self.known.pop(key_of(obj), None)
+        else:
+            self.known[key_of(obj)] = obj
+        self.on_event(type_, obj)
+
+
+def _short(err: Exception) -> str:
+    if isinstance(err, ApiException):
+        return f"HTTP {err.status} {err.reason}"
+    return f"{type(err).__name__}: {str(err)[:200]}"

@@ -1,0 +1,406 @@
+"""The node agent's control loop: one level-triggered reconcile per ModelCacheNode.
+
+Every watch event and every tick (about once a second) re-derives what a cache
+should be from the object, the disk and the CSI driver's records, and does the
+one next step: add the finalizer, clean up on deletion, report BasePathMissing,
+mark a complete copy Ready, evict one whose unusedTTL passed, or start a
+download (bounded by `max_parallel_caches`) that reports progress as it goes.
+Hydration requests from the CSI driver bring an Evicted cache back.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+from praesto.agent import eviction, logs
+from praesto.agent import status as st
+from praesto.agent.download import api as dlapi
+from praesto.agent.kube import Backoff, KubeApi, Obj, Watcher, key_of
+from praesto.agent.metrics import AgentMetrics
+from praesto.agent.removal import Removal
+from praesto.agent.worker import CacheRef, CacheState, Downloader, Job, Outcome, Planner, progress_record
+
+from praesto import names, store
+from praesto.quantity import QuantityError, format_bytes, parse_duration, parse_quantity
+from praesto.spec import InvalidSpec, source_from_node_spec
+from praesto.store import StoreLayout
+
+Key = tuple[str, str]
+
+
+@dataclass
+class AgentConfig:
+    node_name: str
+    base_path: Path
+    endpoint: str | None = None
+    concurrency: int = 8
+    max_parallel_caches: int = 2
+    reserve: str | None = None  # None: max(30 GiB, 15% of the disk)
+    tick_seconds: float = 1.0
+    progress_seconds: float = 3.0  # at most one status patch per cache this often while downloading
+    retry_initial: float = 5.0
+    retry_max: float = 600.0
+    last_used_refresh: float = 60.0  # while mounted, lastUsedTime moves at most this often
+    watch_backoff: Backoff = field(default_factory=Backoff)
+
+
+_EVENT_PHASES = (names.PHASE_READY, names.PHASE_FAILED, names.PHASE_EVICTED)
+
+
+class Agent(Removal):
+    def __init__(
+        self,
+        config: AgentConfig,
+        kube: KubeApi,
+        metrics: AgentMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        planner: Planner | None = None,
+        downloader: Downloader | None = None,
+    ):
+        from praesto.agent.download import download, plan  # the real downloader unless a caller injects one
+
+        self.config, self.kube, self.clock = config, kube, clock
+        self.metrics = metrics or AgentMetrics.create()
+        self.layout = StoreLayout(config.base_path)
+        self.reserve = config.reserve
+        self.planner: Planner = planner or plan
+        self.downloader: Downloader = downloader or download
+        self.objects: dict[Key, Obj] = {}
+        self.states: dict[Key, CacheState] = {}
+        self.lock = threading.RLock()  # objects, states and every store mutation
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.stop_event = threading.Event()
+        self.pool = ThreadPoolExecutor(config.max_parallel_caches, thread_name_prefix="praesto-download")
+        self.throttle = st.Throttle(config.progress_seconds)
+        self.watcher = Watcher(kube, self._on_watch, self.stop_event, config.watch_backoff)
+        self.log = logs.logger("praesto.agent", node=config.node_name)
+        self._threads: list[threading.Thread] = []
+
+    # ---- lifecycle --------------------------------------------------------
+
+    def start(self) -> Agent:
+        for target, name in ((self.watcher.run, "praesto-watch"), (self._loop, "praesto-reconcile")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self.log.info("agent started", extra={"basePath": str(self.config.base_path)})
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stop_event.set()
+        self.kube.abort_watch()
+        with self.lock:
+            for state in self.states.values():
+                if state.job is not None:
+                    state.job.cancel.set()
+        self.events.put(("wake", None))
+        for thread in self._threads:
+            thread.join(timeout)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _on_watch(self, type_: str, obj: Obj) -> None:
+        key = key_of(obj)
+        with self.lock:
+            if type_ == "DELETED":
+                self.objects.pop(key, None)
+                self.events.put(("deleted", obj))
+                return
+            old = self.objects.get(key)
+            if old is None or _rv(obj) >= _rv(old):
+                self.objects[key] = obj
+        self.events.put(("dirty", key))
+
+    def _loop(self) -> None:
+        next_tick = 0.0
+        while not self.stop_event.is_set():
+            try:
+                items = [self.events.get(timeout=self.config.tick_seconds)]
+            except queue.Empty:
+                items = []
+            while not self.events.empty():
+                items.append(self.events.get_nowait())
+            dirty: set[Key] = set()
+            for kind, payload in items:
+                if kind == "dirty":
+                    dirty.add(payload)
+                elif kind == "deleted":
+                    self._forget(payload)
+                elif kind == "done":
+                    dirty.add(self._finish(payload))
+            if time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + self.config.tick_seconds
+                with self.lock:
+                    dirty.update(self.objects)
+            for key in sorted(dirty):
+                if self.stop_event.is_set():
+                    return
+                try:
+                    self.reconcile(key)
+                except Exception as err:  # one cache's trouble must not stop the others
+                    self.log.warning(
+                        "reconcile failed; retrying on the next tick",
+                        extra={"namespace": key[0], "modelCacheNode": key[1], "error": _short(err)},
+                    )
+
+    # ---- reconcile ------------------------------------------------------
+
+    def reconcile(self, key: Key) -> None:
+        with self.lock:
+            obj = self.objects.get(key)
+            state = self.states.setdefault(key, CacheState())
+        if obj is None:
+            return
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            self._finalize(key, obj, state)
+            return
+        if names.FINALIZER_NODE_AGENT not in (meta.get("finalizers") or []):
+            self._store(
+                self.kube.set_finalizers(obj, [*(meta.get("finalizers") or []), names.FINALIZER_NODE_AGENT])
+            )
+            return  # the watch brings the object back; continue from there
+        ref = self._parse(obj)
+        if ref is None or state.job is not None:
+            return
+        if not self.layout.base.is_dir():
+            self._set(obj, names.PHASE_FAILED, st.REASON_BASE_PATH_MISSING, self._base_missing_message())
+            return
+        if self.layout.is_complete(ref.namespace, ref.cache):
+            self._ready(obj, ref, state)
+            return
+        requested = _requested(self.layout, ref)
+        if st.phase_of(obj) == names.PHASE_EVICTED and not requested:
+            return
+        if self.clock() < state.retry_at:
+            return
+        self._start(obj, ref, state)
+
+    def _parse(self, obj: Obj) -> CacheRef | None:
+        ns, name = key_of(obj)
+        spec = obj.get("spec") or {}
+        try:
+            cache = spec.get("modelCacheName") or ""
+            if not (names.is_dns_label(cache) and names.is_dns_label(ns)):
+                raise ValueError(
+                    f"spec.modelCacheName: {cache!r} is not a DNS label; the sync hook writes it"
+                )
+            source = source_from_node_spec(spec.get("source") or {})
+            size = parse_quantity(spec["size"]) if spec.get("size") else None
+            ttl = parse_duration(spec["unusedTTL"]) if spec.get("unusedTTL") else None
+        except (InvalidSpec, ValueError, QuantityError, TypeError, KeyError) as err:
+            self._set(obj, names.PHASE_FAILED, st.REASON_INVALID_SPEC, f"{err}; fix the ModelCache spec")
+            return None
+        return CacheRef(ns, name, cache, source, size, ttl)
+
+    def _ready(self, obj: Obj, ref: CacheRef, state: CacheState) -> None:
+        manifest = store.read_json(self.layout.manifest_path(ref.namespace, ref.cache)) or {}
+        size = eviction.cache_size(self.layout, ref.namespace, ref.cache)
+        expired = ref.ttl is not None and eviction.ttl_expired(
+            self.layout, ref.namespace, ref.cache, ref.ttl, self.clock()
+        )
+        if expired and self._evict(ref.namespace, ref.cache, "ttl"):
+            return
+        store.clear_hydration_request(self.layout, ref.namespace, ref.cache)
+        store.clear_progress(self.layout, ref.namespace, ref.cache)
+        if st.phase_of(obj) != names.PHASE_READY and not state.downloaded:
+            self.metrics.cache_hits.inc()
+        state.attempts, state.retry_at, state.downloaded = 0, 0.0, False
+        fields: dict[str, Any] = {
+            "resolvedRevision": manifest.get("resolvedRevision"),
+            "sizeBytes": size,
+            "progress": {"bytesDone": size, "bytesTotal": size},
+            "lastUsedTime": self._last_used(obj, ref),
+        }
+        self._set(
+            obj,
+            names.PHASE_READY,
+            st.REASON_CACHED,
+            f"{format_bytes(size)} cached at revision {str(manifest.get('resolvedRevision', ''))[:12]}",
+            fields,
+            extra=[self._size_condition(obj, ref, size)],
+        )
+
+    def _last_used(self, obj: Obj, ref: CacheRef) -> str | None:
+        now = self.clock()
+        current = (obj.get("status") or {}).get("lastUsedTime")
+        if store.mounts_for(self.layout, ref.namespace, ref.cache):
+            if current and st.parse_time(current) > now - self.config.last_used_refresh:
+                return str(current)
+            return st.rfc3339(now)
+        used = store.last_used(self.layout, ref.namespace, ref.cache)
+        return st.rfc3339(used) if used else None
+
+    def _size_condition(self, obj: Obj, ref: CacheRef, size: int) -> dict[str, Any]:
+        previous = (obj.get("status") or {}).get("conditions")
+        if ref.size_bytes is not None and size > ref.size_bytes:
+            msg = (
+                f"the model is {format_bytes(size)}, more than spec.size {format_bytes(ref.size_bytes)}; "
+                "it is cached whole; raise storage.size on the ModelCache to match"
+            )
+            return st.condition(
+                st.SIZE_WITHIN_REQUEST, False, st.REASON_SIZE_EXCEEDS_REQUEST, msg, self.clock(), previous
+            )
+        return st.condition(st.SIZE_WITHIN_REQUEST, True, st.REASON_SIZE_OK, "", self.clock(), previous)
+
+    # ---- downloads ---------------------------------------------------------
+
+    def _start(self, obj: Obj, ref: CacheRef, state: CacheState) -> None:
+        options = dlapi.Options(endpoint=self.config.endpoint, concurrency=self.config.concurrency)
+        job = Job(
+            ref, self.layout, self.kube, options, self._room(), self._on_started, self._on_progress,
+            self.planner, self.downloader,
+        )  # fmt: skip
+        with self.lock:
+            state.job = job
+            busy = sum(1 for s in self.states.values() if s.job is not None)
+        if busy > self.config.max_parallel_caches:
+            self._set(obj, names.PHASE_PENDING, st.REASON_PENDING, "waiting for a download slot on this node")
+        elif st.phase_of(obj) not in (names.PHASE_DOWNLOADING,):
+            self._set(obj, names.PHASE_PENDING, st.REASON_PENDING, "resolving the source revision and files")
+        self.pool.submit(self._run_job, job)
+
+    def _run_job(self, job: Job) -> None:
+        self.metrics.in_flight.inc()
+        try:
+            outcome = job.run()
+        finally:
+            self.metrics.in_flight.dec()
+        self.events.put(("done", outcome))
+
+    def _on_started(self, ref: CacheRef, plan: dlapi.Plan) -> None:
+        with self.lock:
+            state = self.states.setdefault(ref.key, CacheState())
+            state.size_bytes = plan.total_bytes
+        self.throttle.forget(ref.name)
+        self._on_progress(ref, 0, plan.total_bytes, force=True)
+
+    def _on_progress(self, ref: CacheRef, done: int, total: int, force: bool = False) -> None:
+        """Called from downloader threads: progress file always, status at most every few seconds."""
+        pct = f"{100 * done // total}%" if total else "0%"
+        message = f"downloading {pct} of {format_bytes(total)}"
+        store.write_progress(
+            self.layout,
+            ref.namespace,
+            ref.cache,
+            progress_record(names.PHASE_DOWNLOADING, done, total, message, self.clock()),
+        )
+        with self.lock:
+            allowed = self.throttle.allow(ref.name) or force
+            obj = self.objects.get(ref.key)
+        if allowed and obj is not None:
+            fields = {"progress": {"bytesDone": done, "bytesTotal": total}, "sizeBytes": total}
+            self._set(obj, names.PHASE_DOWNLOADING, st.REASON_DOWNLOADING, message, fields)
+
+    def _finish(self, outcome: Outcome) -> Key:
+        ref = outcome.ref
+        with self.lock:
+            state = self.states.setdefault(ref.key, CacheState())
+            state.job = None
+            obj = self.objects.get(ref.key)
+        for ns, cache in outcome.evicted:
+            self._mark_evicted(ns, cache, "capacity")
+        if outcome.result is not None:
+            state.downloaded = True
+            self.metrics.record_download(outcome.result)
+        elif outcome.cancelled or obj is None:
+            pass
+        elif outcome.waiting is not None:
+            delay = self._schedule_retry(state, 0.4)
+            self._set(
+                obj,
+                names.PHASE_PENDING,
+                st.REASON_WAITING_FOR_SECRET,
+                f"{outcome.waiting}; retrying in {delay:.0f}s",
+            )
+        elif outcome.error is not None:
+            err = outcome.error
+            self.metrics.failures.labels(err.reason).inc()
+            delay = self._schedule_retry(state, 1.0 if err.retryable else 4.0)
+            message = f"{err.message}; retrying in {delay:.0f}s (attempt {state.attempts})"
+            store.write_progress(
+                self.layout,
+                ref.namespace,
+                ref.cache,
+                progress_record(names.PHASE_FAILED, 0, 0, message, self.clock()),
+            )
+            self._set(obj, names.PHASE_FAILED, err.reason, message)
+        return ref.key
+
+    def _schedule_retry(self, state: CacheState, factor: float) -> float:
+        delay = min(self.config.retry_max, self.config.retry_initial * factor * 2.0**state.attempts)
+        state.attempts += 1
+        state.retry_at = self.clock() + delay
+        return delay
+
+    # ---- status -------------------------------------------------------------
+
+    def _set(
+        self,
+        obj: Obj,
+        phase: str,
+        reason: str,
+        message: str,
+        fields: dict[str, Any] | None = None,
+        extra: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Patch status to this state (nothing when already there); log and record transitions."""
+        ns, name = key_of(obj)
+        cache = str((obj.get("spec") or {}).get("modelCacheName", ""))
+        base = {
+            "localPath": str(self.layout.cache_dir(ns, cache)),
+            "observedGeneration": obj["metadata"].get("generation"),
+        }
+        patch, changed = st.desired(
+            obj.get("status") or {}, phase, reason, message, self.clock(), {**base, **(fields or {})}, extra
+        )
+        if not patch:
+            return
+        if changed:
+            logs.cache_logger(ns, cache, modelCacheNode=name).info(
+                "status", extra={"phase": phase, "reason": reason, "detail": message}
+            )
+            if phase in _EVENT_PHASES or reason == st.REASON_WAITING_FOR_SECRET:
+                kind = "Warning" if phase == names.PHASE_FAILED else "Normal"
+                self.kube.emit_event(obj, kind, reason, message)
+        self._store(self.kube.patch_status(ns, name, patch))
+
+    def _store(self, obj: Obj | None) -> None:
+        if obj is None:
+            return
+        with self.lock:
+            key = key_of(obj)
+            old = self.objects.get(key)
+            if old is not None and _rv(obj) >= _rv(old):
+                self.objects[key] = obj
+
+    def _base_missing_message(self) -> str:
+        return (
+            f"base path {self.config.base_path} does not exist on node {self.config.node_name}; "
+            "create it on the node (the agent never creates it, so a typo cannot fill the root disk) "
+            "or set the chart's agent.basePath"
+        )
+
+
+def _rv(obj: Obj) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _requested(layout: StoreLayout, ref: CacheRef) -> bool:
+    return (ref.namespace, ref.cache) in store.pending_hydration_requests(layout)
+
+
+def _short(err: Exception) -> str:
+    if isinstance(err, ApiException):
+        return f"HTTP {err.status} {err.reason}"
+    return f"{type(err).__name__}: {str(err)[:200]}"

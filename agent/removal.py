@@ -1,0 +1,151 @@
+"""Taking caches off the node: eviction (TTL or room) and deletion with the finalizer.
+
+A mixin of `reconcile.Agent`, split out to keep each file about one thing; it
+uses the agent's objects, states, lock, layout, metrics and status writer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+from praesto.agent import capacity, eviction, logs
+from praesto.agent import status as st
+from praesto.agent.kube import KubeApi, Obj, key_of
+from praesto.agent.metrics import AgentMetrics
+from praesto.agent.worker import CacheRef, CacheState, Job, Room, progress_record
+
+from praesto import names, store
+from praesto.store import StoreLayout
+
+Key = tuple[str, str]
+
+
+class Removal:
+    objects: dict[Key, Obj]
+    states: dict[Key, CacheState]
+    lock: threading.RLock
+    layout: StoreLayout
+    metrics: AgentMetrics
+    kube: KubeApi
+    clock: Callable[[], float]
+    reserve: str | None
+
+    def _set(
+        self,
+        obj: Obj,
+        phase: str,
+        reason: str,
+        message: str,
+        fields: dict[str, Any] | None = None,
+        extra: list[dict[str, Any]] | None = None,
+    ) -> None:
+        raise NotImplementedError
+
+    def _job(self, key: Key) -> Job | None:
+        state = self.states.get(key)
+        return None if state is None else state.job
+
+    # ---- room and eviction --------------------------------------------------
+
+    def _room(self) -> Room:
+        return Room(self.reserve, self.lock, self._candidates, self._evict)
+
+    def _candidates(self, asking: CacheRef) -> list[capacity.Candidate]:
+        """Ready caches of this node with no mount and no download running, except the one asking."""
+        out = []
+        with self.lock:
+            for key, obj in self.objects.items():
+                ns, cache = key[0], (obj.get("spec") or {}).get("modelCacheName", "")
+                if (ns, cache) == (asking.namespace, asking.cache) or not names.is_dns_label(str(cache)):
+                    continue
+                if self._job(key) is not None or obj["metadata"].get("deletionTimestamp"):
+                    continue
+                if not self.layout.is_complete(ns, cache) or store.mounts_for(self.layout, ns, cache):
+                    continue
+                last = eviction.last_activity(self.layout, ns, cache) or 0.0
+                out.append(
+                    capacity.Candidate(ns, cache, eviction.freeable_bytes(self.layout, ns, cache), last)
+                )
+        return out
+
+    def _evict(self, namespace: str, cache: str, cause: str) -> bool:
+        with self.lock:
+            done = eviction.evict(self.layout, namespace, cache)
+        if done:
+            self.metrics.evictions.labels(cause).inc()
+            logs.cache_logger(namespace, cache).info("evicted", extra={"cause": cause})
+            if cause == "ttl":
+                eviction.gc_blobs(self.layout)
+                self._mark_evicted(namespace, cache, cause)
+        return done
+
+    def _mark_evicted(self, namespace: str, cache: str, cause: str) -> None:
+        why = "unused for longer than spec.unusedTTL" if cause == "ttl" else "to make room for another cache"
+        message = f"evicted from this node {why}; a Pod that mounts it brings it back"
+        store.write_progress(
+            self.layout, namespace, cache, progress_record(names.PHASE_EVICTED, 0, 0, message, self.clock())
+        )
+        with self.lock:
+            found = [
+                o
+                for k, o in self.objects.items()
+                if k[0] == namespace and (o.get("spec") or {}).get("modelCacheName") == cache
+            ]
+        for obj in found:
+            self._set(
+                obj, names.PHASE_EVICTED, st.REASON_EVICTED, message, {"progress": None, "sizeBytes": None}
+            )
+
+    # ---- deletion ------------------------------------------------------------
+
+    def _finalize(self, key: Key, obj: Obj, state: CacheState) -> None:
+        finalizers = obj["metadata"].get("finalizers") or []
+        if names.FINALIZER_NODE_AGENT not in finalizers:
+            return
+        if state.job is not None:
+            state.job.cancel.set()  # the finished job wakes us again
+            return
+        ns, cache = key[0], str((obj.get("spec") or {}).get("modelCacheName", ""))
+        if names.is_dns_label(cache):
+            mounts = store.mounts_for(self.layout, ns, cache)
+            if mounts:
+                self._set(obj, st.phase_of(obj) or names.PHASE_READY, st.REASON_CACHED if self.layout.is_complete(ns, cache) else st.REASON_PENDING,
+                          f"deleting: waiting for {len(mounts)} Pod mount(s) of this cache to end")  # fmt: skip
+                return
+            if not self._shared(key, ns, cache):
+                with self.lock:
+                    eviction.remove_all(self.layout, ns, cache)
+        logs.cache_logger(ns, cache, modelCacheNode=key[1]).info("removed from this node")
+        try:
+            self.kube.set_finalizers(obj, [f for f in finalizers if f != names.FINALIZER_NODE_AGENT])
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+        with self.lock:
+            self.states.pop(key, None)
+
+    def _shared(self, key: Key, ns: str, cache: str) -> bool:
+        """Another live ModelCacheNode of this node uses the same store directory."""
+        with self.lock:
+            return any(
+                k != key and k[0] == ns and (o.get("spec") or {}).get("modelCacheName") == cache and not o["metadata"].get("deletionTimestamp")
+                for k, o in self.objects.items()
+            )  # fmt: skip
+
+    def _forget(self, obj: Obj) -> None:
+        """An object vanished without our finalizer (removed by hand): drop what we kept for it."""
+        key = key_of(obj)
+        cache = str((obj.get("spec") or {}).get("modelCacheName", ""))
+        with self.lock:
+            state = self.states.pop(key, None)
+        if state is not None and state.job is not None:
+            state.job.cancel.set()
+        ours = (
+            names.is_dns_label(cache) and names.is_dns_label(key[0]) and not self._shared(key, key[0], cache)
+        )
+        if ours and self.layout.base.is_dir() and not store.mounts_for(self.layout, key[0], cache):
+            with self.lock:
+                eviction.remove_all(self.layout, key[0], cache)

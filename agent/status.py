@@ -1,0 +1,136 @@
+"""ModelCacheNode status: the shape the agent writes, built by pure functions.
+
+Status fields: phase, localPath, progress{bytesDone,bytesTotal}, resolvedRevision,
+sizeBytes, lastUsedTime (RFC 3339), message, observedGeneration and conditions:
+
+* `Ready`: True (reason `Cached`) or False with the reason why not: `Pending`,
+  `Downloading`, a downloader reason (`RepoNotFound`, `Unauthorized`, ...),
+  `BasePathMissing`, `WaitingForSecret`, `InvalidSpec` or `Evicted`;
+* `SizeWithinRequest`: False with reason `SizeExceedsRequest` when the model is
+  larger than `spec.size` (a warning; the model is still cached whole).
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from collections.abc import Callable
+from typing import Any
+
+from praesto import names
+
+READY = "Ready"
+SIZE_WITHIN_REQUEST = "SizeWithinRequest"
+
+REASON_CACHED = "Cached"
+REASON_PENDING = "Pending"
+REASON_DOWNLOADING = "Downloading"
+REASON_BASE_PATH_MISSING = "BasePathMissing"
+REASON_WAITING_FOR_SECRET = "WaitingForSecret"  # noqa: S105 - a reason, not a secret
+REASON_EVICTED = "Evicted"
+REASON_INVALID_SPEC = "InvalidSpec"
+REASON_SIZE_EXCEEDS_REQUEST = "SizeExceedsRequest"
+REASON_SIZE_OK = "SizeWithinRequest"
+
+
+def rfc3339(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+def condition(
+    type_: str, ok: bool, reason: str, message: str, now: float, previous: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """A condition whose lastTransitionTime moves only when its status changes."""
+    status = "True" if ok else "False"
+    since = rfc3339(now)
+    for old in previous or []:
+        if old.get("type") == type_ and old.get("status") == status and old.get("lastTransitionTime"):
+            since = old["lastTransitionTime"]
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    }
+
+
+def with_conditions(
+    current: dict[str, Any], fields: dict[str, Any], conditions: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """`fields` plus the given conditions, keeping conditions of other types from `current`."""
+    kept = [
+        c for c in current.get("conditions") or [] if c.get("type") not in {c2["type"] for c2 in conditions}
+    ]
+    return {**fields, "conditions": sorted(kept + conditions, key=lambda c: str(c.get("type")))}
+
+
+class Throttle:
+    """At most one `allow()` per `interval` seconds per key (progress patches)."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic):
+        self.interval, self.clock = interval, clock
+        self._last: dict[str, float] = {}
+
+    def allow(self, key: str) -> bool:
+        now = self.clock()
+        if now - self._last.get(key, float("-inf")) < self.interval:
+            return False
+        self._last[key] = now
+        return True
+
+    def forget(self, key: str) -> None:
+        self._last.pop(key, None)
+
+
+def status_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """Merge patch turning `current` status into `desired` (None removes a field); {} when equal."""
+    patch: dict[str, Any] = {k: v for k, v in desired.items() if current.get(k) != v}
+    for key in current:
+        if key not in desired:
+            patch[key] = None
+    return patch
+
+
+def phase_of(obj: dict[str, Any]) -> str:
+    return str((obj.get("status") or {}).get("phase") or "")
+
+
+def ready_reason(status: dict[str, Any]) -> str:
+    for c in status.get("conditions") or []:
+        if c.get("type") == READY:
+            return str(c.get("reason"))
+    return ""
+
+
+def parse_time(text: str) -> float:
+    try:
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return 0.0
+
+
+def desired(
+    current: dict[str, Any],
+    phase: str,
+    reason: str,
+    message: str,
+    now: float,
+    fields: dict[str, Any],
+    extra: list[dict[str, Any]] | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """(merge patch from `current`, whether phase or Ready reason changed) for the given state.
+
+    `fields` set status fields; a None value removes one. The Ready condition
+    follows `phase`/`reason`; `extra` conditions replace those of their type.
+    """
+    want = dict(current)
+    for key, value in {"phase": phase, "message": message, **fields}.items():
+        if value is None:
+            want.pop(key, None)
+        else:
+            want[key] = value
+    ready = condition(READY, phase == names.PHASE_READY, reason, message, now, current.get("conditions"))
+    want = with_conditions(want, want, [ready, *(extra or [])])
+    changed = phase != current.get("phase") or reason != ready_reason(current)
+    return status_patch(current, want), changed

@@ -1,0 +1,207 @@
+"""One download of one cache, run on a worker thread: token, plan, room, bytes.
+
+The worker owns the cache's status while it runs (Downloading + progress); the
+control loop owns it otherwise. It reports how it ended as an `Outcome`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from praesto.agent import capacity, eviction, logs
+from praesto.agent.download import api as dlapi
+from praesto.agent.kube import KubeApi, SecretUnavailable
+
+from praesto import store
+from praesto.quantity import format_bytes
+from praesto.spec import Source
+from praesto.store import StoreLayout
+
+
+@dataclass(frozen=True)
+class CacheRef:
+    """The parts of a ModelCacheNode a download needs."""
+
+    namespace: str
+    name: str  # the ModelCacheNode
+    cache: str  # spec.modelCacheName: the store directory
+    source: Source
+    size_bytes: int | None  # spec.size
+    ttl: float | None  # spec.unusedTTL in seconds
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+
+@dataclass
+class Outcome:
+    ref: CacheRef
+    result: dlapi.Result | None = None
+    error: dlapi.DownloadError | None = None
+    waiting: str | None = None  # WaitingForSecret message
+    cancelled: bool = False
+    evicted: list[tuple[str, str]] = field(default_factory=list)  # (namespace, cache) made room
+
+
+@dataclass
+class CacheState:
+    """What the agent remembers about one cache between reconciles (memory only)."""
+
+    job: Job | None = None
+    attempts: int = 0
+    retry_at: float = 0.0
+    downloaded: bool = False  # Ready through a download (not a cache hit)
+    size_bytes: int | None = None
+
+
+Downloader = Callable[[dlapi.Plan, Path, dlapi.Options], dlapi.Result]
+Planner = Callable[[Source, dlapi.Options], dlapi.Plan]
+
+
+@dataclass
+class Room:
+    """What capacity planning needs from the agent: the reserve and who may be evicted."""
+
+    reserve: str | None
+    lock: threading.RLock
+    candidates: Callable[[CacheRef], list[capacity.Candidate]]
+    evict: Callable[[str, str, str], bool]  # (namespace, cache, cause) -> evicted
+
+
+def staged_bytes(path: Path) -> int:
+    """Disk already allocated to a resumable download (pre-allocated parts count)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_blocks * 512
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def make_room(ref: CacheRef, plan: dlapi.Plan, layout: StoreLayout, room: Room) -> list[tuple[str, str]]:
+    """Evict least recently used unused caches until the model fits above the reserve.
+
+    Raises InsufficientDiskSpace (with the numbers) when even that is not enough.
+    """
+    with room.lock:
+        disk = capacity.disk_usage(layout.base)
+        reserve = capacity.reserve_bytes(room.reserve, disk.total)
+        needed = max(0, plan.total_bytes - staged_bytes(layout.staging_dir(ref.namespace, ref.cache)))
+        candidates = room.candidates(ref)
+        chosen = capacity.choose_evictions(needed, disk, reserve, candidates)
+        if chosen is None:
+            evictable = sum(c.size for c in candidates)
+            raise dlapi.DownloadError(
+                "InsufficientDiskSpace", capacity.shortage_message(needed, disk, reserve, evictable)
+            )
+        evicted = [(c.namespace, c.name) for c in chosen if room.evict(c.namespace, c.name, "capacity")]
+        if len(evicted) < len(chosen):  # a mount appeared meanwhile: check again with what is left
+            disk = capacity.disk_usage(layout.base)
+            if capacity.choose_evictions(needed, disk, reserve, []) is None:
+                raise dlapi.DownloadError(
+                    "InsufficientDiskSpace",
+                    capacity.shortage_message(needed, disk, reserve, 0)
+                    + " (a cache chosen for eviction is in use)",
+                )
+        if evicted:
+            eviction.gc_blobs(layout)
+        return evicted
+
+
+class Job:
+    """Runs `plan` + `download` for one cache; reports progress through `on_progress`."""
+
+    def __init__(
+        self,
+        ref: CacheRef,
+        layout: StoreLayout,
+        kube: KubeApi,
+        options: dlapi.Options,
+        room: Room,
+        on_started: Callable[[CacheRef, dlapi.Plan], None],
+        on_progress: Callable[[CacheRef, int, int], None],
+        planner: Planner,
+        downloader: Downloader,
+    ):
+        self.ref, self.layout, self.kube, self.options, self.room = ref, layout, kube, options, room
+        self.on_started, self.on_progress = on_started, on_progress
+        self.planner, self.downloader = planner, downloader
+        self.log = logs.cache_logger(ref.namespace, ref.cache, modelCacheNode=ref.name)
+
+    @property
+    def cancel(self) -> threading.Event:
+        return self.options.cancel
+
+    def run(self) -> Outcome:
+        out = Outcome(self.ref)
+        try:
+            token = self._token()
+            options = dlapi.Options(
+                endpoint=self.options.endpoint,
+                token=token,
+                concurrency=self.options.concurrency,
+                blobs_dir=self.layout.blobs_dir,
+                staging_dir=self.layout.staging_dir(self.ref.namespace, self.ref.cache),
+                progress=lambda done, total: self.on_progress(self.ref, done, total),
+                cancel=self.options.cancel,
+            )
+            plan = self.planner(self.ref.source, options)
+            self.log.info(
+                "planned",
+                extra={"revision": plan.revision, "files": len(plan.files), "bytes": plan.total_bytes},
+            )
+            out.evicted = make_room(self.ref, plan, self.layout, self.room)
+            self.on_started(self.ref, plan)
+            dest = self.layout.cache_dir(self.ref.namespace, self.ref.cache)
+            out.result = self.downloader(plan, dest, options)
+            self.log.info(
+                "downloaded",
+                extra={
+                    "revision": plan.revision,
+                    "fromOrigin": out.result.bytes_from_origin,
+                    "deduplicated": out.result.bytes_deduplicated,
+                    "resumed": out.result.bytes_resumed,
+                    "seconds": round(out.result.seconds, 3),
+                    "size": format_bytes(plan.total_bytes),
+                },
+            )
+        except SecretUnavailable as err:
+            out.waiting = err.message
+        except dlapi.DownloadCancelled:
+            out.cancelled = True
+        except dlapi.DownloadError as err:
+            if self.cancel.is_set():
+                out.cancelled = True
+            else:
+                out.error = err
+        except Exception as err:  # a bug or an OS error: report it as a retryable failure, never crash
+            if self.cancel.is_set():
+                out.cancelled = True
+            else:
+                self.log.exception("download crashed")
+                out.error = dlapi.DownloadError(
+                    "SourceUnavailable", f"download failed unexpectedly: {type(err).__name__}", retryable=True
+                )
+        return out
+
+    def _token(self) -> str | None:
+        ref = self.ref.source.secret_ref
+        if ref is None:
+            return None
+        return self.kube.read_token(self.ref.namespace, ref.name, ref.key)
+
+
+def progress_record(phase: str, done: int, total: int, message: str, now: float) -> store.Progress:
+    return store.Progress(phase=phase, bytes_done=done, bytes_total=total, message=message, updated_at=now)
+
+
+def manifest_of(layout: StoreLayout, namespace: str, cache: str) -> dict[str, Any]:
+    return store.read_json(layout.manifest_path(namespace, cache)) or {}

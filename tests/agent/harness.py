@@ -1,0 +1,207 @@
+"""A running node agent wired to the API emulator and the local hub, for agent tests.
+
+Everything is real: the agent's `kubernetes` client talks HTTP to the emulator,
+the downloader talks HTTP to the local hub, bytes land in a temp base path.
+Timings are shrunk (tick 0.1 s, retries from 0.2 s) and the wall clock the
+agent uses for TTLs can be pushed forward (`env.skip(seconds)`).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from praesto.agent import logs
+from praesto.agent.kube import Backoff, KubeApi
+from praesto.agent.metrics import AgentMetrics
+from praesto.agent.reconcile import Agent, AgentConfig
+
+from praesto import names, rbac
+from praesto.store import StoreLayout
+from tests.support.hub import LocalHub
+from tests.support.kube import KubeEmulator, RequestRecord
+
+NODE = "node-a"
+MCN = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
+Obj = dict[str, Any]
+
+
+@dataclass
+class Env:
+    kube: KubeEmulator
+    hub: LocalHub
+    base: Path
+    log: io.StringIO = field(default_factory=io.StringIO)
+    agent: Agent | None = None
+    offset: float = 0.0  # seconds added to the agent's wall clock
+
+    @property
+    def layout(self) -> StoreLayout:
+        return StoreLayout(self.base)
+
+    def clock(self) -> float:
+        return time.time() + self.offset
+
+    def skip(self, seconds: float) -> None:
+        self.offset += seconds
+
+    def start(self, **overrides: Any) -> Agent:
+        config = AgentConfig(
+            node_name=NODE,
+            base_path=self.base,
+            endpoint=self.hub.endpoint,
+            concurrency=4,
+            reserve="0",
+            tick_seconds=0.1,
+            progress_seconds=0.2,
+            retry_initial=0.2,
+            retry_max=1.0,
+            watch_backoff=Backoff(0.05, 0.5),
+        )
+        config = replace(config, **overrides)
+        logs.configure("DEBUG", self.log)
+        api = KubeApi(self.kube.api_client(), NODE, watch_timeout=5)
+        self.agent = Agent(config, api, AgentMetrics.create(), clock=self.clock).start()
+        return self.agent
+
+    def metric(self, name: str, **labels: str) -> float:
+        assert self.agent is not None
+        return self.agent.metrics.value(name, **labels)
+
+    # ---- objects -----------------------------------------------------------
+
+    def add_model(self, cache: str, **files: bytes) -> str:
+        """A hub repo `org/<cache>` holding `files` (keys use `__` for `/`); returns its commit."""
+        return self.hub.add_repo(f"org/{cache}", {k.replace("__", "/"): v for k, v in files.items()})
+
+    def create_mcn(
+        self,
+        cache: str,
+        *,
+        namespace: str = "team-a",
+        node: str = NODE,
+        repo: str | None = None,
+        size: str = "1Gi",
+        ttl: str | None = None,
+        secret: tuple[str, str] | None = None,
+    ) -> Obj:
+        source: Obj = {"uri": f"hf://{repo or 'org/' + cache}", "revision": "main"}
+        if secret:
+            source["secretRef"] = {"name": secret[0], "key": secret[1]}
+        spec: Obj = {"modelCacheName": cache, "nodeName": node, "source": source, "size": size}
+        if ttl:
+            spec["unusedTTL"] = ttl
+        return self.kube.create(
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": names.MODELCACHENODE_KIND,
+                "metadata": {
+                    "name": names.modelcachenode_name(cache, node),
+                    "namespace": namespace,
+                    "labels": {
+                        names.LABEL_NODE: names.node_label_value(node),
+                        names.LABEL_MODEL_CACHE: cache,
+                    },
+                },
+                "spec": spec,
+            }
+        )
+
+    def create_secret(self, namespace: str, name: str, key: str, value: str) -> None:
+        self.kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": namespace},
+                "data": {key: base64.b64encode(value.encode()).decode()},
+            }
+        )
+
+    def get(self, cache: str, namespace: str = "team-a", node: str = NODE) -> Obj | None:
+        return self.kube.get(MCN, names.modelcachenode_name(cache, node), namespace)
+
+    def status(self, cache: str, namespace: str = "team-a", node: str = NODE) -> Obj:
+        obj = self.get(cache, namespace, node)
+        return (obj or {}).get("status") or {}
+
+    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+        self.kube.wait_until(predicate, timeout, what)
+
+    def wait_phase(self, cache: str, phase: str, namespace: str = "team-a", timeout: float = 30.0) -> Obj:
+        self.wait(
+            lambda: self.status(cache, namespace).get("phase") == phase,
+            f"{namespace}/{cache} {phase} (now {self.status(cache, namespace)})",
+            timeout,
+        )
+        return self.status(cache, namespace)
+
+    def wait_reason(self, cache: str, reason: str, namespace: str = "team-a", timeout: float = 30.0) -> Obj:
+        self.wait(
+            lambda: ready_condition(self.status(cache, namespace)).get("reason") == reason,
+            f"{namespace}/{cache} reason {reason} (now {self.status(cache, namespace)})",
+            timeout,
+        )
+        return self.status(cache, namespace)
+
+
+def ready_condition(status: Obj) -> Obj:
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Ready":
+            return dict(c)
+    return {}
+
+
+def rbac_violations(requests: list[RequestRecord]) -> list[RequestRecord]:
+    """Calls outside `praesto.rbac.AGENT` (Secrets: namespaced `get` by name only)."""
+    allowed = {(p.group, p.resource, verb) for p in rbac.AGENT for verb in p.verbs}
+    grant = rbac.AGENT_SECRET_GRANT
+    bad = []
+    for r in requests:
+        if (r.group, r.resource) == (grant.group, grant.resource):
+            if not (r.verb in grant.verbs and r.namespace and r.name):
+                bad.append(r)
+        elif (r.group, r.resource, r.verb) not in allowed:
+            bad.append(r)
+    return bad
+
+
+def dump_api(kube: KubeEmulator, exclude_kind: str = "Secret") -> str:
+    """Every stored object but Secrets, as text (to grep for leaked tokens)."""
+    out: list[str] = []
+    for resource in (MCN, "events", "events.events.k8s.io"):
+        out.extend(json.dumps(o) for o in kube.list(resource) if o.get("kind") != exclude_kind)
+    return "\n".join(out)
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(path)): p.read_bytes()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and not p.name.startswith(".praesto")
+    }
+
+
+def env_context(tmp_path: Path, base: Path | None = None) -> Iterator[Env]:
+    """Emulator + hub + base dir; stops the agent and checks RBAC use on the way out."""
+    base = base or tmp_path / "store"
+    if base == tmp_path / "store":
+        base.mkdir()
+    with KubeEmulator() as kube, LocalHub(tmp_path / "hub") as hub:
+        env = Env(kube, hub, base)
+        try:
+            yield env
+        finally:
+            if env.agent is not None:
+                env.agent.stop()
+        assert rbac_violations(kube.requests) == []
+
+
+def set_mtime(path: Path, when: float) -> None:
+    os.utime(path, (when, when))

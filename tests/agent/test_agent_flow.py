@@ -1,0 +1,151 @@
+"""Agent ↔ API through the real `kubernetes` client against the emulator, bytes from the local hub."""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from praesto import names
+from tests.agent.harness import MCN, Env, env_context, ready_condition, tree
+
+LFS = os.urandom(5000)
+SMALL = b'{"model_type": "tiny"}'
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    yield from env_context(tmp_path)
+
+
+def test_download_to_ready_with_status_and_metrics(env: Env) -> None:
+    commit = env.add_model("tiny", **{"config.json": SMALL, "weights__model.safetensors": LFS})
+    env.create_mcn("tiny", size="1Ki")
+    agent = env.start()
+    status = env.wait_phase("tiny", names.PHASE_READY)
+
+    obj = env.get("tiny")
+    assert obj is not None
+    assert names.FINALIZER_NODE_AGENT in obj["metadata"]["finalizers"]
+    cache_dir = env.layout.cache_dir("team-a", "tiny")
+    assert tree(cache_dir) == {"config.json": SMALL, "weights/model.safetensors": LFS}
+    total = len(SMALL) + len(LFS)
+    assert status["localPath"] == str(cache_dir)
+    assert status["resolvedRevision"] == commit
+    assert status["sizeBytes"] == total
+    assert status["progress"] == {"bytesDone": total, "bytesTotal": total}
+    assert status["observedGeneration"] == 1
+    ready = ready_condition(status)
+    assert (ready["status"], ready["reason"]) == ("True", "Cached")
+    size = next(c for c in status["conditions"] if c["type"] == "SizeWithinRequest")
+    assert (size["status"], size["reason"]) == ("False", "SizeExceedsRequest")
+    assert "1.0 KiB" in size["message"]
+
+    assert env.metric("praesto_agent_downloaded_bytes_total", origin="source") == total
+    assert env.metric("praesto_agent_cache_hits_total") == 0
+    port = agent.metrics.serve(0, "127.0.0.1")
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "praesto_agent_download_duration_seconds_count 1.0" in text
+    assert "praesto_agent_downloads_in_flight 0.0" in text
+    assert '"namespace": "team-a", "cache": "tiny"' in env.log.getvalue()
+
+
+def test_complete_copy_on_disk_is_a_cache_hit(env: Env) -> None:
+    env.add_model("tiny", **{"config.json": SMALL})
+    env.create_mcn("tiny")
+    env.start()
+    env.wait_phase("tiny", names.PHASE_READY)
+    assert env.agent is not None
+    env.agent.stop()
+    env.kube.patch(MCN, names.modelcachenode_name("tiny", "node-a"), {"status": None}, "team-a", "status")
+    env.hub.reset_counters()
+    env.start()
+    env.wait_phase("tiny", names.PHASE_READY)
+    assert env.metric("praesto_agent_cache_hits_total") == 1
+    assert env.hub.bytes_served == 0
+
+
+def test_deletion_removes_the_directory_then_the_finalizer(env: Env) -> None:
+    env.add_model("tiny", **{"config.json": SMALL, "w.bin": LFS})
+    env.create_mcn("tiny")
+    env.start()
+    env.wait_phase("tiny", names.PHASE_READY)
+    cache_dir = env.layout.cache_dir("team-a", "tiny")
+    assert cache_dir.is_dir()
+    name = names.modelcachenode_name("tiny", "node-a")
+    # hold the finalizer removal, to observe the state in between
+    env.kube.fail_next(10**6, 500, lambda r: r.verb == "patch" and r.resource == names.MODELCACHENODE_PLURAL)
+    env.kube.delete(MCN, name, "team-a")
+    env.wait(lambda: not cache_dir.exists(), "cache directory removed")
+    held = env.get("tiny")
+    assert held is not None and names.FINALIZER_NODE_AGENT in held["metadata"]["finalizers"]
+    env.kube.clear_faults()
+    env.wait(lambda: env.get("tiny") is None, "finalizer removed and object gone")
+    assert env.base.is_dir()  # never anything outside the cache's own directories
+    assert not env.layout.staging_dir("team-a", "tiny").exists()
+
+
+def test_other_nodes_objects_are_ignored(env: Env) -> None:
+    env.add_model("tiny", **{"config.json": SMALL})
+    env.create_mcn("tiny", node="node-b")
+    env.create_mcn("tiny", namespace="team-b")
+    env.start()
+    env.wait_phase("tiny", names.PHASE_READY, namespace="team-b")
+    other = env.get("tiny", node="node-b")
+    assert other is not None
+    assert "finalizers" not in other["metadata"] and "status" not in other
+    assert not env.layout.cache_dir("team-a", "tiny").exists()
+    watches = [r for r in env.kube.requests if r.verb in ("list", "watch")]
+    assert watches and all(r.query["labelSelector"] == f"{names.LABEL_NODE}=node-a" for r in watches)
+
+
+def test_base_path_missing_is_reported_not_created(tmp_path: Path) -> None:
+    base = tmp_path / "missing"
+    for env in env_context(tmp_path, base):
+        env.add_model("tiny", **{"config.json": SMALL})
+        env.create_mcn("tiny")
+        env.start()
+        status = env.wait_reason("tiny", "BasePathMissing")
+        assert status["phase"] == names.PHASE_FAILED
+        assert str(base) in status["message"]
+        assert not base.exists()
+        base.mkdir()  # the admin fixes the node: the agent carries on by itself
+        env.wait_phase("tiny", names.PHASE_READY)
+
+
+def test_waiting_for_secret_then_private_repo_with_token(env: Env) -> None:
+    token = "hf_" + os.urandom(12).hex()
+    env.hub.tokens.add(token)
+    env.hub.add_repo("org/private", {"config.json": SMALL, "w.bin": LFS}, private=True)
+    env.create_mcn("private", secret=("hf-token", "HF_TOKEN"))
+    env.start()
+    status = env.wait_reason("private", "WaitingForSecret")
+    assert status["phase"] == names.PHASE_PENDING
+    assert "team-a/hf-token" in status["message"]
+    env.create_secret("team-a", "hf-token", "HF_TOKEN", token)
+    env.wait_phase("private", names.PHASE_READY)
+    assert tree(env.layout.cache_dir("team-a", "private"))["w.bin"] == LFS
+    secret_reads = [r for r in env.kube.requests if r.resource == "secrets"]
+    assert {(r.verb, r.namespace, r.name) for r in secret_reads} == {("get", "team-a", "hf-token")}
+    from tests.agent.harness import dump_api
+
+    assert token not in dump_api(env.kube)
+    assert token not in env.log.getvalue()
+    for path in env.base.rglob("*"):
+        if path.is_file() and path.stat().st_size < 1 << 20:
+            assert token.encode() not in path.read_bytes(), path
+
+
+def test_wrong_token_fails_with_unauthorized_and_retries(env: Env) -> None:
+    env.hub.add_repo("org/private", {"config.json": SMALL}, private=True)
+    env.create_secret("team-a", "hf-token", "HF_TOKEN", "hf_wrong")
+    env.create_mcn("private", secret=("hf-token", "HF_TOKEN"))
+    env.start()
+    status = env.wait_reason("private", "Unauthorized")
+    assert status["phase"] == names.PHASE_FAILED
+    assert "retrying in" in status["message"]
+    assert "hf_wrong" not in env.log.getvalue() and "hf_wrong" not in str(status)
+    assert env.metric("praesto_agent_download_failures_total", reason="Unauthorized") >= 1
