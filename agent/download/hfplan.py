@@ -21,7 +21,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.hf_api import RepoFile
-from huggingface_hub.utils import filter_repo_objects
+from huggingface_hub.utils._paths import filter_repo_objects
 from praesto.agent.download.api import DownloadError, Options, Plan, RemoteFile
 
 from praesto.spec import Source

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from praesto.agent.download import Options
+
 from tests.support.hub import LocalHub
 
 MiB = 1 << 20

@@ -9,9 +9,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from praesto.agent.download import DownloadCancelled, DownloadError, Options, download, plan
 
 from praesto import names
-from praesto.agent.download import DownloadCancelled, DownloadError, Options, download, plan
 from praesto.spec import Source
 from tests.download.conftest import MiB, options_for, sample_files, tree_of
 from tests.support.hub import LocalHub

@@ -32,11 +32,12 @@ def test_real_client_sees_private_gated_and_missing_like_on_the_hub(tmp_path: Pa
         hub.add_repo("org/private", {"w.bin": b"x" * 5000}, private=True)
         hub.add_repo("org/gated", {"w.bin": b"y" * 5000}, gated=True)
         hub.tokens.add("hf_ok")
-        kw = {"endpoint": hub.endpoint, "cache_dir": tmp_path / "cache"}
+        end, cache = hub.endpoint, tmp_path / "cache"
         with pytest.raises(RepositoryNotFoundError):
-            hf_hub_download("org/private", "w.bin", token=False, **kw)  # type: ignore[arg-type]
-        assert Path(hf_hub_download("org/private", "w.bin", token="hf_ok", **kw)).read_bytes() == b"x" * 5000  # type: ignore[arg-type]
+            hf_hub_download("org/private", "w.bin", token=False, endpoint=end, cache_dir=cache)
+        got = hf_hub_download("org/private", "w.bin", token="hf_ok", endpoint=end, cache_dir=cache)
+        assert Path(got).read_bytes() == b"x" * 5000
         with pytest.raises(GatedRepoError):
-            hf_hub_download("org/gated", "w.bin", token="hf_ok", **kw)  # type: ignore[arg-type]
+            hf_hub_download("org/gated", "w.bin", token="hf_ok", endpoint=end, cache_dir=cache)
         with pytest.raises(RevisionNotFoundError):
             HfApi(endpoint=hub.endpoint, token=False).model_info("org/gated", revision="nope")
