@@ -7,11 +7,15 @@ pure webhook logic sees only the `Lookups` protocol; tests may pass
 `StaticLookups`, the server always uses `WatchedLookups` with the real
 `kubernetes` client.
 
-Env: `PRAESTO_ADMISSION_LOOKUPS=off` disables API access (local development:
-every lookup then reports itself unavailable); `PRAESTO_LOOKUP_WATCH_TIMEOUT`
-(seconds a watch stays open, default 300) and `PRAESTO_LOOKUP_MAX_STALENESS`
-(seconds the API may be failing before lookups refuse, default 60). The
-client is configured in-cluster, else from `KUBECONFIG` / `~/.kube/config`.
+Env:
+* `PRAESTO_ADMISSION_LOOKUPS=off`: no API access (local development; every
+  lookup then reports itself unavailable);
+* `PRAESTO_LOOKUP_WATCH_TIMEOUT`: seconds a watch stays open (default 300);
+* `PRAESTO_LOOKUP_MAX_STALENESS`: seconds the API may go unanswered before
+  lookups refuse (default 60);
+* `PRAESTO_LOOKUP_COLD_WAIT`: seconds a request waits for a freshly started
+  worker's first list (default 2).
+The client is configured in-cluster, else from `KUBECONFIG` / `~/.kube/config`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ReadTimeoutError
 
 from praesto import names
@@ -37,6 +43,7 @@ log = logging.getLogger(__name__)
 ENV_LOOKUPS = "PRAESTO_ADMISSION_LOOKUPS"
 ENV_WATCH_TIMEOUT = "PRAESTO_LOOKUP_WATCH_TIMEOUT"
 ENV_MAX_STALENESS = "PRAESTO_LOOKUP_MAX_STALENESS"
+ENV_COLD_WAIT = "PRAESTO_LOOKUP_COLD_WAIT"
 
 
 class LookupUnavailable(Exception):
@@ -164,8 +171,6 @@ class _Reflector:
         log.warning("praesto lookup %s: %s; relisting", self.kind, self.last_error)
 
     def _run(self) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         backoff = 0.2
         while not self._stop.is_set():
             try:
@@ -196,8 +201,6 @@ class _Reflector:
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch_from(self, version: str) -> None:
-        from kubernetes import watch
-
         @functools.wraps(self.list_func)
         def connect(*args: Any, **kwargs: Any) -> Any:
             self._response = self._contact(self.list_func, *args, **kwargs)
@@ -252,16 +255,14 @@ class WatchedLookups:
         api_client: Any = None,
         watch_timeout: int | None = None,
         max_staleness: float | None = None,
-        cold_wait: float = 2.0,
+        cold_wait: float | None = None,
     ) -> None:
-        from kubernetes import client
-
         api = api_client or _default_api_client()
         timeout = watch_timeout or int(os.environ.get(ENV_WATCH_TIMEOUT, "300"))
         staleness = (
             max_staleness if max_staleness is not None else float(os.environ.get(ENV_MAX_STALENESS, "60"))
         )
-        self.cold_wait = cold_wait
+        self.cold_wait = cold_wait if cold_wait is not None else float(os.environ.get(ENV_COLD_WAIT, "2"))
         custom = client.CustomObjectsApi(api)
         self.modelcaches = _Reflector(
             "ModelCache",
@@ -306,8 +307,6 @@ class WatchedLookups:
 
 
 def _default_api_client() -> Any:
-    from kubernetes import client, config
-
     try:
         config.load_incluster_config()
     except config.ConfigException:
