@@ -177,7 +177,7 @@ class Agent(Removal):
             self._ready(obj, ref, state)
             return
         requested = _requested(self.layout, ref)
-        if st.phase_of(obj) == names.PHASE_EVICTED and not requested:
+        if (state.evicted or st.phase_of(obj) == names.PHASE_EVICTED) and not requested:
             return
         if self.clock() < state.retry_at:
             return
@@ -212,7 +212,7 @@ class Agent(Removal):
         store.clear_progress(self.layout, ref.namespace, ref.cache)
         if st.phase_of(obj) != names.PHASE_READY and not state.downloaded:
             self.metrics.cache_hits.inc()
-        state.attempts, state.retry_at, state.downloaded = 0, 0.0, False
+        state.attempts, state.retry_at, state.downloaded, state.evicted = 0, 0.0, False, False
         fields: dict[str, Any] = {
             "resolvedRevision": manifest.get("resolvedRevision"),
             "sizeBytes": size,
@@ -259,7 +259,7 @@ class Agent(Removal):
             self.planner, self.downloader,
         )  # fmt: skip
         with self.lock:
-            state.job = job
+            state.job, state.evicted = job, False
             busy = sum(1 for s in self.states.values() if s.job is not None)
         if busy > self.config.max_parallel_caches:
             self._set(obj, names.PHASE_PENDING, st.REASON_PENDING, "waiting for a download slot on this node")
@@ -305,8 +305,6 @@ class Agent(Removal):
             state = self.states.setdefault(ref.key, CacheState())
             state.job = None
             obj = self.objects.get(ref.key)
-        for ns, cache in outcome.evicted:
-            self._mark_evicted(ns, cache, "capacity")
         if outcome.result is not None:
             state.downloaded = True
             self.metrics.record_download(outcome.result)

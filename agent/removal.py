@@ -73,14 +73,27 @@ class Removal:
 
     def _evict(self, namespace: str, cache: str, cause: str) -> bool:
         with self.lock:
+            states = [self.states.setdefault(k, CacheState()) for k in self._keys_of(namespace, cache)]
+            for state in states:
+                state.evicted = True
             done = eviction.evict(self.layout, namespace, cache)
-        if done:
-            self.metrics.evictions.labels(cause).inc()
-            logs.cache_logger(namespace, cache).info("evicted", extra={"cause": cause})
-            if cause == "ttl":
-                eviction.gc_blobs(self.layout)
-                self._mark_evicted(namespace, cache, cause)
-        return done
+            if not done:
+                for state in states:
+                    state.evicted = False
+                return False
+        self.metrics.evictions.labels(cause).inc()
+        logs.cache_logger(namespace, cache).info("evicted", extra={"cause": cause})
+        if cause == "ttl":
+            eviction.gc_blobs(self.layout)  # a capacity eviction collects once for all its victims
+        self._mark_evicted(namespace, cache, cause)
+        return True
+
+    def _keys_of(self, namespace: str, cache: str) -> list[Key]:
+        return [
+            k
+            for k, o in self.objects.items()
+            if k[0] == namespace and (o.get("spec") or {}).get("modelCacheName") == cache
+        ]
 
     def _mark_evicted(self, namespace: str, cache: str, cause: str) -> None:
         why = "unused for longer than spec.unusedTTL" if cause == "ttl" else "to make room for another cache"
@@ -89,11 +102,7 @@ class Removal:
             self.layout, namespace, cache, progress_record(names.PHASE_EVICTED, 0, 0, message, self.clock())
         )
         with self.lock:
-            found = [
-                o
-                for k, o in self.objects.items()
-                if k[0] == namespace and (o.get("spec") or {}).get("modelCacheName") == cache
-            ]
+            found = [self.objects[k] for k in self._keys_of(namespace, cache)]
         for obj in found:
             self._set(
                 obj, names.PHASE_EVICTED, st.REASON_EVICTED, message, {"progress": None, "sizeBytes": None}

@@ -58,6 +58,7 @@ class CacheState:
     retry_at: float = 0.0
     downloaded: bool = False  # Ready through a download (not a cache hit)
     size_bytes: int | None = None
+    evicted: bool = False  # set before the directory goes, so no reconcile re-downloads it meanwhile
 
 
 Downloader = Callable[[dlapi.Plan, Path, dlapi.Options], dlapi.Result]
