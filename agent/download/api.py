@@ -88,5 +88,5 @@ class Options:
     cancel: threading.Event = field(default_factory=threading.Event)
     # Tuning (defaults measured by bench/download_bench.py); rarely worth changing.
     part_size: int = 16 << 20  # byte-range size for large files; also the resume granularity
-    memory_budget: int = 64 << 20  # out-of-order bytes held for in-order hashing before re-reading
+    memory_budget: int = 32 << 20  # out-of-order bytes held for in-order hashing before re-reading
     checkpoint_seconds: float = 1.0  # how often completed parts are fsync'd and journaled
