@@ -8,11 +8,12 @@ shows the user a message instead of a webhook call error.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, request
 
 from . import review
 from .lookup import Lookups, shared_lookups
@@ -34,23 +35,28 @@ def _lookups() -> Lookups:
     return injected if injected is not None else shared_lookups()  # started lazily, once per worker
 
 
+def _json(body: Any, status: int = 200) -> tuple[Response, int]:
+    """Compact, unsorted JSON: the API server does not care about key order, latency does."""
+    return Response(json.dumps(body, separators=(",", ":")), mimetype="application/json"), status
+
+
 def _answer(handler: Callable[[review.Request], dict[str, Any]]) -> tuple[Response, int]:
     body = request.get_json(silent=True)
     try:
         parsed = review.parse_review(body)
     except MalformedReview as error:
         if error.uid is None:
-            return jsonify({"error": f"malformed AdmissionReview: {error}"}), 400
+            return _json({"error": f"malformed AdmissionReview: {error}"}, 400)
         refusal = Refusal("request", str(error), "send an admission.k8s.io/v1 AdmissionReview")
-        return jsonify(review.deny(error.uid, refusal)), 200
+        return _json(review.deny(error.uid, refusal))
     try:
-        return jsonify(handler(parsed)), 200
+        return _json(handler(parsed))
     except Exception:  # a bug must still answer the API server with a readable refusal
         log.exception("admission handler failed for request %s", parsed.uid)
         refusal = Refusal(
             "request", "the Praesto webhook failed internally", "retry, or check the praesto-hooks logs", 500
         )
-        return jsonify(review.deny(parsed.uid, refusal)), 200
+        return _json(review.deny(parsed.uid, refusal))
 
 
 @blueprint.post("/admission/mutate-pod")
