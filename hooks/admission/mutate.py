@@ -2,6 +2,15 @@
 
 Pure apart from the `Lookups` it is given. Pods without our annotations (and
 anything that is not a Pod CREATE) are allowed untouched before any lookup.
+
+Which cache phases admit a Pod:
+* local mode: every phase but Failed. The CSI driver holds a Pod whose copy is
+  not complete in ContainerCreating, with progress in its events.
+* shared PVC mode: every phase but Failed, Ready and Evicted included. The
+  sync hook creates the claim and the download Job together (and re-creates
+  them for an Evicted cache once it sees a consumer), and our wait init
+  container keeps the application from starting before the complete marker.
+Not-yet-Ready phases admit with an AdmissionReview warning saying so.
 """
 
 from __future__ import annotations
@@ -168,8 +177,6 @@ def mutate(request: review.Request, lookups: Lookups, image: str) -> dict[str, A
         or not isinstance(meta, dict)
         or not wants_injection(meta.get("annotations"))
     ):
-        return review.allow(request.uid)
-    if not isinstance(meta.get("annotations"), dict):
         return review.allow(request.uid)
     try:
         patch, warnings = plan(request, lookups, image)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
+from praesto.hooks.admission import lookup as lookup_module
 from praesto.hooks.admission.lookup import LookupUnavailable, WatchedLookups
 
 from praesto import names, rbac
@@ -136,3 +138,21 @@ def test_api_use_stays_within_the_declared_rbac(kube: KubeEmulator, lookups: Wat
     used = {(r.group, r.resource, r.verb) for r in kube.requests}
     assert used <= allowed, used - allowed
     assert {r.namespace for r in kube.requests} == {None}  # cluster-wide list/watch, nothing per request
+
+
+def test_shared_lookups_disabled_by_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lookup_module, "_shared", None)
+    monkeypatch.setenv(lookup_module.ENV_LOOKUPS, "off")
+    shared = lookup_module.shared_lookups()
+    assert lookup_module.shared_lookups() is shared  # one per process
+    with pytest.raises(LookupUnavailable, match="disabled by PRAESTO_ADMISSION_LOOKUPS=off"):
+        shared.get_modelcache(NS, "x")
+
+
+def test_shared_lookups_without_any_kube_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(lookup_module, "_shared", None)
+    monkeypatch.delenv(lookup_module.ENV_LOOKUPS, raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(LookupUnavailable, match="no Kubernetes client configuration"):
+        lookup_module.shared_lookups().storageclass_exists("x")
