@@ -227,23 +227,36 @@ def test_refusals_name_annotation_cause_and_fix(annotations: dict[str, str], exp
     assert "; " in message  # cause; fix
 
 
-def test_collision_with_existing_volume_mount_is_refused() -> None:
+@pytest.mark.parametrize("path", ["/models", "/models/llm", "/srv"])
+def test_collision_with_existing_volume_mount_is_refused(path: str) -> None:
+    mounts_ = [{"name": "cache", "mountPath": "/models"}, {"name": "srv", "mountPath": "/srv/data/"}]
+    container = {"name": "app", "image": "busybox", "volumeMounts": mounts_}
+    volumes = [{"name": "cache", "emptyDir": {}}, {"name": "srv", "emptyDir": {}}]
+    obj = pod(mounts(("local-ready", path)), containers=[container], volumes=volumes)
+    code, message = denial(run(obj))
+    assert code == 400
+    assert message.startswith(
+        f"metadata.annotations[{names.ANNOTATION_MODEL_MOUNTS}][0].mountPath: {path} collides"
+    )
+    existing = "'srv' at /srv/data/" if path == "/srv" else "'cache' at /models"
+    assert f"collides with the container's volumeMount {existing}" in message
+
+
+def test_mount_next_to_existing_volume_mount_is_fine() -> None:
     container = {
         "name": "app",
         "image": "busybox",
         "volumeMounts": [{"name": "cache", "mountPath": "/models"}],
     }
-    for path in ("/models", "/models/llm", "/"):
-        obj = pod(
-            mounts(("local-ready", path)), containers=[container], volumes=[{"name": "cache", "emptyDir": {}}]
-        )
-        message = denial(run(obj))[1]
-        assert (
-            "collides with the container's volumeMount 'cache' at /models" in message
-            or "would hide" in message
-        )
-    obj = pod(mounts(("local-ready", "/")), containers=[container])
-    assert denial(run(obj))[0] == 400
+    obj = pod(
+        mounts(("local-ready", "/models2")),
+        containers=[container],
+        volumes=[{"name": "cache", "emptyDir": {}}],
+    )
+    assert (
+        apply_and_validate(obj, run(obj))["spec"]["containers"][0]["volumeMounts"][1]["mountPath"]
+        == "/models2"
+    )
 
 
 def test_pod_with_existing_volumes_mounts_and_affinity_is_merged() -> None:
