@@ -263,7 +263,8 @@ class Agent(Removal):
             busy = sum(1 for s in self.states.values() if s.job is not None)
         if busy > self.config.max_parallel_caches:
             self._set(obj, names.PHASE_PENDING, st.REASON_PENDING, "waiting for a download slot on this node")
-        elif st.phase_of(obj) not in (names.PHASE_DOWNLOADING,):
+        elif st.phase_of(obj) not in (names.PHASE_DOWNLOADING, names.PHASE_FAILED):
+            # a retry keeps showing the last failure until bytes flow again (no Failed/Pending flapping)
             self._set(obj, names.PHASE_PENDING, st.REASON_PENDING, "resolving the source revision and files")
         self.pool.submit(self._run_job, job)
 

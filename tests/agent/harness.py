@@ -132,12 +132,15 @@ class Env:
         return (obj or {}).get("status") or {}
 
     def wait(self, predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-        self.kube.wait_until(predicate, timeout, what)
+        try:
+            self.kube.wait_until(predicate, timeout, what)
+        except TimeoutError as err:
+            raise TimeoutError(f"{err}; agent log tail:\n{self.log.getvalue()[-2000:]}") from None
 
     def wait_phase(self, cache: str, phase: str, namespace: str = "team-a", timeout: float = 30.0) -> Obj:
         self.wait(
             lambda: self.status(cache, namespace).get("phase") == phase,
-            f"{namespace}/{cache} {phase} (now {self.status(cache, namespace)})",
+            f"{namespace}/{cache} {phase}",
             timeout,
         )
         return self.status(cache, namespace)
@@ -145,7 +148,7 @@ class Env:
     def wait_reason(self, cache: str, reason: str, namespace: str = "team-a", timeout: float = 30.0) -> Obj:
         self.wait(
             lambda: ready_condition(self.status(cache, namespace)).get("reason") == reason,
-            f"{namespace}/{cache} reason {reason} (now {self.status(cache, namespace)})",
+            f"{namespace}/{cache} reason {reason}",
             timeout,
         )
         return self.status(cache, namespace)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from praesto import names
+from praesto import names, store
 from tests.agent.harness import MCN, Env, env_context, ready_condition, tree
 
 LFS = os.urandom(5000)
@@ -149,3 +151,39 @@ def test_wrong_token_fails_with_unauthorized_and_retries(env: Env) -> None:
     assert "retrying in" in status["message"]
     assert "hf_wrong" not in env.log.getvalue() and "hf_wrong" not in str(status)
     assert env.metric("praesto_agent_download_failures_total", reason="Unauthorized") >= 1
+
+
+def test_missing_repo_fails_then_recovers_when_it_appears(env: Env) -> None:
+    env.create_mcn("later")
+    env.start()
+    status = env.wait_reason("later", "Unauthorized")  # what the Hub answers for an unknown repo
+    assert status["phase"] == names.PHASE_FAILED and "retrying in" in status["message"]
+    events = [e for e in env.kube.list("events", "team-a") if e["reason"] == "Unauthorized"]
+    assert len(events) == 1 and events[0]["type"] == "Warning"  # retries do not repeat the event
+    env.add_model("later", **{"config.json": SMALL})
+    env.wait_phase("later", names.PHASE_READY)
+
+
+def test_progress_is_reported_and_rate_limited(env: Env) -> None:
+    size = 3 << 20  # the downloader reports progress per 1 MiB read
+    env.add_model("slow", **{"w.bin": os.urandom(size)})
+    env.hub.faults.rate = 3 << 19  # bytes/s per response: about two seconds
+    env.create_mcn("slow")
+    env.start(progress_seconds=0.5, concurrency=1)
+    env.wait(
+        lambda: (
+            env.status("slow").get("phase") == names.PHASE_DOWNLOADING
+            and 0 < env.status("slow")["progress"]["bytesDone"] < size
+        ),
+        "partial progress in status",
+    )
+    progress = store.read_progress(env.layout, "team-a", "slow")
+    assert progress is not None and progress.phase == names.PHASE_DOWNLOADING
+    assert re.fullmatch(r"downloading \d+% of 3\.0 MiB", progress.message)
+    assert progress.bytes_total == size
+    started = time.monotonic()
+    env.wait_phase("slow", names.PHASE_READY)
+    took = time.monotonic() - started
+    patches = [r for r in env.kube.requests if r.resource == f"{names.MODELCACHENODE_PLURAL}/status"]
+    assert len(patches) <= 6 + took / 0.5, (len(patches), took)
+    assert store.read_progress(env.layout, "team-a", "slow") is None  # Ready: the CSI driver mounts
