@@ -187,3 +187,83 @@ def test_progress_is_reported_and_rate_limited(env: Env) -> None:
     patches = [r for r in env.kube.requests if r.resource == f"{names.MODELCACHENODE_PLURAL}/status"]
     assert len(patches) <= 6 + took / 0.5, (len(patches), took)
     assert store.read_progress(env.layout, "team-a", "slow") is None  # Ready: the CSI driver mounts
+
+
+def test_deleting_during_a_download_cancels_it_and_cleans_up(env: Env) -> None:
+    env.add_model("slow", **{"w.bin": os.urandom(4 << 20)})
+    env.hub.faults.rate = 1 << 20  # four seconds
+    neighbour = env.base / "team-a" / "not-ours"
+    neighbour.mkdir(parents=True)
+    (neighbour / "keep.txt").write_text("x")
+    (env.base / "stray-file").write_text("y")
+    env.create_mcn("slow")
+    env.start(concurrency=1)
+    env.wait(lambda: env.status("slow").get("phase") == names.PHASE_DOWNLOADING, "download started")
+    started = time.monotonic()
+    env.kube.delete(MCN, names.modelcachenode_name("slow", "node-a"), "team-a")
+    env.wait(lambda: env.get("slow") is None, "object released", timeout=10)
+    assert time.monotonic() - started < 3  # cancelled, not waited out
+    assert not env.layout.cache_dir("team-a", "slow").exists()
+    assert not env.layout.staging_dir("team-a", "slow").exists()
+    assert store.read_progress(env.layout, "team-a", "slow") is None
+    assert (neighbour / "keep.txt").read_text() == "x" and (env.base / "stray-file").exists()
+
+
+def test_deletion_waits_for_mounts_to_end(env: Env) -> None:
+    env.add_model("tiny", **{"config.json": SMALL})
+    env.create_mcn("tiny")
+    env.start()
+    env.wait_phase("tiny", names.PHASE_READY)
+    record = store.MountRecord("vol-1", "team-a", "tiny", "/pods/x/volumes/m", time.time())
+    store.record_mount(env.layout, record)
+    env.kube.delete(MCN, names.modelcachenode_name("tiny", "node-a"), "team-a")
+    env.wait(lambda: "waiting for 1 Pod mount" in env.status("tiny").get("message", ""), "deletion held")
+    assert env.layout.is_complete("team-a", "tiny")
+    store.drop_mount(env.layout, "vol-1")  # the CSI driver unpublishes
+    env.wait(lambda: env.get("tiny") is None, "object released")
+    assert not env.layout.cache_dir("team-a", "tiny").exists()
+
+
+def test_agent_calls_only_what_rbac_grants(env: Env) -> None:
+    from kubernetes import client
+
+    from tests.agent.harness import rbac_violations
+
+    env.hub.tokens.add("hf_tok")
+    env.hub.add_repo("org/private", {"config.json": SMALL}, private=True)
+    env.create_secret("team-a", "tok", "HF_TOKEN", "hf_tok")
+    env.create_mcn("private", secret=("tok", "HF_TOKEN"))
+    env.start()
+    env.wait_phase("private", names.PHASE_READY)
+    env.kube.delete(MCN, names.modelcachenode_name("private", "node-a"), "team-a")
+    env.wait(lambda: env.get("private") is None, "deleted")
+    used = {(r.verb, r.resource) for r in env.kube.requests}
+    assert {
+        ("list", names.MODELCACHENODE_PLURAL),
+        ("watch", names.MODELCACHENODE_PLURAL),
+        ("patch", names.MODELCACHENODE_PLURAL),
+        ("patch", f"{names.MODELCACHENODE_PLURAL}/status"),
+        ("get", "secrets"),
+        ("create", "events"),
+    } <= used
+    assert rbac_violations(env.kube.requests) == []
+    # the checker is not vacuous: a cluster-wide Secret list would be flagged
+    mark = len(env.kube.requests)
+    client.CoreV1Api(env.kube.api_client()).list_secret_for_all_namespaces()
+    assert [(r.verb, r.resource) for r in rbac_violations(env.kube.requests[mark:])] == [("list", "secrets")]
+    env.kube.clear_requests()
+
+
+def test_same_content_in_two_caches_is_linked_not_downloaded(env: Env) -> None:
+    env.add_model("first", **{"w.bin": LFS})
+    env.add_model("second", **{"w.bin": LFS, "extra.json": SMALL})
+    env.create_mcn("first")
+    env.start(max_parallel_caches=1)
+    env.wait_phase("first", names.PHASE_READY)
+    env.create_mcn("second")
+    env.wait_phase("second", names.PHASE_READY)
+    assert env.metric("praesto_agent_downloaded_bytes_total", origin="dedup") == len(LFS)
+    assert env.metric("praesto_agent_downloaded_bytes_total", origin="source") == len(LFS) + len(SMALL)
+    a = env.layout.cache_dir("team-a", "first") / "w.bin"
+    b = env.layout.cache_dir("team-a", "second") / "w.bin"
+    assert a.stat().st_ino == b.stat().st_ino
