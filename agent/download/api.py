@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from praesto.spec import Source
 
@@ -69,12 +70,32 @@ class Plan:
 class Result:
     plan: Plan
     bytes_from_origin: int = 0
+    bytes_from_peers: int = 0  # fetched from other nodes' copies (praesto.agent.peers), verified the same way
     bytes_deduplicated: int = 0
     bytes_resumed: int = 0
     seconds: float = 0.0
 
 
 ProgressCallback = Callable[[int, int], None]  # (bytes done, bytes total)
+Sink = Callable[[int, memoryview], None]  # (file offset, bytes) as they arrive
+
+
+class PartSource(Protocol):
+    """Somewhere other than the origin that may hold a file's bytes (peer nodes).
+
+    The engine asks it first for every byte range and fetches whatever it did not
+    deliver from the origin. Hashes still come from the plan (the origin), so a
+    source can cost time, never correctness: `blame` is told about a file that
+    failed verification and answers whether it contributed (the engine then
+    re-fetches that file from the origin only, without counting it as an origin
+    failure).
+    """
+
+    def fetch(self, file: RemoteFile, start: int, end: int, sink: Sink, cancel: threading.Event) -> int:
+        """Deliver bytes from `start` on, in order, into `sink`; return how many (0..end-start)."""
+        ...
+
+    def blame(self, file: RemoteFile) -> bool: ...
 
 
 @dataclass
@@ -90,3 +111,4 @@ class Options:
     part_size: int = 16 << 20  # byte-range size for large files; also the resume granularity
     memory_budget: int = 32 << 20  # out-of-order bytes held for in-order hashing before re-reading
     checkpoint_seconds: float = 1.0  # how often completed parts are fsync'd and journaled
+    peers: PartSource | None = None  # other nodes' copies, tried before the origin per range

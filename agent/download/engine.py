@@ -199,14 +199,16 @@ class Engine:
         hasher, fd = job.hasher, job.fd
         assert hasher is not None
 
-        def sink(offset: int, chunk: memoryview) -> None:
+        def sink(offset: int, chunk: memoryview, peer: bool = False) -> None:
             written = 0
             while written < len(chunk):
                 written += os.pwrite(fd, chunk[written:], offset + written)
             hasher.feed(offset, chunk)
             pos[0] = offset + len(chunk)
-            self._progress(len(chunk))
+            self._progress(len(chunk), peer=peer)
 
+        if self.options.peers is not None:  # peers first; the origin fetches whatever they did not
+            self.options.peers.fetch(job.file, start, end, lambda o, c: sink(o, c, True), self.options.cancel)
         failures, expired = 0, 0
         target: Target | None = None
         while pos[0] < end:
@@ -239,10 +241,13 @@ class Engine:
                 backoff(failures, error.retry_after, self.options.cancel)
         self._part_done(job, index)
 
-    def _progress(self, n: int) -> None:
+    def _progress(self, n: int, *, peer: bool = False) -> None:
         with self._cond:
             self.done += n
-            self.result.bytes_from_origin += n
+            if peer:
+                self.result.bytes_from_peers += n
+            else:
+                self.result.bytes_from_origin += n
         self._report()
 
     def _report(self) -> None:
@@ -266,7 +271,8 @@ class Engine:
         if not ok:
             expected = f"sha256 {f.sha256}" if f.sha256 else f"git blob {f.git_sha1}"
             got = sha256 if f.sha256 else sha1
-            if job.checksum_retries >= 1:
+            blamed = self.options.peers is not None and self.options.peers.blame(f)  # then origin only
+            if job.checksum_retries >= 1 and not blamed:
                 with job.lock:
                     fd, job.fd = job.fd, -1
                 os.close(fd)
@@ -277,8 +283,8 @@ class Engine:
                     f"{f.path}: expected {expected}, got {got} twice; the source serves corrupt bytes "
                     "or the listing is stale: check the repo and retry",
                 )
-            log.warning("checksum mismatch file=%s, fetching it again", f.path)
-            job.checksum_retries += 1
+            log.warning("checksum mismatch file=%s, fetching it again%s", f.path, " from the origin" * blamed)
+            job.checksum_retries += 0 if blamed else 1
             self.journal.reset(f.path)
             with self._cond:
                 self.done -= f.size

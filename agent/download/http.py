@@ -155,13 +155,14 @@ class Transport:
         end: int,
         sink: Callable[[int, memoryview], None],
         cancel: threading.Event,
+        extra_headers: dict[str, str] | None = None,
     ) -> int:
         """GET bytes [start, end) into `sink(offset, chunk)`; returns bytes delivered.
 
         Raises Transient on a short read after delivering what arrived, so the caller
         retries from where the stream stopped, not from the start of the part.
         """
-        headers = {"Range": f"bytes={start}-{end - 1}"}
+        headers = {"Range": f"bytes={start}-{end - 1}", **(extra_headers or {})}
         resp = self.request("GET", target.url, authorized=target.authorized, headers=headers)
         try:
             if resp.status == 200 and start != 0:
