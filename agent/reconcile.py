@@ -80,6 +80,7 @@ class Agent(Removal):
         self.stop_event = threading.Event()
         self.pool = ThreadPoolExecutor(config.max_parallel_caches, thread_name_prefix="praesto-download")
         self.throttle = st.Throttle(config.progress_seconds)
+        self.file_throttle = st.Throttle(min(0.5, config.progress_seconds))
         self.watcher = Watcher(kube, self._on_watch, self.stop_event, config.watch_backoff)
         self.log = logs.logger("praesto.agent", node=config.node_name)
         self._threads: list[threading.Thread] = []
@@ -281,21 +282,20 @@ class Agent(Removal):
             state = self.states.setdefault(ref.key, CacheState())
             state.size_bytes = plan.total_bytes
         self.throttle.forget(ref.name)
+        self.file_throttle.forget(ref.name)
         self._on_progress(ref, 0, plan.total_bytes, force=True)
 
     def _on_progress(self, ref: CacheRef, done: int, total: int, force: bool = False) -> None:
         """Called from downloader threads: progress file always, status at most every few seconds."""
         pct = f"{100 * done // total}%" if total else "0%"
         message = f"downloading {pct} of {format_bytes(total)}"
-        store.write_progress(
-            self.layout,
-            ref.namespace,
-            ref.cache,
-            progress_record(names.PHASE_DOWNLOADING, done, total, message, self.clock()),
-        )
         with self.lock:
+            to_file = self.file_throttle.allow(ref.name) or force
             allowed = self.throttle.allow(ref.name) or force
             obj = self.objects.get(ref.key)
+        if to_file:  # each write is an fsync'd replace: not once per MiB
+            record = progress_record(names.PHASE_DOWNLOADING, done, total, message, self.clock())
+            self._write_progress(ref.namespace, ref.cache, record)
         if allowed and obj is not None:
             fields = {"progress": {"bytesDone": done, "bytesTotal": total}, "sizeBytes": total}
             self._set(obj, names.PHASE_DOWNLOADING, st.REASON_DOWNLOADING, message, fields)
@@ -324,11 +324,8 @@ class Agent(Removal):
             self.metrics.failures.labels(err.reason).inc()
             delay = self._schedule_retry(state, 1.0 if err.retryable else 4.0)
             message = f"{err.message}; retrying in {delay:.0f}s (attempt {state.attempts})"
-            store.write_progress(
-                self.layout,
-                ref.namespace,
-                ref.cache,
-                progress_record(names.PHASE_FAILED, 0, 0, message, self.clock()),
+            self._write_progress(
+                ref.namespace, ref.cache, progress_record(names.PHASE_FAILED, 0, 0, message, self.clock())
             )
             self._set(obj, names.PHASE_FAILED, err.reason, message)
         return ref.key

@@ -44,6 +44,11 @@ class Removal:
     ) -> None:
         raise NotImplementedError
 
+    def _write_progress(self, namespace: str, cache: str, progress: store.Progress) -> None:
+        """Progress for the CSI driver; never under a missing base path (that would create it)."""
+        if self.layout.base.is_dir():
+            store.write_progress(self.layout, namespace, cache, progress)
+
     def _job(self, key: Key) -> Job | None:
         state = self.states.get(key)
         return None if state is None else state.job
@@ -98,8 +103,8 @@ class Removal:
     def _mark_evicted(self, namespace: str, cache: str, cause: str) -> None:
         why = "unused for longer than spec.unusedTTL" if cause == "ttl" else "to make room for another cache"
         message = f"evicted from this node {why}; a Pod that mounts it brings it back"
-        store.write_progress(
-            self.layout, namespace, cache, progress_record(names.PHASE_EVICTED, 0, 0, message, self.clock())
+        self._write_progress(
+            namespace, cache, progress_record(names.PHASE_EVICTED, 0, 0, message, self.clock())
         )
         with self.lock:
             found = [self.objects[k] for k in self._keys_of(namespace, cache)]
@@ -149,6 +154,9 @@ class Removal:
         key = key_of(obj)
         cache = str((obj.get("spec") or {}).get("modelCacheName", ""))
         with self.lock:
+            current = self.objects.get(key)
+            if current is not None and current["metadata"].get("uid") != obj["metadata"].get("uid"):
+                return  # deleted and created again under the same name: the new one owns the cache
             state = self.states.pop(key, None)
         if state is not None and state.job is not None:
             state.job.cancel.set()
