@@ -24,6 +24,8 @@ REASONS = (
     "InsufficientDiskSpace",
     "SourceUnavailable",
     "InvalidRepoFile",
+    "WaitingForCredentials",  # the source refused anonymous access and no credential is configured
+    "SizeExceedsRequest",  # --max-bytes: the source is larger than the volume it must fit (PVC mode)
 )
 
 
@@ -51,6 +53,22 @@ class RemoteFile:
     size: int
     sha256: str | None = None  # LFS files
     git_sha1: str | None = None  # small files: git blob id
+    md5: str | None = None  # object stores: a single-part S3 ETag is the content MD5
+    etag: str | None = None  # object stores: fetched with If-Match, so a changed object is noticed
+    version: str | None = None  # object stores: the object version planned (versioned buckets)
+
+    def mismatch(self, sha256: str, second: str | None) -> tuple[str, str] | None:
+        """(expected, got) when computed digests contradict the listing; None when they agree.
+
+        `second` is the digest the hasher computed besides sha256: git blob sha1 or MD5.
+        """
+        if self.sha256:
+            return None if sha256 == self.sha256 else (f"sha256 {self.sha256}", sha256)
+        if self.git_sha1:
+            return None if second == self.git_sha1 else (f"git blob {self.git_sha1}", str(second))
+        if self.md5:
+            return None if second == self.md5 else (f"MD5 {self.md5} (ETag)", str(second))
+        return None
 
 
 @dataclass(frozen=True)
@@ -102,6 +120,10 @@ class PartSource(Protocol):
 class Options:
     endpoint: str | None = None  # HF_ENDPOINT / mirror
     token: str | None = None  # held in memory only; never logged
+    # Object stores: settings from a credentials Secret (objcreds.py keys); memory only, never logged.
+    credentials: dict[str, str] | None = field(default=None, repr=False)
+    credentials_from: str = "the environment"  # where they came from, for messages
+    max_bytes: int | None = None  # refuse before writing when the source is larger (PVC: storage.size)
     concurrency: int = 32  # parallel connections: CDNs cap each one (see bench/download_bench.py)
     blobs_dir: Path | None = None  # content-addressed area for dedup (hard links)
     staging_dir: Path | None = None  # default: a sibling of dest on the same filesystem

@@ -18,8 +18,10 @@ import queue
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import quote
 
 from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, RemoteFile, Result
@@ -30,6 +32,23 @@ from praesto.agent.download.publish import TREE, add_to_blobs, link_from_blob
 
 log = logging.getLogger("praesto.download")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class ByteSource(Protocol):
+    """Where parts come from: the Hub over HTTP (http.Transport) or an object store (objfetch)."""
+
+    def resolve(self, url: str) -> Target: ...
+
+    def fetch(
+        self,
+        target: Target,
+        start: int,
+        end: int,
+        sink: Callable[[int, memoryview], None],
+        cancel: threading.Event,
+    ) -> int: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -48,13 +67,15 @@ class FileJob:
 
 
 class Engine:
-    def __init__(self, plan: Plan, staging: Path, endpoint: str, options: Options) -> None:
+    def __init__(
+        self, plan: Plan, staging: Path, endpoint: str, options: Options, transport: ByteSource | None = None
+    ) -> None:
         self.plan = plan
         self.staging = staging
         self.tree = staging / TREE
         self.endpoint = endpoint
         self.options = options
-        self.transport = Transport(endpoint, options.token)
+        self.transport: ByteSource = transport or Transport(endpoint, options.token)
         self.budget = MemoryBudget(options.memory_budget)
         self.journal = Journal(staging, {"revision": plan.revision, "partSize": options.part_size, "v": 1})
         self.result = Result(plan)
@@ -117,7 +138,14 @@ class Engine:
         if not keep and job.staged.exists():
             job.staged.unlink()  # may be a read-only hard link from an earlier attempt
         job.fd = os.open(job.staged, flags, 0o644)
-        job.hasher = StreamHasher(job.fd, job.file.size, self.budget, git_blob=job.file.sha256 is None)
+        f = job.file
+        job.hasher = StreamHasher(
+            job.fd,
+            f.size,
+            self.budget,
+            git_blob=f.sha256 is None and f.git_sha1 is not None,
+            md5=f.md5 is not None,
+        )
 
     # ---- running ---------------------------------------------------------------------
     def run(self) -> None:
@@ -265,12 +293,11 @@ class Engine:
 
     def _verify(self, job: FileJob) -> None:
         assert job.hasher is not None
-        sha256, sha1 = job.hasher.finish()
+        sha256, second = job.hasher.finish()
         f = job.file
-        ok = sha256 == f.sha256 if f.sha256 else (f.git_sha1 is None or sha1 == f.git_sha1)
-        if not ok:
-            expected = f"sha256 {f.sha256}" if f.sha256 else f"git blob {f.git_sha1}"
-            got = sha256 if f.sha256 else sha1
+        wrong = f.mismatch(sha256, second)
+        if wrong is not None:
+            expected, got = wrong
             blamed = self.options.peers is not None and self.options.peers.blame(f)  # then origin only
             if job.checksum_retries >= 1 and not blamed:
                 with job.lock:

@@ -38,14 +38,18 @@ class MemoryBudget:
 class StreamHasher:
     READ_BACK = 1 << 20
 
-    def __init__(self, fd: int, size: int, budget: MemoryBudget, *, git_blob: bool) -> None:
+    def __init__(
+        self, fd: int, size: int, budget: MemoryBudget, *, git_blob: bool, md5: bool = False
+    ) -> None:
         self.fd = fd
         self.size = size
         self.budget = budget
         self.sha256 = hashlib.sha256()
-        self.sha1 = None
+        self.sha1 = None  # the second digest: git blob sha1, or MD5 for object-store ETags
         if git_blob:
             self.sha1 = hashlib.sha1(b"blob %d\0" % size)  # noqa: S324 - git object id, not security
+        elif md5:
+            self.sha1 = hashlib.md5()  # noqa: S324 - compared with the store's ETag, not security
         self.frontier = 0
         self.read_back = 0  # bytes hashed from disk rather than from memory
         self._held: dict[int, bytes] = {}  # offset -> bytes, out of order, in memory
