@@ -6,6 +6,7 @@ Everything with behaviour lives in `reconcile.Agent`; this is the process edge.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import threading
@@ -100,6 +101,8 @@ def build(args: argparse.Namespace, api: client.ApiClient) -> Agent:
 
 def run(args: argparse.Namespace) -> int:
     logs.configure(getattr(args, "log_level", "INFO") or "INFO")
+    # the downloader's own info lines lack the cache's names; the agent logs each download with them
+    logging.getLogger("praesto.download").setLevel(logging.WARNING)
     problem = check_arguments(args)
     log = logs.logger("praesto.agent", node=args.node_name or "")
     if problem:

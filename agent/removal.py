@@ -132,6 +132,7 @@ class Removal:
             if not self._shared(key, ns, cache):
                 with self.lock:
                     eviction.remove_all(self.layout, ns, cache)
+                    eviction.gc_blobs(self.layout)
         logs.cache_logger(ns, cache, modelCacheNode=key[1]).info("removed from this node")
         try:
             self.kube.set_finalizers(obj, [f for f in finalizers if f != names.FINALIZER_NODE_AGENT])

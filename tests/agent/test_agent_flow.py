@@ -88,6 +88,8 @@ def test_deletion_removes_the_directory_then_the_finalizer(env: Env) -> None:
     env.wait(lambda: env.get("tiny") is None, "finalizer removed and object gone")
     assert env.base.is_dir()  # never anything outside the cache's own directories
     assert not env.layout.staging_dir("team-a", "tiny").exists()
+    blobs = env.layout.blobs_dir
+    assert not blobs.is_dir() or list(blobs.iterdir()) == []  # its content-addressed copies went too
 
 
 def test_other_nodes_objects_are_ignored(env: Env) -> None:
