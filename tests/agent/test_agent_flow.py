@@ -193,7 +193,7 @@ def test_progress_is_reported_and_rate_limited(env: Env) -> None:
 
 def test_deleting_during_a_download_cancels_it_and_cleans_up(env: Env) -> None:
     env.add_model("slow", **{"w.bin": os.urandom(4 << 20)})
-    env.hub.faults.rate = 1 << 20  # four seconds
+    env.hub.faults.rate = 1 << 19  # eight seconds
     neighbour = env.base / "team-a" / "not-ours"
     neighbour.mkdir(parents=True)
     (neighbour / "keep.txt").write_text("x")
@@ -204,7 +204,7 @@ def test_deleting_during_a_download_cancels_it_and_cleans_up(env: Env) -> None:
     started = time.monotonic()
     env.kube.delete(MCN, names.modelcachenode_name("slow", "node-a"), "team-a")
     env.wait(lambda: env.get("slow") is None, "object released", timeout=10)
-    assert time.monotonic() - started < 3  # cancelled, not waited out
+    assert time.monotonic() - started < 6  # cancelled, not waited out
     assert not env.layout.cache_dir("team-a", "slow").exists()
     assert not env.layout.staging_dir("team-a", "slow").exists()
     assert store.read_progress(env.layout, "team-a", "slow") is None

@@ -51,11 +51,12 @@ def test_relists_on_410_gone_and_catches_up(env: Env) -> None:
     env.wait_phase("one", names.PHASE_READY)
     env.kube.wait_for_watches(1)
     relists = agent.watcher.relists
-    # the watch will fail to reconnect once, so the next events happen while it is down ...
-    env.kube.fail_next(1, 500, lambda r: r.verb == "watch")
+    # the watch cannot reconnect while the next events happen ...
+    env.kube.fail_next(10**6, 500, lambda r: r.verb == "watch")
     env.kube.drop_watches()
     env.create_mcn("two")
     env.kube.compact()  # ... and the history it would resume from is gone: 410, relist
+    env.kube.clear_faults()
     env.wait_phase("two", names.PHASE_READY)
     assert agent.watcher.relists == relists + 1
     env.kube.wait_for_watches(1)
@@ -72,7 +73,7 @@ def test_object_deleted_while_disconnected_is_cleaned_up_on_relist(env: Env) -> 
     env.wait_phase("one", names.PHASE_READY)
     cache_dir = env.layout.cache_dir("team-a", "one")
     env.kube.wait_for_watches(1)
-    env.kube.fail_next(1, 500, lambda r: r.verb == "watch")
+    env.kube.fail_next(10**6, 500, lambda r: r.verb == "watch")
     env.kube.drop_watches()
     # an admin strips the finalizer and deletes while the agent cannot see it
     name = names.modelcachenode_name("one", "node-a")
@@ -81,5 +82,6 @@ def test_object_deleted_while_disconnected_is_cleaned_up_on_relist(env: Env) -> 
     )
     env.kube.delete(f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}", name, "team-a")
     env.kube.compact()
+    env.kube.clear_faults()
     env.wait(lambda: not cache_dir.exists(), "directory of the vanished cache removed")
     assert agent.watcher.relists >= 2
