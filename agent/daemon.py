@@ -17,10 +17,13 @@ from kubernetes import client, config
 from praesto.agent import capacity, logs
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
+from praesto.agent.peers.auth import SecretError
+from praesto.agent.peers.config import add_peer_arguments, build_peering, check_peer_arguments
 from praesto.agent.reconcile import Agent, AgentConfig
 
 from praesto import names
 from praesto.quantity import QuantityError
+from praesto.store import StoreLayout
 
 
 def _env_int(name: str, default: int) -> int:
@@ -63,6 +66,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="kubeconfig for development; in-cluster config otherwise",
     )
     add("--log-format", choices=("json",), default="json", help=argparse.SUPPRESS)
+    add_peer_arguments(parser)
 
 
 def check_arguments(args: argparse.Namespace) -> str | None:
@@ -77,7 +81,7 @@ def check_arguments(args: argparse.Namespace) -> str | None:
         capacity.check_reserve(args.reserve)
     except QuantityError as err:
         return f"--reserve: {err}; use e.g. 50Gi or 15%"
-    return None
+    return check_peer_arguments(args)
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -96,7 +100,8 @@ def build(args: argparse.Namespace, api: client.ApiClient) -> Agent:
         max_parallel_caches=args.max_parallel_caches,
         reserve=args.reserve,
     )
-    return Agent(cfg, KubeApi(api, args.node_name), AgentMetrics.create())
+    peering = build_peering(args, api, StoreLayout(cfg.base_path))
+    return Agent(cfg, KubeApi(api, args.node_name), AgentMetrics.create(), peering=peering)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         agent = build(args, api_client(args.kubeconfig))
+    except SecretError as err:
+        log.error(str(err))
+        return 2
     except (config.ConfigException, OSError) as err:
         log.error(f"cannot reach the Kubernetes API: {err}; run in-cluster or pass --kubeconfig")
         return 1

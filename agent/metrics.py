@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 ORIGIN_SOURCE = "source"
 ORIGIN_DEDUP = "dedup"
+ORIGIN_PEER = "peer"  # copied from another node's Ready copy (praesto.agent.peers)
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,8 @@ class AgentMetrics:
             registry=reg,
             bytes_downloaded=Counter(
                 "praesto_agent_downloaded_bytes",
-                "Bytes placed in the store, by origin: fetched from the source or hard-linked (dedup)",
+                "Bytes placed in the store, by origin: fetched from the source, copied from a peer node "
+                "or hard-linked (dedup)",
                 ["origin"],
                 registry=reg,
             ),
@@ -65,6 +67,7 @@ class AgentMetrics:
     def record_download(self, result: Result) -> None:
         self.bytes_downloaded.labels(ORIGIN_SOURCE).inc(result.bytes_from_origin)
         self.bytes_downloaded.labels(ORIGIN_DEDUP).inc(result.bytes_deduplicated)
+        self.bytes_downloaded.labels(ORIGIN_PEER).inc(result.bytes_from_peers)
         self.download_seconds.observe(result.seconds)
 
     def value(self, name: str, **labels: str) -> float:

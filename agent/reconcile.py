@@ -10,6 +10,7 @@ Hydration requests from the CSI driver bring an Evicted cache back.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -25,6 +26,7 @@ from praesto.agent import status as st
 from praesto.agent.download import api as dlapi
 from praesto.agent.kube import Backoff, KubeApi, Obj, Watcher, key_of
 from praesto.agent.metrics import AgentMetrics
+from praesto.agent.peers.peering import REASON_WAITING_FOR_PEER, Peering
 from praesto.agent.removal import Removal
 from praesto.agent.worker import CacheRef, CacheState, Downloader, Job, Outcome, Planner, progress_record
 
@@ -64,6 +66,7 @@ class Agent(Removal):
         clock: Callable[[], float] = time.time,
         planner: Planner | None = None,
         downloader: Downloader | None = None,
+        peering: Peering | None = None,
     ):
         from praesto.agent.download import download, plan  # the real downloader unless a caller injects one
 
@@ -73,6 +76,7 @@ class Agent(Removal):
         self.reserve = config.reserve
         self.planner: Planner = planner or plan
         self.downloader: Downloader = downloader or download
+        self.peering = peering  # peer-to-peer (praesto.agent.peers); None: origin only
         self.objects: dict[Key, Obj] = {}
         self.states: dict[Key, CacheState] = {}
         self.lock = threading.RLock()  # objects, states and every store mutation
@@ -88,6 +92,8 @@ class Agent(Removal):
     # ---- lifecycle --------------------------------------------------------
 
     def start(self) -> Agent:
+        if self.peering is not None:
+            self.peering.start()
         for target, name in ((self.watcher.run, "praesto-watch"), (self._loop, "praesto-reconcile")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -106,6 +112,8 @@ class Agent(Removal):
         for thread in self._threads:
             thread.join(timeout)
         self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.peering is not None:
+            self.peering.stop()
 
     def _on_watch(self, type_: str, obj: Obj) -> None:
         key = key_of(obj)
@@ -220,6 +228,8 @@ class Agent(Removal):
             "progress": {"bytesDone": size, "bytesTotal": size},
             "lastUsedTime": self._last_used(obj, ref),
         }
+        if state.peer_bytes is not None:
+            fields["bytesFromPeers"], state.peer_bytes = state.peer_bytes, None
         self._set(
             obj,
             names.PHASE_READY,
@@ -258,6 +268,7 @@ class Agent(Removal):
         job = Job(
             ref, self.layout, self.kube, options, self._room(), self._on_started, self._on_progress,
             self.planner, self.downloader,
+            None if self.peering is None else functools.partial(self.peering.attach, report=self._waiting_for_peer),
         )  # fmt: skip
         with self.lock:
             state.job, state.evicted = job, False
@@ -308,6 +319,7 @@ class Agent(Removal):
             obj = self.objects.get(ref.key)
         if outcome.result is not None:
             state.downloaded = True
+            state.peer_bytes = outcome.result.bytes_from_peers
             self.metrics.record_download(outcome.result)
         elif outcome.cancelled or obj is None:
             pass
@@ -329,6 +341,12 @@ class Agent(Removal):
             )
             self._set(obj, names.PHASE_FAILED, err.reason, message)
         return ref.key
+
+    def _waiting_for_peer(self, ref: CacheRef, message: str) -> None:
+        with self.lock:
+            obj = self.objects.get(ref.key)
+        if obj is not None:
+            self._set(obj, names.PHASE_PENDING, REASON_WAITING_FOR_PEER, message)
 
     def _schedule_retry(self, state: CacheState, factor: float) -> float:
         delay = min(self.config.retry_max, self.config.retry_initial * factor * 2.0**state.attempts)
@@ -353,6 +371,7 @@ class Agent(Removal):
         base = {
             "localPath": str(self.layout.cache_dir(ns, cache)),
             "observedGeneration": obj["metadata"].get("generation"),
+            **(self.peering.status_fields() if self.peering is not None else {}),
         }
         patch, changed = st.desired(
             obj.get("status") or {}, phase, reason, message, self.clock(), {**base, **(fields or {})}, extra

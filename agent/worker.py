@@ -59,10 +59,12 @@ class CacheState:
     downloaded: bool = False  # Ready through a download (not a cache hit)
     size_bytes: int | None = None
     evicted: bool = False  # set before the directory goes, so no reconcile re-downloads it meanwhile
+    peer_bytes: int | None = None  # bytes the last download got from peers, until Ready shows them
 
 
 Downloader = Callable[[dlapi.Plan, Path, dlapi.Options], dlapi.Result]
 Planner = Callable[[Source, dlapi.Options], dlapi.Plan]
+Peering = Callable[[CacheRef, dlapi.Plan, dlapi.Options], None]  # may set options.peers (or wait first)
 
 
 @dataclass
@@ -131,10 +133,12 @@ class Job:
         on_progress: Callable[[CacheRef, int, int], None],
         planner: Planner,
         downloader: Downloader,
+        peering: Peering | None = None,
     ):
         self.ref, self.layout, self.kube, self.options, self.room = ref, layout, kube, options, room
         self.on_started, self.on_progress = on_started, on_progress
         self.planner, self.downloader = planner, downloader
+        self.peering = peering
         self.log = logs.cache_logger(ref.namespace, ref.cache, modelCacheNode=ref.name)
 
     @property
@@ -160,6 +164,8 @@ class Job:
                 extra={"revision": plan.revision, "files": len(plan.files), "bytes": plan.total_bytes},
             )
             out.evicted = make_room(self.ref, plan, self.layout, self.room)
+            if self.peering is not None:
+                self.peering(self.ref, plan, options)
             self.on_started(self.ref, plan)
             dest = self.layout.cache_dir(self.ref.namespace, self.ref.cache)
             out.result = self.downloader(plan, dest, options)

@@ -1,0 +1,65 @@
+"""`praesto-agent run` flags for peer-to-peer distribution, and building `Peering` from them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from kubernetes import client
+from praesto.agent.peers.auth import load_secret
+from praesto.agent.peers.peering import PeerConfig, Peering
+from praesto.agent.peers.server import Limits
+
+from praesto.quantity import QuantityError, parse_quantity
+from praesto.store import StoreLayout
+
+DEFAULT_SECRET_FILE = "/var/run/secrets/praesto/peer/secret"  # noqa: S105 - a path, not a secret
+
+
+def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    add = parser.add_argument
+    add("--peer-port", type=int, default=int(env("PRAESTO_PEER_PORT", "0") or 0),
+        help="port serving Ready caches to other agents; 0 disables peers (default %(default)s)")  # fmt: skip
+    add("--peer-address", default=env("POD_IP"),
+        help="address other agents reach this one on (env POD_IP, from the downward API)")  # fmt: skip
+    add("--peer-secret-file", default=env("PRAESTO_PEER_SECRET_FILE", DEFAULT_SECRET_FILE),
+        help="shared secret signing peer requests (the chart's peer Secret)")  # fmt: skip
+    add("--peer-max-uploads", type=int, default=int(env("PRAESTO_PEER_MAX_UPLOADS", "8") or 8),
+        help="concurrent uploads to other agents (default %(default)s)")  # fmt: skip
+    add("--peer-upload-rate", default=env("PRAESTO_PEER_UPLOAD_RATE", "0"),
+        help="bytes/s all uploads may use together, a quantity (500Mi); 0 is unlimited")  # fmt: skip
+
+
+def check_peer_arguments(args: argparse.Namespace) -> str | None:
+    """The first problem with the peer flags, with its fix, or None."""
+    if not args.peer_port:
+        return None
+    if not 0 < args.peer_port <= 65535:
+        return f"--peer-port: {args.peer_port} is not a port; use 1-65535, or 0 to disable peers"
+    if not args.peer_address:
+        return "--peer-address: Required value with --peer-port; set POD_IP (fieldRef status.podIP)"
+    if args.peer_max_uploads < 1:
+        return "--peer-max-uploads: must be at least 1"
+    try:
+        if parse_quantity(str(args.peer_upload_rate)) < 0:
+            raise QuantityError("negative")
+    except QuantityError as err:
+        return f"--peer-upload-rate: {err}; use bytes/s as a quantity such as 500Mi, or 0 for no cap"
+    return None
+
+
+def build_peering(args: argparse.Namespace, api: client.ApiClient, layout: StoreLayout) -> Peering | None:
+    """The agent's `Peering`, or None when peers are disabled; raises `auth.SecretError`."""
+    if not args.peer_port:
+        return None
+    host = str(args.peer_address)
+    shown = f"[{host}]" if ":" in host else host  # IPv6 pod IPs
+    config = PeerConfig(
+        address=f"{shown}:{args.peer_port}",
+        secret=load_secret(Path(args.peer_secret_file)),
+        bind=("::" if ":" in host else "0.0.0.0", args.peer_port),
+        limits=Limits(args.peer_max_uploads, int(parse_quantity(str(args.peer_upload_rate)))),
+    )
+    return Peering(config, api, args.node_name, layout)

@@ -1,0 +1,144 @@
+"""Peer discovery through ModelCacheNode status, and who fetches from the origin first.
+
+No new control plane: each agent publishes `status.peer.address` (`<podIP>:<port>`)
+on its ModelCacheNodes. Before a download, the agent lists the ModelCacheNodes
+of the same cache (label `praesto.io/model-cache`, same namespace) and:
+
+* some are Ready at the same resolved revision with an address: fetch from them
+  (`PeerSource`), the origin only for what they cannot give;
+* none are, but other peer-capable agents are also about to download it: the one
+  on the lowest node name goes to the origin, the others wait for it to be Ready
+  and then copy from it (so N nodes starting together cost the origin one copy).
+  A leader whose phase and progress do not move for `stall_seconds`, that fails,
+  or that disappears is skipped, so waiting never outlives a broken leader long.
+
+Serving in-flight (partial) downloads is deliberately not done: see the report
+in bench/p2p_bench.py for what waiting costs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from praesto.agent.download.api import DownloadCancelled, Options, Plan
+from praesto.agent.peers.server import Limits, PeerServer
+from praesto.agent.peers.source import PeerSource, Tuning
+from praesto.agent.worker import CacheRef
+
+from praesto import names
+from praesto.store import StoreLayout
+
+log = logging.getLogger("praesto.peers")
+REASON_WAITING_FOR_PEER = "WaitingForPeer"
+Obj = dict[str, Any]
+Report = Callable[[CacheRef, str], None]
+
+
+@dataclass(frozen=True)
+class PeerConfig:
+    address: str  # host:port other agents reach this one on (status.peer.address)
+    secret: bytes = field(repr=False)
+    bind: tuple[str, int] = ("0.0.0.0", 0)  # where the server listens
+    limits: Limits = Limits()
+    tuning: Tuning = Tuning()
+    poll_seconds: float = 2.0  # how often a waiting agent looks at the leader
+    stall_seconds: float = 60.0  # a leader whose status does not move this long is skipped
+
+
+class Peering:
+    """The agent's side of peer-to-peer: its server, its published address, `attach` for downloads."""
+
+    def __init__(self, config: PeerConfig, api: client.ApiClient, node_name: str, layout: StoreLayout) -> None:
+        self.config = config
+        self.custom = client.CustomObjectsApi(api)
+        self.node_name = node_name
+        self.server = PeerServer(layout, config.secret, config.bind, config.limits)
+
+    def start(self) -> None:
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def status_fields(self) -> dict[str, Any]:
+        return {"peer": {"address": self.config.address}}
+
+    def attach(self, ref: CacheRef, plan: Plan, options: Options, *, report: Report) -> None:
+        """Set `options.peers` when peers hold `plan`, after waiting for a leader if one is fetching it."""
+        skipped: set[str] = set()
+        watched: tuple[str, Any, float] | None = None  # (leader, what it showed, since when)
+        while True:
+            others = self._others(ref)
+            ready = [
+                _address(o)
+                for o in others
+                if _phase(o) == names.PHASE_READY and o["status"].get("resolvedRevision") == plan.revision
+            ]
+            ready = [a for a in ready if a]
+            if ready:
+                options.peers = PeerSource(
+                    ready, self.config.secret, ref.namespace, ref.cache, plan.revision, self.config.tuning
+                )
+                log.info("fetching %s/%s from peers %s", ref.namespace, ref.cache, ",".join(ready))
+                return
+            active = {
+                _node(o): o
+                for o in others
+                if _phase(o) in (names.PHASE_PENDING, names.PHASE_DOWNLOADING)
+                and _address(o)
+                and _node(o) not in skipped
+            }
+            leader = min([self.node_name, *active])
+            if leader == self.node_name:
+                return
+            status = active[leader].get("status") or {}
+            shows = (status.get("phase"), (status.get("progress") or {}).get("bytesDone"), status.get("message"))
+            now = time.monotonic()
+            if watched is None or watched[:2] != (leader, shows):
+                watched = (leader, shows, now)
+            elif now - watched[2] > self.config.stall_seconds:
+                log.warning("leader %s made no progress for %.0fs; not waiting for it", leader, now - watched[2])
+                skipped.add(leader)
+                continue
+            report(
+                ref,
+                f"waiting for node {leader}, which is fetching this model from the origin; "
+                "it is copied from there once Ready",
+            )
+            if options.cancel.wait(self.config.poll_seconds):
+                raise DownloadCancelled()
+
+    def _others(self, ref: CacheRef) -> list[Obj]:
+        """Other nodes' ModelCacheNodes of this cache; [] when the API cannot say (origin then)."""
+        try:
+            listed = self.custom.list_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                ref.namespace,
+                names.MODELCACHENODE_PLURAL,
+                label_selector=f"{names.LABEL_MODEL_CACHE}={ref.cache}",
+            )
+        except Exception as err:  # peers are an optimisation: never fail a download on them
+            log.warning("listing peers of %s/%s failed: %s", ref.namespace, ref.cache, type(err).__name__)
+            return []
+        items: list[Obj] = list(listed.get("items") or [])
+        return [o for o in items if _node(o) != self.node_name and _node(o)]
+
+
+def _node(obj: Obj) -> str:
+    return str((obj.get("spec") or {}).get("nodeName") or "")
+
+
+def _phase(obj: Obj) -> str:
+    return str((obj.get("status") or {}).get("phase") or "")
+
+
+def _address(obj: Obj) -> str:
+    return str(((obj.get("status") or {}).get("peer") or {}).get("address") or "")
+
+

@@ -1,0 +1,267 @@
+"""The peer server: complete caches' manifest-listed files, read-only, with Range, for other agents.
+
+    GET /v1/caches/<namespace>/<cache>/<resolvedRevision>/files/<path>
+
+A file is found by looking its path up in the cache's `.praesto-manifest.json`,
+never by joining the URL onto the filesystem, so nothing else on the node can be
+named; a cache without its complete marker, another revision, or a path the
+manifest does not list answers 404. Every request must carry a signature (auth.py)
+or gets 401. A node-wide cap on concurrent uploads (503 + Retry-After beyond it)
+and on bytes/s keep a node's disk and NIC for its own Pods. Bytes go out with
+`os.sendfile` straight from the page cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from praesto.agent.peers import auth
+
+from praesto import names
+from praesto.store import StoreLayout, read_json
+
+log = logging.getLogger("praesto.peers")
+
+PREFIX = "/v1/caches/"
+_ROUTE = re.compile(r"^/v1/caches/([^/]+)/([^/]+)/([^/]+)/files/(.+)$")
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+SENDFILE_CHUNK = 4 << 20
+
+
+def file_path(namespace: str, cache: str, revision: str, quoted_path: str) -> str:
+    """The request path for one file; `quoted_path` is already URL-quoted."""
+    return f"{PREFIX}{namespace}/{cache}/{revision}/files/{quoted_path}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_uploads: int = 8  # concurrent file responses; more get 503
+    rate: int = 0  # bytes/s over all uploads of this node; 0 = unlimited
+
+
+class RateLimiter:
+    """Node-wide token bucket: `take(n)` returns how many bytes may go now (waits if none)."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._tokens = float(rate)
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self, want: int) -> int:
+        if self.rate <= 0:
+            return want
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                self._tokens = min(float(self.rate), self._tokens + (now - self._at) * self.rate)
+                self._at = now
+                if self._tokens >= 1:
+                    got = int(min(want, self._tokens, max(1, self.rate // 20)))
+                    self._tokens -= got
+                    return got
+                wait = (1 - self._tokens) / self.rate
+            time.sleep(max(wait, 0.001))
+
+
+class PeerServer(ThreadingHTTPServer):
+    """`PeerServer(layout, secret, (host, port))`, then `start()`; `stop()` also cuts open transfers."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 64
+
+    def __init__(
+        self, layout: StoreLayout, secret: bytes, address: tuple[str, int], limits: Limits | None = None
+    ) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, _Handler)
+        self.layout = layout
+        self.secret = secret
+        self.limits = limits or Limits()
+        self.uploads = threading.BoundedSemaphore(max(1, self.limits.max_uploads))
+        self.rate = RateLimiter(self.limits.rate)
+        self.bytes_served = 0
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._manifests: dict[str, tuple[tuple[int, int, int], dict[str, dict[str, Any]], str]] = {}
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        host, port = self.server_address[:2]
+        return f"{host!s}:{port}"
+
+    def start(self) -> PeerServer:
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.1}, name="praesto-peer-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting and close every open connection (as a node going away would)."""
+        self.shutdown()
+        self.server_close()
+        with self._lock:
+            conns, self._open = list(self._open), set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def track(self, conn: socket.socket, alive: bool) -> None:
+        with self._lock:
+            (self._open.add if alive else self._open.discard)(conn)
+
+    def served(self, n: int) -> None:
+        with self._lock:
+            self.bytes_served += n
+
+    def manifest_files(self, namespace: str, cache: str) -> tuple[dict[str, dict[str, Any]], str] | None:
+        """(path -> manifest entry, resolved revision) of a complete cache, or None."""
+        if not (names.is_dns_label(namespace) and names.is_dns_label(cache)):
+            return None
+        layout = self.layout
+        try:
+            marker = os.stat(layout.complete_marker(namespace, cache))
+            manifest = os.stat(layout.manifest_path(namespace, cache))
+        except OSError:
+            return None
+        stamp = (marker.st_mtime_ns, manifest.st_ino, manifest.st_mtime_ns)
+        key = f"{namespace}/{cache}"
+        with self._lock:
+            cached = self._manifests.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1], cached[2]
+        data = read_json(layout.manifest_path(namespace, cache)) or {}
+        files = {
+            str(f["path"]): f
+            for f in data.get("files") or []
+            if isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("size"), int)
+        }
+        revision = str(data.get("resolvedRevision") or "")
+        with self._lock:
+            self._manifests[key] = (stamp, files, revision)
+        return files, revision
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: PeerServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("peer %s " + format, self.client_address[0], *args)
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection, True)
+
+    def finish(self) -> None:
+        self.server.track(self.connection, False)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def do_GET(self) -> None:
+        raw = urlsplit(self.path).path
+        if not auth.verify(self.server.secret, self.headers.get("Authorization"), "GET", raw):
+            return self._error(
+                401, "Authorization: missing, expired or wrongly signed; peers sign with the chart's peer secret"
+            )
+        match = _ROUTE.match(raw)
+        if match is None:
+            return self._error(404, f"{raw}: not a peer file path ({PREFIX}<ns>/<cache>/<rev>/files/<path>)")
+        namespace, cache, revision, path = (unquote(g) for g in match.groups())
+        found = self.server.manifest_files(namespace, cache)
+        if found is None or found[1] != revision:
+            return self._error(404, f"cache {namespace}/{cache} at {revision[:12]} is not complete on this node")
+        entry = found[0].get(path)
+        if entry is None:
+            return self._error(404, f"{path!r} is not in the manifest of {namespace}/{cache}")
+        if not self.server.uploads.acquire(blocking=False):
+            return self._error(503, "upload limit reached on this node; try another peer", retry_after="1")
+        try:
+            self._send_file(self.server.layout.cache_dir(namespace, cache), entry)
+        finally:
+            self.server.uploads.release()
+
+    def _send_file(self, root: os.PathLike[str], entry: dict[str, Any]) -> None:
+        size = int(entry["size"])
+        try:
+            fd = os.open(os.path.join(root, entry["path"]), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return self._error(404, "the file is gone from this node (evicted)")
+        try:
+            if os.fstat(fd).st_size != size:
+                return self._error(404, "the file on this node does not match its manifest")
+            span = _range(self.headers.get("Range"), size)
+            if span is None:
+                return self._error(416, "Range not satisfiable", content_range=f"bytes */{size}")
+            start, end = span
+            partial = self.headers.get("Range") is not None
+            self.send_response(206 if partial else 200)
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(end - start))
+            if partial:
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+            self.end_headers()
+            self.wfile.flush()
+            self._sendfile(fd, start, end)
+        finally:
+            os.close(fd)
+
+    def _sendfile(self, fd: int, start: int, end: int) -> None:
+        out = self.connection.fileno()
+        offset = start
+        try:
+            while offset < end:
+                want = self.server.rate.take(min(SENDFILE_CHUNK, end - offset))
+                sent = os.sendfile(out, fd, offset, want)
+                if sent == 0:
+                    break
+                offset += sent
+                self.server.served(sent)
+        except OSError:
+            pass  # the client went away, or we are stopping
+        if offset < end:
+            self.close_connection = True
+
+    def _error(self, status: int, message: str, *, retry_after: str = "", content_range: str = "") -> None:
+        body = json.dumps({"error": message}).encode()
+        self.send_response(status)
+        if retry_after:
+            self.send_header("Retry-After", retry_after)
+        if content_range:
+            self.send_header("Content-Range", content_range)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _range(header: str | None, size: int) -> tuple[int, int] | None:
+    """[start, end) for a single-range header (or the whole file); None when unsatisfiable."""
+    if header is None:
+        return 0, size
+    m = _RANGE.match(header.strip())
+    if m is None or not (m[1] or m[2]):
+        return None
+    if m[1]:
+        start = int(m[1])
+        end = min(int(m[2]) + 1, size) if m[2] else size
+    else:
+        start, end = max(0, size - int(m[2])), size
+    if start >= end:
+        return None
+    return start, end

@@ -1,0 +1,166 @@
+"""`PeerSource`: the downloader's `PartSource` backed by other nodes' Ready copies.
+
+Per byte range it asks one peer (files stick to one peer, so bad bytes can be
+blamed on exactly who sent them), moves on to another peer when one is busy
+(503 with Retry-After) and gives the rest of the range back to the origin when
+peers are gone, refuse (401/404/416), answer wrongly, or are slower than
+`Tuning.min_rate` over the range. A peer that fails, or is slow `strikes` times,
+or sent bytes that failed verification is dropped for the rest of the download.
+Nothing a peer says is trusted: hashes come from the origin's plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from praesto.agent.download.api import DownloadCancelled, DownloadError, RemoteFile, Sink
+from praesto.agent.download.http import Expired, Redirect, Target, Transient, Transport
+from praesto.agent.peers import auth
+from praesto.agent.peers.server import file_path
+
+log = logging.getLogger("praesto.peers")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    min_rate: int = 4 << 20  # bytes/s a peer must sustain over a range, else the origin takes over
+    min_seconds: float = 3.0  # every range gets at least this long
+    timeout: float = 5.0  # socket timeout: a peer that stops sending is gone
+    strikes: int = 2  # slow ranges before a peer is dropped
+    busy_pause: float = 0.2  # all peers busy: wait this long, until the range's deadline
+
+
+class _Slow(Exception):
+    pass
+
+
+class PeerSource:
+    def __init__(
+        self,
+        addresses: list[str],
+        secret: bytes,
+        namespace: str,
+        cache: str,
+        revision: str,
+        tuning: Tuning | None = None,
+    ) -> None:
+        self.tuning = tuning or Tuning()
+        self.secret = secret
+        self.prefix = (namespace, cache, revision)
+        self.transport = Transport("http://peer.invalid", None, timeout=self.tuning.timeout)
+        self.alive = list(dict.fromkeys(addresses))
+        self.dropped: dict[str, str] = {}  # address -> why
+        self._lock = threading.Lock()
+        self._load = dict.fromkeys(self.alive, 0)
+        self._owner: dict[str, str] = {}  # file path -> the peer it is fetched from
+        self._sent: dict[str, set[str]] = {}  # file path -> peers that delivered bytes of it
+        self._origin_only: set[str] = set()
+        self._strikes = dict.fromkeys(self.alive, 0)
+
+    # ---- PartSource ------------------------------------------------------------
+    def fetch(self, file: RemoteFile, start: int, end: int, sink: Sink, cancel: threading.Event) -> int:
+        if file.path in self._origin_only:
+            return 0
+        deadline = time.monotonic() + max(self.tuning.min_seconds, (end - start) / self.tuning.min_rate)
+        delivered, tried = 0, set[str]()
+        while start + delivered < end:
+            peer = self._choose(file.path, tried)
+            if peer is None:
+                if not self._all_busy(tried) or time.monotonic() >= deadline:
+                    break
+                if cancel.wait(self.tuning.busy_pause):
+                    raise DownloadCancelled()
+                tried.clear()
+                continue
+            delivered += self._from(peer, file, start + delivered, end, sink, cancel, deadline, tried)
+            if time.monotonic() >= deadline:
+                break
+        return delivered
+
+    def blame(self, file: RemoteFile) -> bool:
+        with self._lock:
+            senders = self._sent.pop(file.path, set())
+            self._origin_only.add(file.path)
+        for peer in senders:
+            self._drop(peer, f"sent bytes of {file.path} that failed verification against the origin's hash")
+        return bool(senders)
+
+    # ---- internals ---------------------------------------------------------------
+    def _from(
+        self,
+        peer: str,
+        file: RemoteFile,
+        pos: int,
+        end: int,
+        sink: Sink,
+        cancel: threading.Event,
+        deadline: float,
+        tried: set[str],
+    ) -> int:
+        got = [0]
+
+        def counted(offset: int, chunk: memoryview) -> None:
+            if time.monotonic() > deadline:
+                raise _Slow()
+            if not got[0]:
+                with self._lock:
+                    self._sent.setdefault(file.path, set()).add(peer)
+            sink(offset, chunk)
+            got[0] += len(chunk)
+
+        path = file_path(*self.prefix, quote(file.path))
+        headers = {"Authorization": auth.sign(self.secret, "GET", path)}
+        try:
+            self.transport.fetch(Target(f"http://{peer}{path}", False), pos, end, counted, cancel, headers)
+        except _Slow:
+            self._strike(peer)
+        except Transient as err:
+            if err.retry_after is not None:  # busy: it said when to come back
+                tried.add(peer)
+            else:
+                self._drop(peer, str(err))
+        except (DownloadError, Expired, Redirect) as err:
+            self._drop(peer, str(err))
+        finally:
+            with self._lock:
+                self._load[peer] = self._load.get(peer, 1) - 1
+        return got[0]
+
+    def _choose(self, path: str, tried: set[str]) -> str | None:
+        """The file's own peer if usable, else the least loaded one (which then owns the file)."""
+        with self._lock:
+            usable = [p for p in self.alive if p not in tried]
+            if not usable:
+                return None
+            owner = self._owner.get(path)
+            peer = owner if owner in usable else min(usable, key=lambda p: self._load[p])
+            if owner not in self.alive:
+                self._owner[path] = peer
+            self._load[peer] += 1
+            return peer
+
+    def _all_busy(self, tried: set[str]) -> bool:
+        with self._lock:
+            return bool(self.alive) and all(p in tried for p in self.alive)
+
+    def _strike(self, peer: str) -> None:
+        with self._lock:
+            self._strikes[peer] = self._strikes.get(peer, 0) + 1
+            out = self._strikes[peer] >= self.tuning.strikes
+        if out:
+            self._drop(peer, f"slower than {self.tuning.min_rate >> 20} MiB/s {self.tuning.strikes} times")
+
+    def _drop(self, peer: str, why: str) -> None:
+        with self._lock:
+            if peer not in self.alive:
+                return
+            self.alive.remove(peer)
+            self.dropped[peer] = why
+        log.warning("peer %s dropped for this download: %s", peer, why)
+
+    def close(self) -> None:
+        self.transport.close()
