@@ -1,6 +1,6 @@
 """Downloader shared by the agent, the PVC-mode Job and users.
 
-`plan(source, options)` resolves a source to a commit and its files (no bytes yet, so
+`plan(source, options)` resolves a source (hf://, s3://, gs://, az://) to a revision and its files (no bytes yet, so
 capacity can be checked first); `download(plan, dest, options)` fetches, verifies and
 publishes atomically. Failures are `DownloadError` with a reason from `REASONS`.
 """
@@ -15,8 +15,7 @@ from praesto.agent.download.api import (
     RemoteFile,
     Result,
 )
-from praesto.agent.download.download import download
-from praesto.agent.download.hfplan import plan
+from praesto.agent.download.download import download, plan
 
 __all__ = [
     "REASONS",

@@ -56,6 +56,7 @@ class RemoteFile:
     md5: str | None = None  # object stores: a single-part S3 ETag is the content MD5
     etag: str | None = None  # object stores: fetched with If-Match, so a changed object is noticed
     version: str | None = None  # object stores: the object version planned (versioned buckets)
+    key: str | None = None  # object stores: the object's key in its bucket
 
     def mismatch(self, sha256: str, second: str | None) -> tuple[str, str] | None:
         """(expected, got) when computed digests contradict the listing; None when they agree.

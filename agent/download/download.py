@@ -12,30 +12,49 @@ import shutil
 import time
 from pathlib import Path
 
+from praesto.agent.download import hfplan, objfetch, objplan
 from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, Result
 from praesto.agent.download.engine import NO_SPACE, Engine
 from praesto.agent.download.hfplan import endpoint_of
 from praesto.agent.download.publish import is_published, publish, staging_for
 
 from praesto.quantity import format_bytes
+from praesto.spec import Source
 
 log = logging.getLogger("praesto.download")
+
+
+def plan(source: Source, options: Options) -> Plan:
+    """Resolve a source (hf://, s3://, gs://, az://) to an exact revision and its files."""
+    if source.scheme == "hf":
+        return hfplan.plan(source, options)
+    return objplan.plan(source, options)
+
+
+def check_size(plan: Plan, options: Options) -> None:
+    """Refuse, before a byte is written, a source larger than the volume it must fit."""
+    if options.max_bytes is not None and plan.total_bytes > options.max_bytes:
+        raise DownloadError(
+            "SizeExceedsRequest",
+            f"{plan.source.uri} is {format_bytes(plan.total_bytes)} ({plan.total_bytes} bytes) but the volume "
+            f"holds {format_bytes(options.max_bytes)} ({options.max_bytes} bytes, spec.storage.size); "
+            "raise storage.size on the ModelCache to at least the model's size",
+        )
 
 
 def download(plan: Plan, dest: Path, options: Options) -> Result:
     """Fetch, verify and publish `plan` at `dest`; idempotent when `dest` already holds it."""
     started = time.monotonic()
-    if plan.source.scheme != "hf":
-        raise DownloadError(
-            "SourceUnavailable",
-            f"{plan.source.uri}: object stores come in a later release; use hf://org/name",
-        )
+    check_size(plan, options)
     dest = Path(dest)
     if is_published(dest, plan):
         log.info("already complete dest=%s commit=%s", dest, plan.revision)
         return Result(plan, seconds=time.monotonic() - started)
     staging, pvc = staging_for(dest, options)
-    engine = Engine(plan, staging, endpoint_of(options), options)
+    if plan.source.scheme == "hf":
+        engine = Engine(plan, staging, endpoint_of(options), options)
+    else:
+        engine = objfetch.engine_for(plan, staging, options)
     try:
         try:
             engine.prepare()
@@ -69,4 +88,4 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
     return result
 
 
-__all__ = ["download"]
+__all__ = ["check_size", "download", "plan"]

@@ -78,6 +78,10 @@ def manifest_for(plan: Plan, sha256: dict[str, str]) -> dict[str, Any]:
         entry: dict[str, Any] = {"path": f.path, "size": f.size, "sha256": sha256[f.path]}
         if f.git_sha1:
             entry["gitBlobSha1"] = f.git_sha1
+        if f.etag:  # object stores: exactly which object version was cached
+            entry["etag"] = f.etag
+        if f.version:
+            entry["version"] = f.version
         files.append(entry)
     return {
         "source": plan.source.uri,
