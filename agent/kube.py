@@ -222,6 +222,8 @@ class Watcher:
                 log.info("watch expired; relisting", extra={"node": self.api.node_name})
                 self.resource_version = None
             except Exception as err:
+                if self.stop.is_set():
+                    return  # abort_watch() closed the connection on purpose
                 delay = self.backoff.next()
                 log.warning(
                     "watch failed; retrying",
