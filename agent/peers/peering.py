@@ -41,11 +41,11 @@ Report = Callable[[CacheRef, str], None]
 
 @dataclass(frozen=True)
 class PeerConfig:
-    address: str  # host:port other agents reach this one on (status.peer.address)
+    address: str  # host:port other agents reach this one on (status.peer.address); "" = where it binds
     secret: bytes = field(repr=False)
     bind: tuple[str, int] = ("0.0.0.0", 0)  # where the server listens
-    limits: Limits = Limits()
-    tuning: Tuning = Tuning()
+    limits: Limits = field(default_factory=Limits)
+    tuning: Tuning = field(default_factory=Tuning)
     poll_seconds: float = 2.0  # how often a waiting agent looks at the leader
     stall_seconds: float = 60.0  # a leader whose status does not move this long is skipped
 
@@ -53,11 +53,14 @@ class PeerConfig:
 class Peering:
     """The agent's side of peer-to-peer: its server, its published address, `attach` for downloads."""
 
-    def __init__(self, config: PeerConfig, api: client.ApiClient, node_name: str, layout: StoreLayout) -> None:
+    def __init__(
+        self, config: PeerConfig, api: client.ApiClient, node_name: str, layout: StoreLayout
+    ) -> None:
         self.config = config
         self.custom = client.CustomObjectsApi(api)
         self.node_name = node_name
         self.server = PeerServer(layout, config.secret, config.bind, config.limits)
+        self.address = config.address or self.server.address
 
     def start(self) -> None:
         self.server.start()
@@ -66,7 +69,7 @@ class Peering:
         self.server.stop()
 
     def status_fields(self) -> dict[str, Any]:
-        return {"peer": {"address": self.config.address}}
+        return {"peer": {"address": self.address}}
 
     def attach(self, ref: CacheRef, plan: Plan, options: Options, *, report: Report) -> None:
         """Set `options.peers` when peers hold `plan`, after waiting for a leader if one is fetching it."""
@@ -97,12 +100,18 @@ class Peering:
             if leader == self.node_name:
                 return
             status = active[leader].get("status") or {}
-            shows = (status.get("phase"), (status.get("progress") or {}).get("bytesDone"), status.get("message"))
+            shows = (
+                status.get("phase"),
+                (status.get("progress") or {}).get("bytesDone"),
+                status.get("message"),
+            )
             now = time.monotonic()
             if watched is None or watched[:2] != (leader, shows):
                 watched = (leader, shows, now)
             elif now - watched[2] > self.config.stall_seconds:
-                log.warning("leader %s made no progress for %.0fs; not waiting for it", leader, now - watched[2])
+                log.warning(
+                    "leader %s made no progress for %.0fs; not waiting for it", leader, now - watched[2]
+                )
                 skipped.add(leader)
                 continue
             report(
@@ -140,5 +149,3 @@ def _phase(obj: Obj) -> str:
 
 def _address(obj: Obj) -> str:
     return str(((obj.get("status") or {}).get("peer") or {}).get("address") or "")
-
-

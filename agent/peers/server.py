@@ -176,7 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
         raw = urlsplit(self.path).path
         if not auth.verify(self.server.secret, self.headers.get("Authorization"), "GET", raw):
             return self._error(
-                401, "Authorization: missing, expired or wrongly signed; peers sign with the chart's peer secret"
+                401,
+                "Authorization: missing, expired or wrongly signed; peers sign with the chart's peer secret",
             )
         match = _ROUTE.match(raw)
         if match is None:
@@ -184,7 +185,9 @@ class _Handler(BaseHTTPRequestHandler):
         namespace, cache, revision, path = (unquote(g) for g in match.groups())
         found = self.server.manifest_files(namespace, cache)
         if found is None or found[1] != revision:
-            return self._error(404, f"cache {namespace}/{cache} at {revision[:12]} is not complete on this node")
+            return self._error(
+                404, f"cache {namespace}/{cache} at {revision[:12]} is not complete on this node"
+            )
         entry = found[0].get(path)
         if entry is None:
             return self._error(404, f"{path!r} is not in the manifest of {namespace}/{cache}")

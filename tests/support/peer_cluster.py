@@ -1,0 +1,160 @@
+"""Several full node agents on one machine, sharing one API emulator and one local hub.
+
+Each node has its own base path, its own `kubernetes` client and its own peer
+server on its own loopback address (127.0.0.2, .3, ...), so agents find each
+other through ModelCacheNode status exactly as in a cluster. Timings are shrunk.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from praesto.agent import logs
+from praesto.agent.kube import Backoff, KubeApi
+from praesto.agent.metrics import AgentMetrics
+from praesto.agent.peers.peering import PeerConfig, Peering
+from praesto.agent.peers.server import Limits
+from praesto.agent.peers.source import Tuning
+from praesto.agent.reconcile import Agent, AgentConfig
+
+from praesto import names
+from praesto.store import StoreLayout
+from tests.support.hub import LocalHub
+from tests.support.kube import KubeEmulator
+
+MCN = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
+NAMESPACE = "team-a"
+Obj = dict[str, Any]
+
+
+@dataclass
+class Node:
+    name: str
+    base: Path
+    host: str
+    agent: Agent | None = None
+
+    @property
+    def layout(self) -> StoreLayout:
+        return StoreLayout(self.base)
+
+    @property
+    def peering(self) -> Peering:
+        assert self.agent is not None and self.agent.peering is not None
+        return self.agent.peering
+
+
+@dataclass
+class Cluster:
+    kube: KubeEmulator
+    hub: LocalHub
+    tmp: Path
+    secret: bytes = field(default_factory=lambda: os.urandom(32).hex().encode())
+    nodes: dict[str, Node] = field(default_factory=dict)
+    log: io.StringIO = field(default_factory=io.StringIO)
+
+    def start(
+        self,
+        name: str,
+        *,
+        limits: Limits | None = None,
+        tuning: Tuning | None = None,
+        secret: bytes | None = None,
+        stall_seconds: float = 10.0,
+    ) -> Node:
+        node = self.nodes.get(name) or Node(name, self.tmp / name, f"127.0.0.{len(self.nodes) + 2}")
+        node.base.mkdir(exist_ok=True)
+        self.nodes[name] = node
+        api = self.kube.api_client()
+        peer = PeerConfig(
+            address="",
+            secret=secret or self.secret,
+            bind=(node.host, 0),
+            limits=limits or Limits(),
+            tuning=tuning or Tuning(min_seconds=20.0),
+            poll_seconds=0.1,
+            stall_seconds=stall_seconds,
+        )
+        config = AgentConfig(
+            node_name=name, base_path=node.base, endpoint=self.hub.endpoint, concurrency=4, reserve="0",
+            tick_seconds=0.1, progress_seconds=0.2, retry_initial=0.2, retry_max=1.0,
+            watch_backoff=Backoff(0.05, 0.5),
+        )  # fmt: skip
+        node.agent = Agent(
+            config,
+            KubeApi(api, name, watch_timeout=5),
+            AgentMetrics.create(),
+            peering=Peering(peer, api, name, node.layout),
+        ).start()
+        return node
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            if node.agent is not None:
+                node.agent.stop()
+                node.agent = None
+
+    def select(self, cache: str, node: str, repo: str | None = None) -> Obj:
+        """The ModelCacheNode the sync hook would create for `cache` on `node`."""
+        return self.kube.create(
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": names.MODELCACHENODE_KIND,
+                "metadata": {
+                    "name": names.modelcachenode_name(cache, node),
+                    "namespace": NAMESPACE,
+                    "labels": {
+                        names.LABEL_NODE: names.node_label_value(node),
+                        names.LABEL_MODEL_CACHE: cache,
+                    },
+                },
+                "spec": {
+                    "modelCacheName": cache,
+                    "nodeName": node,
+                    "source": {"uri": f"hf://{repo or 'org/' + cache}", "revision": "main"},
+                    "size": "1Gi",
+                },
+            }
+        )
+
+    def status(self, cache: str, node: str) -> Obj:
+        obj = self.kube.get(MCN, names.modelcachenode_name(cache, node), NAMESPACE) or {}
+        return dict(obj.get("status") or {})
+
+    def wait_ready(self, cache: str, nodes: list[str], timeout: float = 60.0) -> None:
+        try:
+            self.kube.wait_until(
+                lambda: all(self.status(cache, n).get("phase") == names.PHASE_READY for n in nodes),
+                timeout,
+                f"{cache} Ready on {nodes}",
+            )
+        except TimeoutError as err:
+            states = {
+                n: (self.status(cache, n).get("phase"), self.status(cache, n).get("message")) for n in nodes
+            }
+            raise TimeoutError(f"{err}: {states}; log tail:\n{self.log.getvalue()[-3000:]}") from None
+
+    def files(self, cache: str, node: str) -> dict[str, bytes]:
+        root = self.nodes[node].layout.cache_dir(NAMESPACE, cache)
+        return {
+            str(p.relative_to(root)): p.read_bytes()
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.startswith(".praesto")
+        }
+
+
+@contextmanager
+def cluster(tmp: Path) -> Iterator[Cluster]:
+    with KubeEmulator() as kube, LocalHub(tmp / "hub") as hub:
+        c = Cluster(kube, hub, tmp)
+        logs.configure("DEBUG", c.log)
+        try:
+            yield c
+        finally:
+            c.stop()
