@@ -2,17 +2,22 @@
 
     praesto-agent download hf://org/name[:rev] --dest DIR [--revision R] [--token-file F]
                   [--endpoint URL] [--concurrency N] [--allow GLOB]... [--ignore GLOB]...
+                  [--max-bytes QUANTITY]
+    praesto-agent download s3://bucket/prefix --dest DIR [--credentials-dir D]   (also gs://, az://)
     praesto-agent wait --path DIR [--timeout SECONDS]
     praesto-agent run ...            (the DaemonSet process; see `praesto-agent run --help`)
 
 Exit codes (download): 0 published (or already complete); 1 failed for good (the
 reason says why: RepoNotFound, Unauthorized, GatedRepo, RevisionNotFound,
-ChecksumMismatch, InsufficientDiskSpace, InvalidRepoFile, SourceUnavailable); 2 bad
+ChecksumMismatch, InsufficientDiskSpace, InvalidRepoFile, WaitingForCredentials,
+SizeExceedsRequest, SourceUnavailable); 2 bad
 usage; 75 temporary failure, run again to resume; 130 interrupted (SIGINT/SIGTERM),
 staging kept for resume. wait: 0 complete, 1 timed out, 2 bad usage.
 
 The token comes from --token-file or HF_TOKEN, is held in memory only, and is never
-printed: every line this command writes is scrubbed of it.
+printed: every line this command writes is scrubbed of it. Object-store credentials
+come from the environment (AWS_ACCESS_KEY_ID, ...; see download/objcreds.py) and from
+the files of a mounted Secret in --credentials-dir (the PVC-mode Job), scrubbed alike.
 """
 
 from __future__ import annotations
@@ -28,31 +33,42 @@ from pathlib import Path
 from types import FrameType
 
 from praesto.agent.download import DownloadCancelled, DownloadError, Options, download, plan
+from praesto.agent.download.objcreds import settings_from_env
 
 from praesto import names
-from praesto.quantity import format_bytes
+from praesto.quantity import QuantityError, format_bytes, parse_quantity
 from praesto.spec import parse_uri
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TEMPFAIL, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
 
 
 class _Scrub(logging.Filter):
-    """Last line of defence: no log record carries the token."""
+    """Last line of defence: no log record carries the token or a credential."""
 
     def __init__(self, secret: str | None) -> None:
         super().__init__()
         self.secret = secret
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.secret and self.secret in record.getMessage():
-            record.msg, record.args = record.getMessage().replace(self.secret, "***"), None
+        message = record.getMessage()
+        scrubbed = _scrub(message, self.secret)
+        if scrubbed != message:
+            record.msg, record.args = scrubbed, None
         return True
 
 
+_SECRETS: list[str] = []  # credential values seen by this process (memory only)
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    for value in [secret, *_SECRETS]:
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
 def _say(text: str, secret: str | None, stream: object = sys.stderr) -> None:
-    if secret:
-        text = text.replace(secret, "***")
-    print(text, file=stream, flush=True)  # type: ignore[call-overload]
+    print(_scrub(text, secret), file=stream, flush=True)  # type: ignore[call-overload]
 
 
 def _read_token(args: argparse.Namespace) -> str | None:
@@ -74,6 +90,14 @@ def _download(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.revision:
         source = source.with_revision(args.revision)
+    try:
+        max_bytes = parse_quantity(args.max_bytes) if args.max_bytes else None
+    except QuantityError as error:
+        _say(f"error: --max-bytes: {error}; e.g. --max-bytes 20Gi", None)
+        return EXIT_USAGE
+    credentials_dir = Path(args.credentials_dir) if args.credentials_dir else None
+    credentials = settings_from_env(os.environ, credentials_dir) if source.scheme != "hf" else None
+    _SECRETS.extend(v for v in (credentials or {}).values() if v)
     if args.allow or args.ignore:
         source = type(source)(
             source.scheme, source.location, source.revision, tuple(args.allow), tuple(args.ignore)
@@ -110,6 +134,9 @@ def _download(args: argparse.Namespace) -> int:
         progress=progress,
         cancel=cancel,
         part_size=args.part_size << 20,
+        credentials=credentials,
+        credentials_from=f"the files in {credentials_dir}" if credentials_dir else "the environment",
+        max_bytes=max_bytes,
     )
     try:
         resolved = plan(source, options)
@@ -168,7 +195,9 @@ def build_parser(with_run: bool) -> argparse.ArgumentParser:
     dl = sub.add_parser(
         "download", parents=[common], help="download a model into a directory, verified, atomically"
     )
-    dl.add_argument("source", metavar="SOURCE", help="hf://org/name[:revision]")
+    dl.add_argument(
+        "source", metavar="SOURCE", help="hf://org/name[:revision], s3://, gs:// or az://bucket/prefix"
+    )
     dl.add_argument(
         "--dest", required=True, help="directory to publish (created, or filled in place if it exists)"
     )
@@ -176,8 +205,27 @@ def build_parser(with_run: bool) -> argparse.ArgumentParser:
     dl.add_argument("--token-file", help="file holding a Hugging Face token (default: $HF_TOKEN)")
     dl.add_argument("--endpoint", default=None, help="Hub endpoint or mirror (default: $HF_ENDPOINT)")
     dl.add_argument("--concurrency", type=_positive, default=Options.concurrency, help="parallel connections")
-    dl.add_argument("--allow", action="append", default=[], metavar="GLOB", help="only files matching")
-    dl.add_argument("--ignore", action="append", default=[], metavar="GLOB", help="skip files matching")
+    dl.add_argument(
+        "--allow", "--allow-pattern", action="append", default=[], metavar="GLOB", help="only files matching"
+    )
+    dl.add_argument(
+        "--ignore",
+        "--ignore-pattern",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="skip files matching",
+    )
+    dl.add_argument(
+        "--credentials-dir",
+        default=os.environ.get("PRAESTO_CREDENTIALS_DIR"),
+        help="object stores: a mounted credentials Secret (one file per key, e.g. AWS_ACCESS_KEY_ID)",
+    )
+    dl.add_argument(
+        "--max-bytes",
+        metavar="QUANTITY",
+        help="refuse, before writing, a source larger than this (e.g. 20Gi)",
+    )
     dl.add_argument("--blobs-dir", help="content-addressed dir for dedup hard links (same filesystem)")
     dl.add_argument("--staging-dir", help="where to stage (same filesystem as --dest)")
     dl.add_argument("--part-size", type=_positive, default=Options.part_size >> 20, help="MiB per byte range")

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import obstore
-from obstore.exceptions import BaseError, NotFoundError, PreconditionError
+from obstore.exceptions import NotFoundError, PreconditionError
 from praesto.agent.download.api import DownloadCancelled, Options, Plan, RemoteFile
 from praesto.agent.download.engine import Engine
 from praesto.agent.download.http import CHUNK, Target, Transient
 from praesto.agent.download.objcreds import StoreConfig
-from praesto.agent.download.objplan import Store, config_for, open_store, translate
+from praesto.agent.download.objplan import STORE_ERRORS, Store, config_for, open_store, translate
 
 
 class ObjectSource:
@@ -47,25 +47,32 @@ class ObjectSource:
             options["version"] = f.version
         offset = start
         try:
-            result = obstore.get(self.store, f.key or f.path, options=options)
-            for chunk in result.stream(min_chunk_size=CHUNK):
-                if cancel.is_set():
-                    raise DownloadCancelled()
-                view = memoryview(chunk)
-                take = min(len(view), end - offset)
-                if take:
-                    sink(offset, view[:take])
-                    offset += take
-        except BaseError as error:
-            mapped = translate(error, self.uri, self.cfg, f"reading {f.path}")
-            if mapped.retryable and not isinstance(error, NotFoundError | PreconditionError):
-                raise Transient(mapped.message) from None  # the engine retries from where it stopped
-            raise mapped from None  # gone or replaced: plan again
+            stream = obstore.get(self.store, f.key or f.path, options=options).stream(min_chunk_size=CHUNK)
+        except STORE_ERRORS as error:
+            raise self._failure(error, f) from None
+        while offset < end:
+            if cancel.is_set():
+                raise DownloadCancelled()
+            try:
+                chunk = next(stream)
+            except StopIteration:
+                break
+            except STORE_ERRORS as error:  # only the store's: a disk error from sink() stays an OSError
+                raise self._failure(error, f) from None
+            view = memoryview(chunk)[: end - offset]
+            sink(offset, view)
+            offset += len(view)
         if offset < end:
             raise Transient(
                 f"{f.path}: the store closed the stream after {offset - start} of {end - start} bytes"
             )
         return offset - start
+
+    def _failure(self, error: Exception, f: RemoteFile) -> Exception:
+        mapped = translate(error, self.uri, self.cfg, f"reading {f.path}")
+        if mapped.retryable and not isinstance(error, NotFoundError | FileNotFoundError | PreconditionError):
+            return Transient(mapped.message)  # the engine retries from where the stream stopped
+        return mapped  # refused, gone or replaced: fail (replaced or gone: planned again on retry)
 
     def close(self) -> None:
         """Connections belong to the store's pool; nothing per thread to close."""

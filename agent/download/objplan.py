@@ -40,6 +40,8 @@ log = logging.getLogger("praesto.download")
 Store = S3Store | GCSStore | AzureStore
 T = TypeVar("T")
 HEAD_CONCURRENCY = 16
+# obstore raises its own errors, and builtin ones for some (NotFound is a FileNotFoundError)
+STORE_ERRORS = (BaseError, OSError)
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 _CODE = re.compile(r"<Code>([A-Za-z]+)</Code>")
 _STATUS = re.compile(r"status code: (\d{3})")
@@ -78,11 +80,11 @@ def store_call(fn: Callable[[], T], uri: str, cfg: StoreConfig, what: str) -> T:
     """Run one store call; every store error becomes a DownloadError naming cause and fix."""
     try:
         return fn()
-    except BaseError as error:
+    except STORE_ERRORS as error:
         raise translate(error, uri, cfg, what) from None
 
 
-def translate(error: BaseError, uri: str, cfg: StoreConfig, what: str) -> DownloadError:
+def translate(error: Exception, uri: str, cfg: StoreConfig, what: str) -> DownloadError:
     """Store errors as condition reasons. The text quoted is the store's error code only:
     never the raw message (it may carry a signed URL)."""
     text = str(error)
@@ -96,7 +98,9 @@ def translate(error: BaseError, uri: str, cfg: StoreConfig, what: str) -> Downlo
             "RepoNotFound",
             f"{uri}: the bucket {cfg.bucket!r} does not exist{detail}; check the bucket name and the endpoint",
         )
-    refused = isinstance(error, PermissionDeniedError | UnauthenticatedError) or code in REFUSED
+    refused = (
+        isinstance(error, PermissionDeniedError | UnauthenticatedError | PermissionError) or code in REFUSED
+    )
     if refused or status in (401, 403):
         if not cfg.credentialed:
             return DownloadError(
@@ -115,7 +119,7 @@ def translate(error: BaseError, uri: str, cfg: StoreConfig, what: str) -> Downlo
             "SourceUnavailable", f"{uri}: an object changed while it was downloaded; it will be planned again",
             retryable=True,
         )  # fmt: skip
-    if isinstance(error, NotFoundError):
+    if isinstance(error, NotFoundError | FileNotFoundError):
         return DownloadError(
             "SourceUnavailable", f"{uri}: an object vanished during {what}; it will be planned again",
             retryable=True,
@@ -168,7 +172,7 @@ def _list(store: Store, prefix: str) -> list[tuple[str, dict[str, Any]]]:
 def _head_or_none(store: Store, key: str) -> dict[str, Any] | None:
     try:
         return dict(obstore.head(store, key))
-    except NotFoundError:
+    except (NotFoundError, FileNotFoundError):
         return None
 
 

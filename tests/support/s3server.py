@@ -113,7 +113,10 @@ class S3Server:
             region_name=REGION,
         )
         iam.create_user(UserName="praesto")
-        iam.attach_user_policy(UserName="praesto", PolicyArn="arn:aws:iam::aws:policy/AdministratorAccess")
+        policy = (
+            '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'
+        )
+        iam.put_user_policy(UserName="praesto", PolicyName="all", PolicyDocument=policy)
         key = iam.create_access_key(UserName="praesto")["AccessKey"]
         return key["AccessKeyId"], key["SecretAccessKey"]
 
