@@ -116,6 +116,26 @@ class KubeApi:
 
     # ---- Secrets -----------------------------------------------------------
 
+    def read_secret(self, namespace: str, secret: str) -> tuple[dict[str, str], dict[str, str]]:
+        """(decoded data, annotations) of one Secret, for object-store credentials; raises `SecretUnavailable`."""
+        where = f"Secret {namespace}/{secret}"
+        try:
+            obj = self.core.read_namespaced_secret(secret, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                raise SecretUnavailable(
+                    f"{where} not found; create it with the credential keys for this source "
+                    "(e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); the cache continues once it exists"
+                ) from None
+            if err.status == 403:
+                raise SecretUnavailable(
+                    f"the node agent may not read {where} yet; the ModelCache grants it through Role "
+                    f"praesto-secret-reader-<cache>, the chart through its credentials Role"
+                ) from None
+            raise SecretUnavailable(f"reading {where} failed with HTTP {err.status}; retrying") from None
+        data = {k: base64.b64decode(v).decode(errors="replace") for k, v in (obj.data or {}).items()}
+        return data, dict(obj.metadata.annotations or {}) if obj.metadata else {}
+
     def read_token(self, namespace: str, secret: str, key: str | None) -> str:
         """The token in one Secret key, held only by the caller; raises `SecretUnavailable`."""
         where = f"Secret {namespace}/{secret}"

@@ -328,7 +328,7 @@ class Agent(Removal):
             self._set(
                 obj,
                 names.PHASE_PENDING,
-                st.REASON_WAITING_FOR_SECRET,
+                outcome.waiting_reason,
                 f"{outcome.waiting}; retrying in {delay:.0f}s",
             )
         elif outcome.error is not None:

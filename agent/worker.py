@@ -15,12 +15,15 @@ from typing import Any
 
 from praesto.agent import capacity, eviction, logs
 from praesto.agent.download import api as dlapi
+from praesto.agent.download.objcreds import settings_from_secret
 from praesto.agent.kube import KubeApi, SecretUnavailable
 
 from praesto import store
 from praesto.quantity import format_bytes
 from praesto.spec import Source
 from praesto.store import StoreLayout
+
+CLUSTER_SECRET_ENV = "PRAESTO_CREDENTIALS_SECRET"  # noqa: S105 - chart credentials.secretRef: "namespace/name"
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,8 @@ class Outcome:
     ref: CacheRef
     result: dlapi.Result | None = None
     error: dlapi.DownloadError | None = None
-    waiting: str | None = None  # WaitingForSecret message
+    waiting: str | None = None  # why the download waits (a Secret, a credential)
+    waiting_reason: str = "WaitingForSecret"  # or WaitingForCredentials
     cancelled: bool = False
     evicted: list[tuple[str, str]] = field(default_factory=list)  # (namespace, cache) made room
 
@@ -148,10 +152,12 @@ class Job:
     def run(self) -> Outcome:
         out = Outcome(self.ref)
         try:
-            token = self._token()
+            token, credentials, where = self._credentials()
             options = dlapi.Options(
                 endpoint=self.options.endpoint,
                 token=token,
+                credentials=credentials,
+                credentials_from=where,
                 concurrency=self.options.concurrency,
                 blobs_dir=self.layout.blobs_dir,
                 staging_dir=self.layout.staging_dir(self.ref.namespace, self.ref.cache),
@@ -187,6 +193,8 @@ class Job:
         except dlapi.DownloadError as err:
             if self.cancel.is_set():
                 out.cancelled = True
+            elif err.reason == "WaitingForCredentials":  # no crash loop: wait with backoff, say why
+                out.waiting, out.waiting_reason = err.message, err.reason
             else:
                 out.error = err
         except Exception as err:  # a bug or an OS error: report it as a retryable failure, never crash
@@ -199,11 +207,27 @@ class Job:
                 )
         return out
 
-    def _token(self) -> str | None:
-        ref = self.ref.source.secret_ref
-        if ref is None:
-            return None
-        return self.kube.read_token(self.ref.namespace, ref.name, ref.key)
+    def _credentials(self) -> tuple[str | None, dict[str, str] | None, str]:
+        """(HF token, object-store settings, where from), read per attempt so Secret edits apply.
+
+        The cache's own secretRef wins; else the chart's credentials Secret (env
+        PRAESTO_CREDENTIALS_SECRET, "namespace/name"); else none (workload identity or anonymous).
+        """
+        source, ref = self.ref.source, self.ref.source.secret_ref
+        if ref is not None and source.scheme == "hf":
+            return self.kube.read_token(self.ref.namespace, ref.name, ref.key), None, ""
+        if ref is not None:
+            namespace, name = self.ref.namespace, ref.name
+        elif "/" in os.environ.get(CLUSTER_SECRET_ENV, ""):
+            namespace, name = os.environ[CLUSTER_SECRET_ENV].split("/", 1)
+        else:
+            return None, None, "no credentials"
+        data, annotations = self.kube.read_secret(namespace, name)
+        settings = settings_from_secret(data, annotations)
+        where = f"Secret {namespace}/{name}"
+        if source.scheme == "hf":
+            return settings.get("HF_TOKEN") or None, None, where
+        return None, settings, where
 
 
 def progress_record(phase: str, done: int, total: int, message: str, now: float) -> store.Progress:

@@ -12,9 +12,7 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,7 @@ from praesto.agent.download.objplan import revision_of
 from praesto import names
 from praesto.spec import Source, parse_uri
 from tests.download.conftest import tree_of
-from tests.support.s3server import S3Server
+from tests.support.s3server import S3Server, private_bucket_endpoint
 
 MiB = 1 << 20
 BUCKET = "models"
@@ -145,35 +143,10 @@ def test_wrong_key_is_unauthorized_without_the_secret(s3: S3, caplog: pytest.Log
     assert "AKIAWRONG" not in info.value.message
 
 
-class _PrivateBucket(BaseHTTPRequestHandler):
-    """What S3 answers an unsigned request for a private bucket (moto 5.2.5 answers 500 there)."""
-
-    def do_GET(self) -> None:
-        body = (
-            b"<?xml version='1.0'?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
-        )
-        self.send_response(403)
-        self.send_header("Content-Type", "application/xml")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 def test_anonymous_refusal_waits_for_credentials() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _PrivateBucket)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-        options = Options(credentials={"AWS_ENDPOINT_URL": endpoint})
+    with private_bucket_endpoint() as endpoint:
         with pytest.raises(DownloadError) as info:
-            plan(_src(f"s3://{BUCKET}/llama/v1"), options)
-    finally:
-        server.shutdown()
-        server.server_close()
+            plan(_src(f"s3://{BUCKET}/llama/v1"), Options(credentials={"AWS_ENDPOINT_URL": endpoint}))
     assert info.value.reason == "WaitingForCredentials"
     assert "spec.source.secretRef" in info.value.message and "credentials.secretRef" in info.value.message
 

@@ -18,9 +18,13 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +83,7 @@ class S3Server:
             if self.process.poll() is not None:
                 return False
             try:
-                with urllib.request.urlopen(f"{self.endpoint}/moto-api/data.json", timeout=2):  # noqa: S310
+                with urllib.request.urlopen(f"{self.endpoint}/moto-api/data.json", timeout=2):
                     return True
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 time.sleep(0.05)
@@ -129,3 +133,35 @@ class S3Server:
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_ALLOW_HTTP": "true",
         }
+
+
+class _PrivateBucket(BaseHTTPRequestHandler):
+    """What S3 answers an unsigned request for a private bucket (moto 5.2.5 answers 500 there)."""
+
+    def do_GET(self) -> None:
+        body = (
+            b"<?xml version='1.0'?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+        )
+        self.send_response(403)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def private_bucket_endpoint() -> Iterator[str]:
+    """An S3 endpoint that refuses anonymous requests with 403 AccessDenied, as S3 does."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PrivateBucket)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
