@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import email.utils
 import http.client
+import os
 import random
 import ssl
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
@@ -80,12 +82,14 @@ class Transport:
         conn = pool.get(key)
         if conn is None:
             scheme, netloc = key
+            proxy = proxy_for(scheme, netloc)
+            host = proxy or netloc  # through a proxy: connect to it, then CONNECT-tunnel to the origin
             if scheme == "https":
-                conn = http.client.HTTPSConnection(
-                    netloc, timeout=self.timeout, context=ssl.create_default_context()
-                )
+                conn = http.client.HTTPSConnection(host, timeout=self.timeout, context=tls_context())
             else:
-                conn = http.client.HTTPConnection(netloc, timeout=self.timeout)
+                conn = http.client.HTTPConnection(host, timeout=self.timeout)
+            if proxy:
+                conn.set_tunnel(netloc)
             pool[key] = conn
         return conn
 
@@ -198,6 +202,29 @@ class Transport:
         finally:
             if not resp.isclosed() and resp.length:
                 self._drop(target.url)  # unread body: the connection cannot be reused
+
+
+def tls_context() -> ssl.SSLContext:
+    """System roots plus the chart's extra CA bundle (PRAESTO_CA_BUNDLE, downloads.caBundle)."""
+    context = ssl.create_default_context()
+    extra = os.environ.get("PRAESTO_CA_BUNDLE")
+    if extra and os.path.isfile(extra):
+        context.load_verify_locations(cafile=extra)
+    return context
+
+
+def proxy_for(scheme: str, netloc: str) -> str | None:
+    """host:port of the proxy HTTPS_PROXY/HTTP_PROXY name for this origin, unless NO_PROXY spares it.
+
+    http.client ignores these variables; byte fetches tunnel through the proxy with CONNECT
+    (for http:// origins too, which a proxy must then allow), the way the metadata client
+    (httpx2) reaches https origins through it.
+    """
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(scheme) or proxies.get("https" if scheme == "http" else "http")
+    if not proxy or urllib.request.proxy_bypass_environment(netloc.rsplit(":", 1)[0], proxies):
+        return None
+    return urlsplit(proxy if "://" in proxy else f"http://{proxy}").netloc or None
 
 
 def redact(url: str) -> str:
