@@ -151,7 +151,7 @@ def test_service_exposes_http_hooks_and_https_admission() -> None:
 
 
 def test_network_policy_limits_the_http_port_to_metacontroller() -> None:
-    policy = one(render_objects(), "NetworkPolicy")
+    policy = one(render_objects(), "NetworkPolicy", "praesto-hooks")
     rules = {r["ports"][0]["port"]: r for r in policy["spec"]["ingress"]}
     assert "from" not in rules["https"]
     assert rules["http"]["from"] == [
@@ -164,7 +164,7 @@ def test_network_policy_limits_the_http_port_to_metacontroller() -> None:
             }
         }
     ]
-    external = one(render_objects({"metacontroller": {"enabled": False}}), "NetworkPolicy")
+    external = one(render_objects({"metacontroller": {"enabled": False}}), "NetworkPolicy", "praesto-hooks")
     http_rule = next(r for r in external["spec"]["ingress"] if r["ports"][0]["port"] == "http")
     assert http_rule["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "metacontroller"}
 
@@ -307,7 +307,7 @@ def test_node_daemonset_arguments_are_accepted_by_agent_and_csi() -> None:
     values = {"localCache": {"basePath": "/mnt/ssd/praesto"}, "nodeAgent": {"reserve": "50Gi"}}
     pod = one(render_objects(values), "DaemonSet")["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in pod["containers"]}
-    env = {"NODE_NAME": "worker-1"}
+    env = {"NODE_NAME": "worker-1", "POD_IP": "10.0.0.7"}
 
     agent = containers["agent"]
     assert agent["command"] == ["praesto-agent"]

@@ -22,6 +22,7 @@ from tests.support.kube import KubeEmulator
 from tests.support.kube_discovery import discovery_front
 
 SELF_SIGNED = {"webhooks": {"certManager": {"enabled": False}}}
+TLS_SECRET = f"{RELEASE}-hooks-tls"  # the chart also renders the peer Secret
 SERVICE_NAMES = {
     "praesto-hooks",
     "praesto-hooks.praesto-system",
@@ -41,7 +42,7 @@ def tls_volume_secret(objects: list[dict[str, Any]]) -> str:
 
 def test_cert_manager_chain_and_ca_injection() -> None:
     objects = render_objects()
-    assert not find(objects, "Secret")
+    assert not find(objects, "Secret", TLS_SECRET)
     issuers = {i["metadata"]["name"]: i for i in find(objects, "Issuer")}
     certs = {c["metadata"]["name"]: c for c in find(objects, "Certificate")}
     assert issuers["praesto-selfsigned"]["spec"] == {"selfSigned": {}}
@@ -118,12 +119,12 @@ def cluster_render(url: str, values: dict[str, Any], *, upgrade: bool) -> list[d
 def test_self_signed_certificate_survives_upgrades(cluster: tuple[KubeEmulator, str]) -> None:
     emulator, url = cluster
     first = cluster_render(url, SELF_SIGNED, upgrade=False)
-    secret = one(first, "Secret")
+    secret = one(first, "Secret", TLS_SECRET)
     emulator.create(secret)  # what `helm install` would have applied
 
     for _ in range(2):
         again = cluster_render(url, SELF_SIGNED, upgrade=True)
-        assert one(again, "Secret")["data"] == secret["data"]
+        assert one(again, "Secret", TLS_SECRET)["data"] == secret["data"]
         for config in webhook_configs(again):
             assert config["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
     assert any(r.path.endswith(f"/secrets/{secret['metadata']['name']}") for r in emulator.requests)
@@ -132,8 +133,8 @@ def test_self_signed_certificate_survives_upgrades(cluster: tuple[KubeEmulator, 
 def test_without_the_secret_every_render_makes_a_new_ca(cluster: tuple[KubeEmulator, str]) -> None:
     """Negative control: reuse comes from the lookup, not from deterministic generation."""
     _, url = cluster
-    one_ca = one(cluster_render(url, SELF_SIGNED, upgrade=True), "Secret")["data"]["ca.crt"]
-    other_ca = one(cluster_render(url, SELF_SIGNED, upgrade=True), "Secret")["data"]["ca.crt"]
+    one_ca = one(cluster_render(url, SELF_SIGNED, upgrade=True), "Secret", TLS_SECRET)["data"]["ca.crt"]
+    other_ca = one(cluster_render(url, SELF_SIGNED, upgrade=True), "Secret", TLS_SECRET)["data"]["ca.crt"]
     assert one_ca != other_ca
 
 
@@ -148,6 +149,6 @@ def test_an_incomplete_secret_is_replaced(cluster: tuple[KubeEmulator, str]) -> 
             "data": {"tls.crt": base64.b64encode(b"junk").decode()},
         }
     )
-    data = one(cluster_render(url, SELF_SIGNED, upgrade=True), "Secret")["data"]
+    data = one(cluster_render(url, SELF_SIGNED, upgrade=True), "Secret", TLS_SECRET)["data"]
     assert set(data) == {"tls.crt", "tls.key", "ca.crt"}
     x509.load_pem_x509_certificate(_pem(data["tls.crt"]))
