@@ -50,7 +50,7 @@ def server(tmp_path: Path) -> Iterator[PeerServer]:
 def get(
     srv: PeerServer, path: str, headers: dict[str, str] | None = None, *, secret: bytes | None = SECRET
 ) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
     try:
         sent = dict(headers or {})
         if secret is not None:
@@ -165,7 +165,7 @@ def test_upload_cap_answers_busy_with_retry_after(tmp_path: Path) -> None:
     make_cache(layout)
     srv = PeerServer(layout, SECRET, ("127.0.0.1", 0), Limits(max_uploads=1, rate=20_000)).start()
     try:
-        first = http.client.HTTPConnection(*srv.server_address[:2], timeout=10)
+        first = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
         first.request(
             "GET", url("model.bin"), headers={"Authorization": auth.sign(SECRET, "GET", url("model.bin"))}
         )
@@ -182,7 +182,7 @@ def test_stop_cuts_transfers_in_flight(tmp_path: Path) -> None:
     layout = StoreLayout(tmp_path / "store")
     make_cache(layout)
     srv = PeerServer(layout, SECRET, ("127.0.0.1", 0), Limits(rate=20_000)).start()
-    conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
     conn.request(
         "GET", url("model.bin"), headers={"Authorization": auth.sign(SECRET, "GET", url("model.bin"))}
     )
