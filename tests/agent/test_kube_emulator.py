@@ -121,6 +121,7 @@ def test_compaction_and_expiry_give_410(kube: KubeEmulator) -> None:
     got: list[Any] = []
     _collect(api, got, resource_version="1", timeout_seconds=5)
     assert got == [("ERROR", 410)]
+    kube.wait_for_watches_closed()  # else the next wait could count this finished watch
     got.clear()
     thread = threading.Thread(
         target=_collect,

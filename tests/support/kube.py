@@ -180,6 +180,12 @@ class KubeEmulator(Store):
             if not self._cond.wait_for(lambda: len(self._watches) >= count, timeout):
                 raise TimeoutError(f"{len(self._watches)} open watches, wanted {count}")
 
+    def wait_for_watches_closed(self, timeout: float = 10.0) -> None:
+        """Block until no watch connection is open (a finished watch is removed asynchronously)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: not self._watches, timeout):
+                raise TimeoutError(f"{len(self._watches)} watches still open")
+
     def expire_watches(self) -> None:
         """Compact, then end every open watch with an ERROR 410 event, as etcd compaction does."""
         with self._cond:
