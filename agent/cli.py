@@ -11,7 +11,7 @@ Exit codes (download): 0 published (or already complete); 1 failed for good (the
 reason says why: RepoNotFound, Unauthorized, GatedRepo, RevisionNotFound,
 ChecksumMismatch, InsufficientDiskSpace, InvalidRepoFile, WaitingForCredentials,
 SizeExceedsRequest, SourceUnavailable); 2 bad
-usage; 75 temporary failure, run again to resume; 130 interrupted (SIGINT/SIGTERM),
+usage; 3 larger than --max-bytes (SizeExceedsRequest), nothing written; 75 temporary failure, run again to resume; 130 interrupted (SIGINT/SIGTERM),
 staging kept for resume. wait: 0 complete, 1 timed out, 2 bad usage.
 
 The token comes from --token-file or HF_TOKEN, is held in memory only, and is never
@@ -40,6 +40,7 @@ from praesto.quantity import QuantityError, format_bytes, parse_quantity
 from praesto.spec import parse_uri
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TEMPFAIL, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
+EXIT_TOO_LARGE = names.DOWNLOAD_EXIT_TOO_LARGE  # SizeExceedsRequest: the PVC Job fails at once on it
 
 
 class _Scrub(logging.Filter):
@@ -151,6 +152,8 @@ def _download(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except DownloadError as error:
         _say(f"error: {error.reason}: {error.message}", token)
+        if error.reason == "SizeExceedsRequest":
+            return EXIT_TOO_LARGE
         return EXIT_TEMPFAIL if error.retryable else EXIT_FAILED
     _say(
         f"complete: {args.dest} at {resolved.revision} ({format_bytes(result.bytes_from_origin)} fetched, "

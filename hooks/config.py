@@ -25,6 +25,12 @@ ENV_AGENT_SERVICE_ACCOUNT = "PRAESTO_AGENT_SERVICE_ACCOUNT"
 ENV_NAMESPACE = "PRAESTO_NAMESPACE"
 ENV_HF_ENDPOINT = "PRAESTO_HF_ENDPOINT"
 ENV_LAST_USED_GRANULARITY = "PRAESTO_LAST_USED_GRANULARITY_SECONDS"
+# Chart-wide download settings the PVC-mode Job needs (issue 7): proxies and identity as env,
+# the workload-identity ServiceAccount and pod labels, the extra CA bundle's ConfigMap.
+ENV_DOWNLOADER_ENV = "PRAESTO_DOWNLOADER_ENV"  # JSON object {NAME: value}
+ENV_DOWNLOADER_SERVICE_ACCOUNT = "PRAESTO_DOWNLOADER_SERVICE_ACCOUNT"
+ENV_DOWNLOADER_POD_LABELS = "PRAESTO_DOWNLOADER_POD_LABELS"  # JSON object
+ENV_CA_BUNDLE_CONFIGMAP = "PRAESTO_CA_BUNDLE_CONFIGMAP"  # "name/key"
 
 DEFAULT_IMAGE_REPOSITORY = "ghcr.io/praesto/praesto"
 DEFAULT_DOWNLOADER_RESOURCES: Mapping[str, Any] = {
@@ -55,6 +61,10 @@ class HooksConfig:
     # lastUsedTime only moves forward in steps this long: a fresh `now` on every
     # sync would change status each time and make Metacontroller resync forever.
     last_used_granularity_seconds: int = 60
+    downloader_env: dict[str, str] = field(default_factory=dict)
+    downloader_service_account: str = ""  # credentials.identity: a ServiceAccount in each cache namespace
+    downloader_pod_labels: dict[str, str] = field(default_factory=dict)  # e.g. azure.workload.identity/use
+    ca_bundle_configmap: tuple[str, str] | None = None  # (name, key), mounted optional in the cache namespace
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> HooksConfig:
@@ -91,7 +101,37 @@ class HooksConfig:
                     "e.g. https://hf-mirror.example.com"
                 )
             kwargs["hf_endpoint"] = endpoint
+        for name, key in (
+            (ENV_DOWNLOADER_ENV, "downloader_env"),
+            (ENV_DOWNLOADER_POD_LABELS, "downloader_pod_labels"),
+        ):
+            if env.get(name):
+                kwargs[key] = _string_map(env, name)
+        if env.get(ENV_DOWNLOADER_SERVICE_ACCOUNT):
+            kwargs["downloader_service_account"] = env[ENV_DOWNLOADER_SERVICE_ACCOUNT].strip()
+        if env.get(ENV_CA_BUNDLE_CONFIGMAP):
+            name, _, key = env[ENV_CA_BUNDLE_CONFIGMAP].strip().partition("/")
+            if not is_dns_label(name) or not key:
+                raise ConfigError(
+                    f"{ENV_CA_BUNDLE_CONFIGMAP}: Invalid value: {env[ENV_CA_BUNDLE_CONFIGMAP]!r}: "
+                    "must be <configmap>/<key>; e.g. corporate-ca/ca.crt"
+                )
+            kwargs["ca_bundle_configmap"] = (name, key)
         return cls(**kwargs)
+
+
+def _string_map(env: Mapping[str, str], name: str) -> dict[str, str]:
+    try:
+        value = json.loads(env[name])
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f'{name}: is not JSON ({err.msg}); set an object such as {{"HTTPS_PROXY": "..."}}'
+        ) from None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ConfigError(f"{name}: must be a JSON object of strings")
+    return value
 
 
 def _integer(env: Mapping[str, str], name: str, minimum: int) -> int:

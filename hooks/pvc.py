@@ -30,7 +30,7 @@ from praesto.hooks.common import (
     section,
 )
 from praesto.hooks.config import HooksConfig
-from praesto.hooks.pvc_job import download_job
+from praesto.hooks.pvc_job import EXIT_TOO_LARGE, download_job
 
 from praesto import names
 from praesto.spec import ModelCacheSpec
@@ -63,6 +63,14 @@ def _job_state(job: Mapping[str, Any] | None) -> tuple[str, str, str]:
         if cond.get("type") in ("Failed", "FailureTarget"):
             reason = str(cond.get("reason") or "JobFailed")
             message = str(cond.get("message") or "the downloader Job failed")
+            if reason == "PodFailurePolicy" and f"exit code {EXIT_TOO_LARGE}" in message:
+                return (
+                    names.PHASE_FAILED,
+                    "SizeExceedsRequest",
+                    "the source is larger than spec.storage.size, so the downloader refused before writing "
+                    "(the PVC is not overfilled; its Pod log states both sizes); raise storage.size to at "
+                    "least the model's size and recreate the ModelCache",
+                )
             return (
                 names.PHASE_FAILED,
                 reason,

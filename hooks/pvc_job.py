@@ -1,10 +1,14 @@
 """The PVC-mode downloader Job: the node agent's own download code, run once into the PVC.
 
-The Job runs `praesto-agent download <uri> --dest /cache [--revision R]
-[--allow-pattern P]... [--ignore-pattern P]...`. The downloader writes the
-model's files at the PVC root and `.praesto-complete` last. A Hugging Face
-token reaches it only as env `HF_TOKEN` through `secretKeyRef`, so the token
-is never in the Job spec, its args or any status.
+The Job runs `praesto-agent download <uri> --dest /cache --max-bytes <storage.size>
+[--revision R] [--allow-pattern P]... [--ignore-pattern P]...`. The downloader writes the
+model's files at the PVC root and `.praesto-complete` last, and refuses a source larger
+than the volume before writing (SizeExceedsRequest). A Hugging Face token reaches it only
+as env `HF_TOKEN` through `secretKeyRef`; an object-store credentials Secret is mounted
+read-only as files (`--credentials-dir`: keys such as gcloud-application-credentials.json
+are not environment variable names). No credential is ever in the Job spec, its args or
+any status. The chart's proxies/identity env, workload-identity ServiceAccount and pod
+labels, and the extra CA bundle (an optional ConfigMap in the cache's namespace) apply.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ from praesto.spec import ModelCacheSpec
 DEST = "/cache"
 CONTAINER_NAME = "download"
 NON_ROOT_UID = 65532  # distroless "nonroot"
+EXIT_TOO_LARGE = names.DOWNLOAD_EXIT_TOO_LARGE
+CREDENTIALS_DIR = "/var/run/secrets/praesto/credentials"
+CA_DIR = "/etc/praesto/ca"
+CA_FILE = f"{CA_DIR}/ca.crt"
 
 POD_SECURITY_CONTEXT: Mapping[str, Any] = {
     "runAsNonRoot": True,
@@ -40,7 +48,7 @@ CONTAINER_SECURITY_CONTEXT: Mapping[str, Any] = {
 
 def download_args(spec: ModelCacheSpec) -> list[str]:
     source = spec.source
-    args = ["download", source.uri, "--dest", DEST]
+    args = ["download", source.uri, "--dest", DEST, "--max-bytes", spec.size]
     if source.revision:
         args += ["--revision", source.revision]
     for pattern in source.allow_patterns:
@@ -58,22 +66,41 @@ def _env(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list[Obj
     env_from: list[Obj] = []
     if config.hf_endpoint:
         env.append({"name": "HF_ENDPOINT", "value": config.hf_endpoint})
+    env.extend({"name": k, "value": v} for k, v in sorted(config.downloader_env.items()))
+    if config.ca_bundle_configmap is not None:
+        env += [{"name": "PRAESTO_CA_BUNDLE", "value": CA_FILE}, {"name": "SSL_CERT_FILE", "value": CA_FILE},
+                {"name": "REQUESTS_CA_BUNDLE", "value": CA_FILE}]  # fmt: skip
     ref = spec.source.secret_ref
     if ref is not None:
-        if spec.source.scheme == "hf" and ref.key:
-            env.append(
-                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
-            )
+        if spec.source.scheme == "hf":
+            key = ref.key or "HF_TOKEN"
+            env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}})
         else:
-            # Object-store credentials use the store's standard variable names as keys.
-            env_from.append({"secretRef": {"name": ref.name}})
+            env.append({"name": "PRAESTO_CREDENTIALS_DIR", "value": CREDENTIALS_DIR})
     return env, env_from
+
+
+def _volumes(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list[Obj]]:
+    """(volumes, mounts) for the credentials Secret and the CA bundle, when there are any."""
+    volumes: list[Obj] = []
+    mounts: list[Obj] = []
+    ref = spec.source.secret_ref
+    if ref is not None and spec.source.scheme != "hf":
+        volumes.append({"name": "credentials", "secret": {"secretName": ref.name, "defaultMode": 0o440}})
+        mounts.append({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True})
+    if config.ca_bundle_configmap is not None:
+        name, key = config.ca_bundle_configmap
+        items = [{"key": key, "path": "ca.crt"}]
+        volumes.append({"name": "ca-bundle", "configMap": {"name": name, "items": items, "optional": True}})
+        mounts.append({"name": "ca-bundle", "mountPath": CA_DIR, "readOnly": True})
+    return volumes, mounts
 
 
 def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksConfig) -> Obj:
     cache = str(meta(parent)["name"])
     overrides = spec.downloader
     env, env_from = _env(spec, config)
+    extra_volumes, extra_mounts = _volumes(spec, config)
     container: Obj = {
         "name": CONTAINER_NAME,
         "image": overrides.get("image") or config.downloader_image,
@@ -89,31 +116,49 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
         "volumeMounts": [
             {"name": "cache", "mountPath": DEST},
             {"name": "tmp", "mountPath": "/tmp"},
+            *extra_mounts,
         ],
     }
     if env_from:
         container["envFrom"] = env_from
-    labels = {names.LABEL_MODEL_CACHE: cache, names.LABEL_MANAGED_BY: names.MANAGED_BY}
+    labels = {
+        **config.downloader_pod_labels,
+        names.LABEL_MODEL_CACHE: cache,
+        names.LABEL_MANAGED_BY: names.MANAGED_BY,
+    }
+    pod_spec: Obj = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,  # workload-identity webhooks project their own token
+        "enableServiceLinks": False,
+        "securityContext": dict(POD_SECURITY_CONTEXT),
+        "containers": [container],
+        "volumes": [
+            {"name": "cache", "persistentVolumeClaim": {"claimName": names.pvc_name(cache)}},
+            {"name": "tmp", "emptyDir": {}},
+            *extra_volumes,
+        ],
+    }
+    if config.downloader_service_account:
+        pod_spec["serviceAccountName"] = config.downloader_service_account
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": child_metadata(parent, names.download_job_name(cache)),
         "spec": {
             "backoffLimit": config.job_backoff_limit,
-            "activeDeadlineSeconds": config.job_active_deadline_seconds,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "securityContext": dict(POD_SECURITY_CONTEXT),
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "cache", "persistentVolumeClaim": {"claimName": names.pvc_name(cache)}},
-                        {"name": "tmp", "emptyDir": {}},
-                    ],
-                },
+            "podFailurePolicy": {  # a too-large source fails the same way every time: do not retry
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": CONTAINER_NAME,
+                            "operator": "In",
+                            "values": [EXIT_TOO_LARGE],
+                        },
+                    }
+                ]
             },
+            "activeDeadlineSeconds": config.job_active_deadline_seconds,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }

@@ -142,3 +142,8 @@ def download_job_name(cache_name: str) -> str:
 
 def secret_reader_role_name(cache_name: str) -> str:
     return _bounded_name("praesto-secret-reader-", cache_name)
+
+
+# `praesto-agent download` exit code for SizeExceedsRequest; the PVC-mode Job's podFailurePolicy
+# fails the Job on it at once and the sync hook reports it (issue 7).
+DOWNLOAD_EXIT_TOO_LARGE = 3

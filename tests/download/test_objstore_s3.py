@@ -251,4 +251,4 @@ def test_cli_refusals_are_clear_and_scrubbed(s3: S3, tmp_path: Path) -> None:
         ["download", f"s3://{BUCKET}/llama/v1", "--dest", str(tmp_path / "b"), "--max-bytes", "1Mi"],
         s3.server.env(s3.key),
     )
-    assert done.returncode == 1 and "SizeExceedsRequest" in done.stderr and "storage.size" in done.stderr
+    assert done.returncode == 3 and "SizeExceedsRequest" in done.stderr and "storage.size" in done.stderr

@@ -1,0 +1,106 @@
+"""PVC-mode Job wiring for issue 7: size cap, credentials Secret as files, identity, CA, proxies."""
+
+from __future__ import annotations
+
+import pytest
+from praesto.agent.cli import build_parser
+from praesto.hooks.config import ConfigError, HooksConfig
+from praesto.hooks.pvc import _job_state
+from praesto.hooks.pvc_job import CA_FILE, CREDENTIALS_DIR, download_job
+
+from praesto.spec import parse_spec
+from tests.hooks.factory import modelcache
+from tests.hooks.schemas import validate_child
+
+S3_SPEC = {
+    "source": {"uri": "s3://models/llama/v1", "secretRef": {"name": "s3-creds"}},
+    "storage": {"size": "20Gi", "storageClassName": "rwx"},
+}
+
+
+def _job(config: HooksConfig, spec: dict[str, object] = S3_SPEC) -> dict[str, object]:
+    parent = modelcache("llm", spec=spec, namespace="team-a")
+    job = download_job(parent, parse_spec(parent["spec"]), config)
+    validate_child(job)
+    return job
+
+
+def test_object_store_secret_is_mounted_as_files_and_size_is_capped() -> None:
+    job = _job(HooksConfig())
+    pod = job["spec"]["template"]["spec"]  # type: ignore[index]
+    container = pod["containers"][0]
+    args = build_parser(with_run=False).parse_args(container["args"])  # the real CLI accepts them
+    assert args.max_bytes == "20Gi" and args.source == "s3://models/llama/v1"
+    assert {"name": "PRAESTO_CREDENTIALS_DIR", "value": CREDENTIALS_DIR} in container["env"]
+    assert "envFrom" not in container
+    assert {"name": "credentials", "secret": {"secretName": "s3-creds", "defaultMode": 0o440}} in pod[
+        "volumes"
+    ]
+    assert {"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert "serviceAccountName" not in pod
+
+
+def test_identity_ca_bundle_and_proxies_reach_the_job() -> None:
+    config = HooksConfig.from_env(
+        {
+            "PRAESTO_DOWNLOADER_ENV": '{"HTTPS_PROXY": "http://proxy:3128", "PRAESTO_WORKLOAD_IDENTITY": "true"}',
+            "PRAESTO_DOWNLOADER_SERVICE_ACCOUNT": "praesto-downloader",
+            "PRAESTO_DOWNLOADER_POD_LABELS": '{"azure.workload.identity/use": "true"}',
+            "PRAESTO_CA_BUNDLE_CONFIGMAP": "corporate-ca/ca.crt",
+        }
+    )
+    job = _job(
+        config, {"source": {"uri": "az://weights/m"}, "storage": {"size": "1Gi", "storageClassName": "rwx"}}
+    )
+    template = job["spec"]["template"]  # type: ignore[index]
+    pod = template["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["HTTPS_PROXY"] == "http://proxy:3128" and env["PRAESTO_WORKLOAD_IDENTITY"] == "true"
+    assert env["PRAESTO_CA_BUNDLE"] == CA_FILE == env["SSL_CERT_FILE"]
+    assert pod["serviceAccountName"] == "praesto-downloader"
+    assert template["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+    ca = next(v for v in pod["volumes"] if v["name"] == "ca-bundle")
+    assert ca["configMap"] == {
+        "name": "corporate-ca",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+        "optional": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"PRAESTO_DOWNLOADER_ENV": "[1]"}, "JSON object of strings"),
+        ({"PRAESTO_DOWNLOADER_POD_LABELS": "{"}, "is not JSON"),
+        ({"PRAESTO_CA_BUNDLE_CONFIGMAP": "Bad Name"}, "<configmap>/<key>"),
+    ],
+)
+def test_bad_settings_name_the_variable_and_the_fix(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        HooksConfig.from_env(env)
+    assert next(iter(env)) in str(info.value) and needle in str(info.value)
+
+
+def test_a_too_large_source_fails_the_job_at_once_and_says_so() -> None:
+    job = _job(HooksConfig())
+    rules = job["spec"]["podFailurePolicy"]["rules"]  # type: ignore[index]
+    assert rules == [
+        {"action": "FailJob", "onExitCodes": {"containerName": "download", "operator": "In", "values": [3]}}
+    ]
+    failed = {
+        **job,
+        "status": {
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "PodFailurePolicy",
+                    "message": "Container download for pod team-a/x failed with exit code 3 matching FailJob rule at index 0",
+                }
+            ]
+        },
+    }
+    phase, reason, message = _job_state(failed)
+    assert (phase, reason) == ("Failed", "SizeExceedsRequest") and "raise storage.size" in message
