@@ -65,8 +65,10 @@ class Nginx:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, rate: str) -> None:
+    def start(self, rate: str, access_log: Path | None = None) -> None:
+        """(Re)start with a per-connection `rate`; `access_log` records bytes sent per request."""
         self.stop()
+        log = f"log_format sent '$bytes_sent'; access_log {access_log} sent" if access_log else "access_log off"
         conf = self.work / "nginx.conf"
         user = "user root;" if os.geteuid() == 0 else ""
         conf.write_text(f"""{user}
@@ -76,7 +78,7 @@ pid {self.work}/nginx.pid;
 error_log {self.work}/nginx-error.log warn;
 events {{ worker_connections 1024; }}
 http {{
-  access_log off;
+  {log};
   sendfile on; tcp_nopush on;
   client_body_temp_path {self.work}/nginx-tmp; proxy_temp_path {self.work}/nginx-tmp;
   fastcgi_temp_path {self.work}/nginx-tmp; uwsgi_temp_path {self.work}/nginx-tmp; scgi_temp_path {self.work}/nginx-tmp;

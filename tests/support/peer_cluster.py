@@ -67,6 +67,8 @@ class Cluster:
         tuning: Tuning | None = None,
         secret: bytes | None = None,
         stall_seconds: float = 10.0,
+        peers: bool = True,
+        concurrency: int = 4,
     ) -> Node:
         node = self.nodes.get(name) or Node(name, self.tmp / name, f"127.0.0.{len(self.nodes) + 2}")
         node.base.mkdir(exist_ok=True)
@@ -82,7 +84,7 @@ class Cluster:
             stall_seconds=stall_seconds,
         )
         config = AgentConfig(
-            node_name=name, base_path=node.base, endpoint=self.hub.endpoint, concurrency=4, reserve="0",
+            node_name=name, base_path=node.base, endpoint=self.hub.endpoint, concurrency=concurrency, reserve="0",
             tick_seconds=0.1, progress_seconds=0.2, retry_initial=0.2, retry_max=1.0,
             watch_backoff=Backoff(0.05, 0.5),
         )  # fmt: skip
@@ -90,7 +92,7 @@ class Cluster:
             config,
             KubeApi(api, name, watch_timeout=5),
             AgentMetrics.create(),
-            peering=Peering(peer, api, name, node.layout),
+            peering=Peering(peer, api, name, node.layout) if peers else None,
         ).start()
         return node
 
