@@ -8,7 +8,8 @@ Key contract (Secret data keys; in the agent, annotations too):
 * S3: `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` [+ `AWS_SESSION_TOKEN`]; optional
   `AWS_ENDPOINT_URL` (or `S3_ENDPOINT` host[:port] with `S3_USE_HTTPS`), `AWS_REGION`,
   `S3_VERIFY_SSL` ("0" turns TLS verification off), `S3_VIRTUAL_HOSTED_STYLE` ("1"; path
-  style is the default, what S3-compatible stores expect). KServe's Secret annotations
+  style is the default, what S3-compatible stores expect), `S3_VERIFY_ETAG_MD5` ("0" for
+  SSE-KMS/SSE-C buckets, whose ETags are not MD5s). KServe's Secret annotations
   `serving.kserve.io/s3-{endpoint,region,usehttps,verifyssl}` and the same under
   `praesto.io/` are read by the agent (data keys win; the PVC Job only sees data keys).
 * GCS: `gcloud-application-credentials.json` (a service-account key file).
@@ -50,6 +51,7 @@ S3_SETTINGS = (
     "AWS_REGION",
     "AWS_DEFAULT_REGION",
     "AWS_ALLOW_HTTP",
+    "S3_VERIFY_ETAG_MD5",
 )
 AZURE_SETTINGS = (
     "AZURE_STORAGE_ACCOUNT_NAME",
@@ -72,6 +74,7 @@ ANNOTATIONS: tuple[tuple[str, str], ...] = tuple(
         ("s3-usehttps", "S3_USE_HTTPS"),
         ("s3-verifyssl", "S3_VERIFY_SSL"),
         ("s3-virtual-hosted-style", "S3_VIRTUAL_HOSTED_STYLE"),
+        ("s3-verify-etag-md5", "S3_VERIFY_ETAG_MD5"),
         ("azure-storage-account", "AZURE_STORAGE_ACCOUNT_NAME"),
     )
 )
@@ -106,6 +109,7 @@ class StoreConfig:
     client_options: dict[str, Any] = field(repr=False)
     credentialed: bool
     described: str  # where the credential came from, for messages (never its value)
+    etag_md5: bool = False  # S3: a single-part ETag is the MD5 (not with SSE-KMS/SSE-C: set "0")
 
     @property
     def retry(self) -> dict[str, Any]:
@@ -192,7 +196,8 @@ def _s3(bucket: str, s: Mapping[str, str], env: Mapping[str, str], where: str, i
         credentialed, described = False, "no credentials"
     verify = s.get("S3_VERIFY_SSL", "1").lower() not in FALSE
     http = endpoint.startswith("http://") or s.get("AWS_ALLOW_HTTP", "").lower() == "true"
-    return StoreConfig("s3", bucket, config, client_options(http, verify, env), credentialed, described)
+    md5 = s.get("S3_VERIFY_ETAG_MD5", "1").lower() not in FALSE
+    return StoreConfig("s3", bucket, config, client_options(http, verify, env), credentialed, described, md5)
 
 
 def _gcs(

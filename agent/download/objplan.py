@@ -147,7 +147,7 @@ def plan(source: Source, options: Options) -> Plan:
     chosen = _select(metas, source)
     if chosen and chosen[0][1].get("version") is None:
         chosen = _with_versions(store, chosen, source.uri, cfg)
-    files = tuple(sorted((_remote(path, meta, source.scheme) for path, meta in chosen), key=lambda f: f.path))
+    files = tuple(sorted((_remote(path, meta, cfg.etag_md5) for path, meta in chosen), key=lambda f: f.path))
     revision = revision_of(files)
     log.info("planned source=%s revision=%s files=%d", source.uri, revision, len(files))
     return Plan(source=source, revision=revision, files=files)
@@ -203,10 +203,10 @@ def _with_versions(
         return [first, *pool.map(head, chosen[1:])]
 
 
-def _remote(path: str, meta: dict[str, Any], scheme: str) -> RemoteFile:
+def _remote(path: str, meta: dict[str, Any], etag_md5: bool) -> RemoteFile:
     etag = meta.get("e_tag")
     plain = etag.strip('"').lower() if isinstance(etag, str) else ""
-    md5 = plain if scheme == "s3" and _MD5.match(plain) else None  # multipart ETags have a "-N" suffix
+    md5 = plain if etag_md5 and _MD5.match(plain) else None  # multipart ETags have a "-N" suffix
     version = meta.get("version")
     return RemoteFile(
         path, int(meta["size"]), md5=md5, etag=etag if isinstance(etag, str) else None,

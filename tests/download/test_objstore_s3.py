@@ -182,6 +182,8 @@ def test_md5_mismatch_fails_after_one_refetch(s3: S3, tmp_path: Path) -> None:
         download(dataclasses.replace(resolved, files=files), tmp_path / "m", options)
     assert info.value.reason == "ChecksumMismatch" and "MD5" in info.value.message
     assert not (tmp_path / "m").exists()
+    no_md5 = plan(_src(f"s3://{BUCKET}/llama/v1"), s3.options(credentials=s3.creds(S3_VERIFY_ETAG_MD5="0")))
+    assert all(f.md5 is None for f in no_md5.files)  # SSE-KMS buckets: ETags are not MD5s
 
 
 def test_size_larger_than_max_bytes_is_refused_before_writing(s3: S3, tmp_path: Path) -> None:
