@@ -7,7 +7,7 @@ import http.client
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -76,20 +76,23 @@ def test_signed_request_gets_the_whole_file(server: PeerServer) -> None:
     assert server.bytes_served == len(DATA) + len(FILES["sub/dir/tok en.json"])
 
 
-@pytest.mark.parametrize(
-    "header",
-    [
-        None,
-        "Bearer abc",
-        "Praesto 123",
-        "Praesto notanumber." + "0" * 64,
-        auth.sign(b"another-clusters-secret-xxxxxxxx", "GET", url("model.bin")),
-        auth.sign(SECRET, "GET", url("empty.txt")),  # signed for another path
-        auth.sign(SECRET, "HEAD", url("model.bin")),  # for another method
-        auth.sign(SECRET, "GET", url("model.bin"), now=1_000_000),  # long expired
-    ],
-)
-def test_unauthenticated_or_badly_signed_is_401(server: PeerServer, header: str | None) -> None:
+# Headers are made when the test runs (not at import), so signatures are fresh
+# and the test ids are the same in every xdist worker.
+BAD_HEADERS: dict[str, Callable[[], str | None]] = {
+    "missing": lambda: None,
+    "bearer": lambda: "Bearer abc",
+    "no-signature": lambda: "Praesto 123",
+    "time-not-a-number": lambda: "Praesto notanumber." + "0" * 64,
+    "other-clusters-secret": lambda: auth.sign(b"another-clusters-secret-xxxxxxxx", "GET", url("model.bin")),
+    "signed-for-another-path": lambda: auth.sign(SECRET, "GET", url("empty.txt")),
+    "signed-for-another-method": lambda: auth.sign(SECRET, "HEAD", url("model.bin")),
+    "long-expired": lambda: auth.sign(SECRET, "GET", url("model.bin"), now=1_000_000),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_HEADERS))
+def test_unauthenticated_or_badly_signed_is_401(server: PeerServer, case: str) -> None:
+    header = BAD_HEADERS[case]()
     status, _, body = get(
         server, url("model.bin"), {"Authorization": header} if header else None, secret=None
     )
