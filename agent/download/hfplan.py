@@ -61,7 +61,7 @@ def plan(source: Source, options: Options) -> Plan:
     if source.scheme != "hf":
         raise DownloadError(
             "SourceUnavailable",
-            f"{source.uri}: {source.scheme}:// object stores come in a later release; use hf://org/name",
+            f"{source.uri}: not a Hugging Face source; praesto.agent.download.plan() plans object stores",
         )
     endpoint = endpoint_of(options)
     revision = source.revision or "main"

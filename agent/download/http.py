@@ -222,7 +222,7 @@ def proxy_for(scheme: str, netloc: str) -> str | None:
     """
     proxies = urllib.request.getproxies_environment()
     proxy = proxies.get(scheme) or proxies.get("https" if scheme == "http" else "http")
-    if not proxy or urllib.request.proxy_bypass_environment(netloc.rsplit(":", 1)[0], proxies):
+    if not proxy or urllib.request.proxy_bypass(netloc.rsplit(":", 1)[0]):
         return None
     return urlsplit(proxy if "://" in proxy else f"http://{proxy}").netloc or None
 

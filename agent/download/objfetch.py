@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import obstore
 from obstore.exceptions import NotFoundError, PreconditionError
@@ -21,6 +21,9 @@ from praesto.agent.download.engine import Engine
 from praesto.agent.download.http import CHUNK, Target, Transient
 from praesto.agent.download.objcreds import StoreConfig
 from praesto.agent.download.objplan import STORE_ERRORS, Store, config_for, open_store, translate
+
+if TYPE_CHECKING:
+    from obstore import GetOptions
 
 
 class ObjectSource:
@@ -40,7 +43,7 @@ class ObjectSource:
         cancel: threading.Event,
     ) -> int:
         f = self.files[target.url]
-        options: dict[str, Any] = {"range": (start, end)}
+        options: GetOptions = {"range": (start, end)}
         if f.etag:
             options["if_match"] = f.etag
         if f.version:

@@ -223,7 +223,10 @@ def test_cancel_keeps_staging_and_the_next_run_resumes(hub: LocalHub, tmp_path: 
     assert hub.bytes_served < len(big)
 
 
-def test_object_store_sources_are_not_supported_yet() -> None:
+def test_the_hub_planner_refuses_object_store_sources() -> None:
+    """Object stores are planned by objplan (tests/download/test_objstore_s3.py); hfplan stays Hub-only."""
+    from praesto.agent.download import hfplan
+
     with pytest.raises(DownloadError) as info:
-        plan(Source("s3", "bucket/prefix"), Options())
-    assert info.value.reason == "SourceUnavailable" and "later release" in info.value.message
+        hfplan.plan(Source("s3", "bucket/prefix"), Options())
+    assert info.value.reason == "SourceUnavailable" and "not a Hugging Face source" in info.value.message
