@@ -30,6 +30,7 @@ from praesto.quantity import format_bytes
 from praesto.spec import ModelCacheSpec
 
 MAX_LISTED_FAILURES = 3
+SIZE_WITHIN_REQUEST = "SizeWithinRequest"  # the node agent's condition type on ModelCacheNodes too
 
 
 def _int(value: Any) -> int:
@@ -152,7 +153,23 @@ def aggregate(
     out["conditions"] = [
         condition(before, READY, phase == names.PHASE_READY, reason, message, now, out["observedGeneration"])
     ]
+    if size:
+        out["conditions"].append(size_condition(before, spec, size, now, out["observedGeneration"]))
     return out
+
+
+def size_condition(
+    before: Mapping[str, Any], spec: ModelCacheSpec, size: int, now: datetime, gen: int
+) -> Obj:
+    """The source's real size against storage.size, both numbers stated (the copy is still whole)."""
+    if size > spec.size_bytes:
+        message = (
+            f"the model is {format_bytes(size)} ({size} bytes), more than storage.size {spec.size} "
+            f"({spec.size_bytes} bytes); it is cached whole; raise storage.size to match"
+        )
+        return condition(before, SIZE_WITHIN_REQUEST, False, "SizeExceedsRequest", message, now, gen)
+    message = f"the model is {format_bytes(size)}, within storage.size {spec.size}"
+    return condition(before, SIZE_WITHIN_REQUEST, True, "SizeWithinRequest", message, now, gen)
 
 
 def _resolved_revision(spec: ModelCacheSpec, before: Mapping[str, Any], revisions: Counter[str]) -> str:

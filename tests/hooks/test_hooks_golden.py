@@ -38,7 +38,7 @@ def _status(name: str) -> dict[str, Any]:
 
 
 def _ready_condition(name: str) -> dict[str, Any]:
-    (cond,) = _status(name)["conditions"]
+    (cond,) = [c for c in _status(name)["conditions"] if c["type"] == "Ready"]
     assert cond["type"] == "Ready"
     return cond  # type: ignore[no-any-return]
 

@@ -104,3 +104,21 @@ def test_a_too_large_source_fails_the_job_at_once_and_says_so() -> None:
     }
     phase, reason, message = _job_state(failed)
     assert (phase, reason) == ("Failed", "SizeExceedsRequest") and "raise storage.size" in message
+
+
+def test_local_mode_states_both_sizes_when_the_model_is_larger_than_requested() -> None:
+    from datetime import UTC, datetime
+
+    from praesto.hooks.local_status import aggregate
+
+    parent = modelcache(
+        "llm", spec={"source": {"uri": "s3://models/m"}, "storage": {"size": "1Gi"}}, namespace="a"
+    )
+    child = {"spec": {"nodeName": "n1"}, "status": {"phase": "Ready", "sizeBytes": 3 << 30}}
+    status = aggregate(
+        parent, parse_spec(parent["spec"]), ["n1"], 0, [child], datetime(2026, 1, 1, tzinfo=UTC)
+    )
+    (size,) = [c for c in status["conditions"] if c["type"] == "SizeWithinRequest"]
+    assert size["status"] == "False" and size["reason"] == "SizeExceedsRequest"
+    assert str(3 << 30) in size["message"] and str(1 << 30) in size["message"] and "1Gi" in size["message"]
+    assert status["phase"] == "Ready"  # the copy is whole and usable
