@@ -68,7 +68,9 @@ class Nginx:
     def start(self, rate: str, access_log: Path | None = None) -> None:
         """(Re)start with a per-connection `rate`; `access_log` records bytes sent per request."""
         self.stop()
-        log = f"log_format sent '$bytes_sent'; access_log {access_log} sent" if access_log else "access_log off"
+        log = (
+            f"log_format sent '$bytes_sent'; access_log {access_log} sent" if access_log else "access_log off"
+        )
         conf = self.work / "nginx.conf"
         user = "user root;" if os.geteuid() == 0 else ""
         conf.write_text(f"""{user}
