@@ -294,9 +294,12 @@ class Agent(Removal):
             state.size_bytes = plan.total_bytes
         self.throttle.forget(ref.name)
         self.file_throttle.forget(ref.name)
-        self._on_progress(ref, 0, plan.total_bytes, force=True)
+        # resolvedRevision while Downloading: peers copy this download's written parts (agent/peers)
+        self._on_progress(ref, 0, plan.total_bytes, force=True, revision=plan.revision)
 
-    def _on_progress(self, ref: CacheRef, done: int, total: int, force: bool = False) -> None:
+    def _on_progress(
+        self, ref: CacheRef, done: int, total: int, force: bool = False, revision: str | None = None
+    ) -> None:
         """Called from downloader threads: progress file always, status at most every few seconds."""
         pct = f"{100 * done // total}%" if total else "0%"
         message = f"downloading {pct} of {format_bytes(total)}"
@@ -308,7 +311,12 @@ class Agent(Removal):
             record = progress_record(names.PHASE_DOWNLOADING, done, total, message, self.clock())
             self._write_progress(ref.namespace, ref.cache, record)
         if allowed and obj is not None:
-            fields = {"progress": {"bytesDone": done, "bytesTotal": total}, "sizeBytes": total}
+            fields: dict[str, Any] = {
+                "progress": {"bytesDone": done, "bytesTotal": total},
+                "sizeBytes": total,
+            }
+            if revision is not None:
+                fields["resolvedRevision"] = revision
             self._set(obj, names.PHASE_DOWNLOADING, st.REASON_DOWNLOADING, message, fields)
 
     def _finish(self, outcome: Outcome) -> Key:

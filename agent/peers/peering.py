@@ -7,17 +7,20 @@ of the same cache (label `praesto.io/model-cache`, same namespace) and:
 * some are Ready at the same resolved revision with an address: fetch from them
   (`PeerSource`), the origin only for what they cannot give;
 * none are, but other peer-capable agents are also about to download it: the one
-  on the lowest node name goes to the origin, the others wait for it to be Ready
-  and then copy from it (so N nodes starting together cost the origin one copy).
-  A leader whose phase and progress do not move for `stall_seconds`, that fails,
-  or that disappears is skipped, so waiting never outlives a broken leader long.
-
-Serving in-flight (partial) downloads is deliberately not done: see the report
-in bench/p2p_bench.py for what waiting costs.
+  on the lowest node name goes to the origin; the others copy from it while it
+  downloads, as soon as it shows `Downloading` with the same `resolvedRevision`
+  (published when its download starts): its server hands out the parts its
+  journal records as written (inflight.py), and asks for parts not written yet
+  wait for them rather than going to the origin (so N nodes starting together
+  cost the origin one copy, and the copies overlap the download). A leader whose
+  phase and progress do not move for `stall_seconds`, that fails, or that
+  disappears is skipped (before the download) or dropped (during it, by
+  `PeerSource`), so waiting never outlives a broken leader long.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -72,7 +75,9 @@ class Peering:
         return {"peer": {"address": self.address}}
 
     def attach(self, ref: CacheRef, plan: Plan, options: Options, *, report: Report) -> None:
-        """Set `options.peers` when peers hold `plan`, after waiting for a leader if one is fetching it."""
+        """Set `options.peers` when peers hold `plan` or are fetching it; wait while a leader plans."""
+        if options.staging_dir is not None:  # other nodes may copy this download's written parts
+            self.server.inflight.register(ref.namespace, ref.cache, plan, options.staging_dir)
         skipped: set[str] = set()
         watched: tuple[str, Any, float] | None = None  # (leader, what it showed, since when)
         while True:
@@ -84,9 +89,7 @@ class Peering:
             ]
             ready = [a for a in ready if a]
             if ready:
-                options.peers = PeerSource(
-                    ready, self.config.secret, ref.namespace, ref.cache, plan.revision, self.config.tuning
-                )
+                options.peers = self._source(ref, plan, ready)
                 log.info("fetching %s/%s from peers %s", ref.namespace, ref.cache, ",".join(ready))
                 return
             active = {
@@ -100,6 +103,13 @@ class Peering:
             if leader == self.node_name:
                 return
             status = active[leader].get("status") or {}
+            if (
+                status.get("phase") == names.PHASE_DOWNLOADING
+                and status.get("resolvedRevision") == plan.revision
+            ):
+                options.peers = self._source(ref, plan, [_address(active[leader])])
+                log.info("copying %s/%s from node %s while it downloads", ref.namespace, ref.cache, leader)
+                return
             shows = (
                 status.get("phase"),
                 (status.get("progress") or {}).get("bytesDone"),
@@ -121,6 +131,10 @@ class Peering:
             )
             if options.cancel.wait(self.config.poll_seconds):
                 raise DownloadCancelled()
+
+    def _source(self, ref: CacheRef, plan: Plan, addresses: list[str]) -> PeerSource:
+        tuning = dataclasses.replace(self.config.tuning, stall_seconds=self.config.stall_seconds)
+        return PeerSource(addresses, self.config.secret, ref.namespace, ref.cache, plan.revision, tuning)
 
     def _others(self, ref: CacheRef) -> list[Obj]:
         """Other nodes' ModelCacheNodes of this cache; [] when the API cannot say (origin then)."""

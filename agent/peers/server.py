@@ -1,13 +1,17 @@
-"""The peer server: complete caches' manifest-listed files, read-only, with Range, for other agents.
+"""The peer server: caches' files (complete, or written parts in flight), read-only, with Range.
 
     GET /v1/caches/<namespace>/<cache>/<resolvedRevision>/files/<path>
 
 A file is found by looking its path up in the cache's `.praesto-manifest.json`,
 never by joining the URL onto the filesystem, so nothing else on the node can be
-named; a cache without its complete marker, another revision, or a path the
-manifest does not list answers 404. Every request must carry a signature (auth.py)
-or gets 401. A node-wide cap on concurrent uploads (503 + Retry-After beyond it)
-and on bytes/s keep a node's disk and NIC for its own Pods. Bytes go out with
+named; another revision, or a path the manifest does not list answers 404.
+While this node is still downloading the revision asked for, files of its plan
+are served from staging, but only ranges its resume journal records as written
+and fsync'd (inflight.py); others answer 425 (Too Early) with Retry-After and
+the bytes written so far, never 404, so a follower waits instead of giving up.
+Every request must carry a signature (auth.py) or gets 401. A node-wide cap on
+concurrent uploads (503 + Retry-After beyond it) and on bytes/s keep a node's
+disk and NIC for its own Pods. Bytes go out with
 `os.sendfile` straight from the page cache.
 """
 
@@ -27,6 +31,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from praesto.agent.peers import auth
+from praesto.agent.peers.inflight import InFlight
 
 from praesto import names
 from praesto.store import StoreLayout, read_json
@@ -37,6 +42,8 @@ PREFIX = "/v1/caches/"
 _ROUTE = re.compile(r"^/v1/caches/([^/]+)/([^/]+)/([^/]+)/files/(.+)$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 SENDFILE_CHUNK = 4 << 20
+NOT_YET = 425  # Too Early: a download in flight here has not written that range yet
+WRITTEN_HEADER = "X-Praesto-Written"  # with 425: bytes written so far, so askers can tell a stall
 
 
 def file_path(namespace: str, cache: str, revision: str, quoted_path: str) -> str:
@@ -93,9 +100,11 @@ class PeerServer(ThreadingHTTPServer):
         self.uploads = threading.BoundedSemaphore(max(1, self.limits.max_uploads))
         self.rate = RateLimiter(self.limits.rate)
         self.bytes_served = 0
+        self.not_yet = 0  # 425 answers: asks for ranges of an in-flight download not written yet
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._manifests: dict[str, tuple[tuple[int, int, int], dict[str, dict[str, Any]], str]] = {}
+        self.inflight = InFlight()  # downloads under way here: their journaled parts are served too
         self._thread: threading.Thread | None = None
 
     @property
@@ -123,6 +132,10 @@ class PeerServer(ThreadingHTTPServer):
     def track(self, conn: socket.socket, alive: bool) -> None:
         with self._lock:
             (self._open.add if alive else self._open.discard)(conn)
+
+    def count_not_yet(self) -> None:
+        with self._lock:
+            self.not_yet += 1
 
     def served(self, n: int) -> None:
         with self._lock:
@@ -184,25 +197,57 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, f"{raw}: not a peer file path ({PREFIX}<ns>/<cache>/<rev>/files/<path>)")
         namespace, cache, revision, path = (unquote(g) for g in match.groups())
         found = self.server.manifest_files(namespace, cache)
-        if found is None or found[1] != revision:
-            return self._error(
-                404, f"cache {namespace}/{cache} at {revision[:12]} is not complete on this node"
-            )
-        entry = found[0].get(path)
-        if entry is None:
-            return self._error(404, f"{path!r} is not in the manifest of {namespace}/{cache}")
+        complete = found is not None and found[1] == revision
+        if found is not None and complete:
+            entry = found[0].get(path)
+            if entry is None:
+                return self._error(404, f"{path!r} is not in the manifest of {namespace}/{cache}")
+            root: str | os.PathLike[str] = self.server.layout.cache_dir(namespace, cache)
+        else:
+            flight = self.server.inflight.flight(namespace, cache, revision)
+            if flight is None:
+                return self._error(
+                    404, f"cache {namespace}/{cache} at {revision[:12]} is not complete on this node"
+                )
+            if path not in flight.sizes:
+                return self._error(
+                    404, f"{path!r} is not in the plan of {namespace}/{cache} at {revision[:12]}"
+                )
+            entry, root = {"path": path, "size": flight.sizes[path]}, flight.tree
+            span = _range(self.headers.get("Range"), flight.sizes[path])
+            written = self.server.inflight.written(flight)
+            if span is not None and (written is None or not written.covers(path, *span)):
+                return self._not_yet(path, written.bytes if written is not None else 0)
         if not self.server.uploads.acquire(blocking=False):
             return self._error(503, "upload limit reached on this node; try another peer", retry_after="1")
         try:
-            self._send_file(self.server.layout.cache_dir(namespace, cache), entry)
+            self._send_file(root, entry, in_flight=not complete)
         finally:
             self.server.uploads.release()
 
-    def _send_file(self, root: os.PathLike[str], entry: dict[str, Any]) -> None:
+    def _not_yet(self, path: str, written: int) -> None:
+        """425: this node is still downloading and has not written that range yet; ask again later."""
+        self.server.count_not_yet()
+        self.send_response(NOT_YET)
+        self.send_header(WRITTEN_HEADER, str(written))
+        body = json.dumps(
+            {"error": f"{path!r}: range not written yet on this node (download in progress); retry after 1s"}
+        ).encode()
+        self.send_header("Retry-After", "1")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_file(
+        self, root: str | os.PathLike[str], entry: dict[str, Any], *, in_flight: bool = False
+    ) -> None:
         size = int(entry["size"])
         try:
             fd = os.open(os.path.join(root, entry["path"]), os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
+            if in_flight:  # being published right now: the complete copy answers in a moment
+                return self._not_yet(str(entry["path"]), -1)
             return self._error(404, "the file is gone from this node (evicted)")
         try:
             if os.fstat(fd).st_size != size:

@@ -7,10 +7,16 @@ peers are gone, refuse (401/404/416), answer wrongly, or are slower than
 `Tuning.min_rate` over the range. A peer that fails, or is slow `strikes` times,
 or sent bytes that failed verification is dropped for the rest of the download.
 Nothing a peer says is trusted: hashes come from the origin's plan.
+
+A peer still downloading the file answers 425 for ranges it has not written yet
+(server.py): the range waits for it (backoff up to Retry-After) rather than going
+to the origin, as long as the peer's written bytes keep growing; a peer whose
+count stands still for `Tuning.stall_seconds` is dropped and the origin serves.
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
 import threading
 import time
@@ -18,9 +24,9 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from praesto.agent.download.api import DownloadCancelled, DownloadError, RemoteFile, Sink
-from praesto.agent.download.http import Expired, Redirect, Target, Transient, Transport
+from praesto.agent.download.http import Expired, Redirect, Target, Transient, Transport, retry_after
 from praesto.agent.peers import auth
-from praesto.agent.peers.server import file_path
+from praesto.agent.peers.server import NOT_YET, WRITTEN_HEADER, file_path
 
 log = logging.getLogger("praesto.peers")
 
@@ -32,10 +38,34 @@ class Tuning:
     timeout: float = 5.0  # socket timeout: a peer that stops sending is gone
     strikes: int = 2  # slow ranges before a peer is dropped
     busy_pause: float = 0.2  # all peers busy: wait this long, until the range's deadline
+    stall_seconds: float = 60.0  # a peer answering "not yet" whose written bytes stand still this long
+    not_yet_pause: float = 1.0  # longest wait between asks for a range not written yet
 
 
 class _Slow(Exception):
     pass
+
+
+class NotYet(Exception):
+    """The peer is still downloading and has not written that range (HTTP 425)."""
+
+    def __init__(self, written: str, retry_after: float | None) -> None:
+        super().__init__(f"not written yet ({written} bytes so far)")
+        self.written = written
+        self.retry_after = retry_after
+
+
+class _PeerTransport(Transport):
+    """`Transport` that tells 425 "not yet" apart from every other refusal (which drops the peer)."""
+
+    def request(
+        self, method: str, url: str, *, authorized: bool, headers: dict[str, str] | None = None
+    ) -> http.client.HTTPResponse:
+        resp = super().request(method, url, authorized=authorized, headers=headers)
+        if resp.status == NOT_YET:
+            resp.read()  # small body: the connection stays usable
+            raise NotYet(resp.getheader(WRITTEN_HEADER, ""), retry_after(resp.getheader("Retry-After")))
+        return resp
 
 
 class PeerSource:
@@ -51,7 +81,7 @@ class PeerSource:
         self.tuning = tuning or Tuning()
         self.secret = secret
         self.prefix = (namespace, cache, revision)
-        self.transport = Transport("http://peer.invalid", None, timeout=self.tuning.timeout)
+        self.transport = _PeerTransport("http://peer.invalid", None, timeout=self.tuning.timeout)
         self.alive = list(dict.fromkeys(addresses))
         self.dropped: dict[str, str] = {}  # address -> why
         self._lock = threading.Lock()
@@ -60,13 +90,15 @@ class PeerSource:
         self._sent: dict[str, set[str]] = {}  # file path -> peers that delivered bytes of it
         self._origin_only: set[str] = set()
         self._strikes = dict.fromkeys(self.alive, 0)
+        self._moving: dict[str, tuple[str, float]] = {}  # peer -> (written bytes it last said, since)
 
     # ---- PartSource ------------------------------------------------------------
     def fetch(self, file: RemoteFile, start: int, end: int, sink: Sink, cancel: threading.Event) -> int:
         if file.path in self._origin_only:
             return 0
-        deadline = time.monotonic() + max(self.tuning.min_seconds, (end - start) / self.tuning.min_rate)
-        delivered, tried = 0, set[str]()
+        budget = max(self.tuning.min_seconds, (end - start) / self.tuning.min_rate)
+        deadline = time.monotonic() + budget
+        delivered, tried, waits = 0, set[str](), 0
         while start + delivered < end:
             peer = self._choose(file.path, tried)
             if peer is None:
@@ -76,7 +108,17 @@ class PeerSource:
                     raise DownloadCancelled()
                 tried.clear()
                 continue
-            delivered += self._from(peer, file, start + delivered, end, sink, cancel, deadline, tried)
+            try:
+                delivered += self._from(peer, file, start + delivered, end, sink, cancel, deadline, tried)
+            except NotYet as early:
+                if not self._still_moving(peer, early.written):
+                    continue
+                waits += 1
+                pause = min(self.tuning.not_yet_pause, 0.05 * 2**waits, early.retry_after or 1.0)
+                if cancel.wait(pause):
+                    raise DownloadCancelled() from None
+                deadline = time.monotonic() + budget  # the range's time starts when its bytes exist
+                continue
             if time.monotonic() >= deadline:
                 break
         return delivered
@@ -142,6 +184,18 @@ class PeerSource:
                 self._owner[path] = peer
             self._load[peer] += 1
             return peer
+
+    def _still_moving(self, peer: str, written: str) -> bool:
+        """False (and the peer dropped) once its written bytes stood still for `stall_seconds`."""
+        now = time.monotonic()
+        with self._lock:
+            seen = self._moving.get(peer)
+            if seen is None or seen[0] != written:
+                self._moving[peer] = seen = (written, now)
+        if now - seen[1] <= self.tuning.stall_seconds:
+            return True
+        self._drop(peer, f"still downloading but wrote nothing for {self.tuning.stall_seconds:.0f}s")
+        return False
 
     def _all_busy(self, tried: set[str]) -> bool:
         with self._lock:

@@ -1,0 +1,116 @@
+"""What a node still downloading a cache may serve: journaled parts of files in its plan.
+
+The downloader journals a part only after its bytes were written and fsync'd
+(download/journal.py), and a whole file once it was verified, so "in the
+journal" is exactly "safe to read back". The list of servable files is the
+origin's plan the node is downloading (registered by `Peering.attach`), never
+a directory listing, so no other path on the node can be named. Anything else
+is "not yet": the caller answers 425 and the asker polls, or gives up on a
+leader whose written bytes stop growing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from praesto.agent.download.api import Plan
+from praesto.agent.download.journal import JOURNAL, Journal
+from praesto.agent.download.publish import TREE
+
+
+@dataclass(frozen=True)
+class Written:
+    """The journal's view of one staging: part size, parts per file, verified files."""
+
+    part_size: int
+    parts: dict[str, set[int]]
+    verified: frozenset[str]
+    sizes: dict[str, int]
+
+    def covers(self, path: str, start: int, end: int) -> bool:
+        """True when every part overlapping [start, end) of `path` is durably written."""
+        if path in self.verified:
+            return True
+        size = self.sizes.get(path, 0)
+        if self.part_size <= 0 or size <= self.part_size:  # single-part files: only once verified
+            return False
+        done = self.parts.get(path, set())
+        return all(i in done for i in range(start // self.part_size, (end - 1) // self.part_size + 1))
+
+    @property
+    def bytes(self) -> int:
+        """Bytes written: grows while the download moves (the asker's stall signal)."""
+        total = sum(self.sizes.get(p, 0) for p in self.verified)
+        for path, parts in self.parts.items():
+            if path not in self.verified:
+                size = self.sizes.get(path, 0)
+                total += sum(max(0, min(size, (i + 1) * self.part_size) - i * self.part_size) for i in parts)
+        return total
+
+
+@dataclass(frozen=True)
+class Flight:
+    revision: str
+    sizes: dict[str, int]  # plan path -> size
+    staging: Path
+
+    @property
+    def tree(self) -> Path:
+        return self.staging / TREE
+
+
+class InFlight:
+    """Downloads this node has under way, by cache; `written()` reads their journals (cached)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flights: dict[str, Flight] = {}
+        self._seen: dict[str, tuple[tuple[int, int, int], Written]] = {}
+
+    def register(self, namespace: str, cache: str, plan: Plan, staging: Path) -> None:
+        flight = Flight(plan.revision, {f.path: f.size for f in plan.files}, staging)
+        with self._lock:
+            self._flights[f"{namespace}/{cache}"] = flight
+
+    def flight(self, namespace: str, cache: str, revision: str) -> Flight | None:
+        with self._lock:
+            found = self._flights.get(f"{namespace}/{cache}")
+        return found if found is not None and found.revision == revision else None
+
+    def written(self, flight: Flight) -> Written | None:
+        """What the journal of `flight` records, or None when there is none of this revision (yet)."""
+        path = flight.staging / JOURNAL
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        key = str(path)
+        with self._lock:
+            cached = self._seen.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            with path.open() as handle:
+                header = json.loads(handle.readline())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(header, dict) or header.get("revision") != flight.revision:
+            return None
+        resumed = Journal(flight.staging, header).load()
+        if resumed is None:
+            return None
+        wanted = flight.sizes
+        written = Written(
+            part_size=int(header.get("partSize") or 0),
+            parts={p: i for p, i in resumed.parts.items() if p in wanted},
+            verified=frozenset(p for p in resumed.verified if p in wanted),
+            sizes=wanted,
+        )
+        with self._lock:
+            self._seen[key] = (stamp, written)
+        return written

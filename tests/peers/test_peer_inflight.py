@@ -1,0 +1,230 @@
+"""Serving a download still in flight: only journaled parts of planned files, "not yet" otherwise.
+
+Server and `PeerSource` over real HTTP against a staging written the way the
+engine writes it (real `Journal`), then whole agents: followers copy from a
+leader while it is still downloading from a slowed origin, and fall back to the
+origin when it dies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from praesto.agent.download.api import Plan, RemoteFile
+from praesto.agent.download.journal import Journal
+from praesto.agent.download.publish import TREE
+from praesto.agent.peers import auth
+from praesto.agent.peers.server import NOT_YET, WRITTEN_HEADER, PeerServer, file_path
+from praesto.agent.peers.source import PeerSource, Tuning
+
+from praesto import names
+from praesto.spec import Source
+from praesto.store import StoreLayout
+from tests.agent.harness import rbac_violations
+from tests.support.peer_cluster import Cluster, cluster
+
+SECRET = b"s3cret-shared-by-every-agent-0123"
+REV = "b" * 40
+PART = 1 << 16
+BIG = os.urandom(3 * PART + 100)  # four parts
+SMALL = b'{"model_type": "tiny"}'
+
+
+@dataclass
+class Leader:
+    server: PeerServer
+    journal: Journal
+    plan: Plan
+
+
+def _remote(path: str, data: bytes) -> RemoteFile:
+    return RemoteFile(path, len(data), sha256=hashlib.sha256(data).hexdigest())
+
+
+@pytest.fixture
+def leader(tmp_path: Path) -> Iterator[Leader]:
+    """A node mid-download: the big file's parts 0 and 2 journaled, nothing verified yet."""
+    layout = StoreLayout(tmp_path / "store")
+    staging = layout.staging_dir("team-a", "m")
+    (staging / TREE).mkdir(parents=True)
+    (staging / TREE / "big.bin").write_bytes(BIG)
+    (staging / TREE / "config.json").write_bytes(SMALL)
+    (staging / TREE / "unplanned.bin").write_bytes(b"on disk, not in the plan")
+    journal = Journal(staging, {"revision": REV, "partSize": PART, "v": 1})
+    journal.open(fresh=True)
+    journal.parts_done("big.bin", [0, 2])
+    plan = Plan(Source("hf", "org/m", "main"), REV, (_remote("big.bin", BIG), _remote("config.json", SMALL)))
+    server = PeerServer(layout, SECRET, ("127.0.0.1", 0)).start()
+    server.inflight.register("team-a", "m", plan, staging)
+    try:
+        yield Leader(server, journal, plan)
+    finally:
+        journal.close()
+        server.stop()
+
+
+def get(srv: PeerServer, path: str, span: tuple[int, int] | None = None) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
+    try:
+        headers = {"Authorization": auth.sign(SECRET, "GET", path)}
+        if span is not None:
+            headers["Range"] = f"bytes={span[0]}-{span[1] - 1}"
+        conn.request("GET", path, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def url(path: str, rev: str = REV) -> str:
+    return file_path("team-a", "m", rev, path)
+
+
+def test_journaled_parts_are_served_while_the_download_runs(leader: Leader) -> None:
+    status, _, body = get(leader.server, url("big.bin"), (0, PART))
+    assert (status, body) == (206, BIG[:PART])
+    status, _, body = get(leader.server, url("big.bin"), (2 * PART + 5, 3 * PART))
+    assert (status, body) == (206, BIG[2 * PART + 5 : 3 * PART])
+
+
+def test_a_range_not_written_yet_answers_not_yet_with_the_bytes_written(leader: Leader) -> None:
+    for span in [(PART, 2 * PART), (0, 2 * PART), (3 * PART, len(BIG))]:
+        status, headers, body = get(leader.server, url("big.bin"), span)
+        assert status == NOT_YET == 425, span
+        assert headers["retry-after"] == "1"
+        assert headers[WRITTEN_HEADER.lower()] == str(2 * PART)
+        assert b"not written yet" in body
+    status, headers, _ = get(leader.server, url("config.json"))  # single-part: only once verified
+    assert status == 425
+    leader.journal.verified([("config.json", hashlib.sha256(SMALL).hexdigest())])
+    assert get(leader.server, url("config.json"))[::2] == (200, SMALL)
+    assert get(leader.server, url("big.bin"), (PART, 2 * PART))[0] == 425
+
+
+def test_files_outside_the_plan_and_other_revisions_are_refused(leader: Leader) -> None:
+    status, _, body = get(leader.server, url("unplanned.bin"))
+    assert status == 404 and b"not in the plan" in body
+    assert get(leader.server, url("../../etc/passwd"))[0] == 404
+    assert get(leader.server, url(".praesto-journal"))[0] == 404
+    status, _, body = get(leader.server, url("big.bin", rev="c" * 40), (0, PART))
+    assert status == 404 and b"not complete" in body
+    conn = http.client.HTTPConnection("127.0.0.1", leader.server.server_port, timeout=10)
+    conn.request("GET", url("big.bin"), headers={"Range": f"bytes=0-{PART - 1}"})
+    assert conn.getresponse().status == 401  # in flight or not, unsigned requests are refused
+    conn.close()
+    assert leader.server.bytes_served == 0
+
+
+def _source(leader: Leader, stall: float) -> PeerSource:
+    tuning = Tuning(min_seconds=10.0, timeout=5.0, stall_seconds=stall, not_yet_pause=0.05)
+    return PeerSource([leader.server.address], SECRET, "team-a", "m", REV, tuning)
+
+
+def test_a_follower_waits_for_a_part_to_be_written_then_copies_it(leader: Leader) -> None:
+    source = _source(leader, stall=30.0)
+    got = bytearray(len(BIG))
+
+    def sink(offset: int, chunk: memoryview) -> None:
+        got[offset : offset + len(chunk)] = chunk
+
+    def write_part_once_asked() -> None:  # the leader's engine journals part 1 after the first ask
+        deadline = time.monotonic() + 10
+        while leader.server.not_yet == 0 and time.monotonic() < deadline:
+            threading.Event().wait(0.01)
+        leader.journal.parts_done("big.bin", [1])
+
+    writer = threading.Thread(target=write_part_once_asked)
+    writer.start()
+    try:
+        n = source.fetch(leader.plan.files[0], PART, 2 * PART, sink, threading.Event())
+    finally:
+        writer.join()
+        source.close()
+    assert n == PART and bytes(got[PART : 2 * PART]) == BIG[PART : 2 * PART]
+    assert source.dropped == {} and leader.server.not_yet >= 1
+
+
+def test_a_leader_whose_written_bytes_stand_still_is_dropped(leader: Leader) -> None:
+    source = _source(leader, stall=0.3)
+    try:
+        n = source.fetch(leader.plan.files[0], PART, 2 * PART, lambda o, c: None, threading.Event())
+    finally:
+        source.close()
+    assert n == 0  # the origin fetches it
+    assert "wrote nothing" in source.dropped[leader.server.address]
+
+
+# ---- whole agents -----------------------------------------------------------------------
+
+NODES = ["node-a", "node-b", "node-c", "node-d"]
+PART_BYTES = 16 << 20  # the agent's part size: the big file has three parts
+FILES = {
+    "config.json": SMALL,
+    "model.safetensors": os.urandom(2 * PART_BYTES + 4096),
+    "tokenizer.json": os.urandom(200_000),
+}
+TOTAL = sum(len(d) for d in FILES.values())
+
+
+@pytest.fixture
+def c(tmp_path: Path) -> Iterator[Cluster]:
+    with cluster(tmp_path) as made:
+        made.hub.add_repo("org/tiny", FILES)
+        made.hub.faults.rate = 12 << 20  # per response: the leader downloads for a few seconds
+        yield made
+        made.stop()
+        assert rbac_violations(made.kube.requests) == []
+
+
+def _downloading(c: Cluster, node: str) -> bool:
+    status = c.status("tiny", node)
+    return status.get("phase") == names.PHASE_DOWNLOADING and bool(status.get("resolvedRevision"))
+
+
+def test_followers_copy_from_a_leader_still_downloading(c: Cluster) -> None:
+    c.start("node-a", concurrency=1)  # one part after another: early parts are written long before the end
+    c.select("tiny", "node-a")
+    c.kube.wait_until(lambda: _downloading(c, "node-a"), 20, "node-a downloading")
+    for node in NODES[1:]:
+        c.start(node)
+        c.select("tiny", node)
+    server = c.nodes["node-a"].peering.server
+    c.kube.wait_until(
+        lambda: server.bytes_served > 0 and _downloading(c, "node-a"), 30, "copies while node-a downloads"
+    )
+    c.wait_ready("tiny", NODES)
+
+    assert c.hub.bytes_served <= 1.1 * TOTAL, (c.hub.bytes_served, TOTAL)  # the leader's copy only
+    for node in NODES:
+        assert c.files("tiny", node) == FILES
+    for node in NODES[1:]:
+        assert c.status("tiny", node)["bytesFromPeers"] == TOTAL
+    assert server.not_yet > 0  # followers asked ahead of the leader and waited, not the origin
+
+
+def test_followers_fall_back_to_the_origin_when_the_leader_dies_mid_download(c: Cluster) -> None:
+    c.start("node-a", concurrency=1)
+    c.select("tiny", "node-a")
+    c.kube.wait_until(lambda: _downloading(c, "node-a"), 20, "node-a downloading")
+    for node in NODES[1:3]:
+        c.start(node)
+        c.select("tiny", node)
+    server = c.nodes["node-a"].peering.server
+    c.kube.wait_until(lambda: server.not_yet > 0, 30, "followers waiting on node-a")
+    agent = c.nodes["node-a"].agent
+    assert agent is not None
+    agent.stop()  # node-a dies mid-download: its status still says Downloading
+    c.nodes["node-a"].agent = None
+    c.wait_ready("tiny", NODES[1:3], timeout=90)
+    for node in NODES[1:3]:
+        assert c.files("tiny", node) == FILES
+        assert c.status("tiny", node)["bytesFromPeers"] < TOTAL
+    assert "dropped for this download" in c.log.getvalue()
