@@ -9,17 +9,20 @@ whose access log gives the bytes the origin really sent. Same run, same repo:
 
 * single: one node alone (the baseline wall time);
 * 4 nodes, no peers: every node pulls its own copy from the origin;
-* 4 nodes, peers: the lowest node pulls from the origin, the others copy from it.
+* 4 nodes, peers: the lowest node pulls from the origin, the others copy the
+  parts it has written (journaled) while it is still downloading.
 
 Wall time is from creating the ModelCacheNodes to every one Ready, plus `sync`.
 All "nodes" share this machine's disk and CPUs, which a cluster's nodes do not:
 the peer copies here compete with the origin download for the same disk.
 
-Measured here (2 CPUs, 2 GiB, 10 MB/s x 8 connections, about 2 min per run): origin
-bytes 1.00x the model with peers vs 4.00x without; wall time 1.81x a single node
-(target 1.3x) because followers wait for the leader's copy to be Ready and then
-copy 3 x 2 GiB through this one disk. Serving journaled parts of a download still
-in flight would overlap the two phases; not built (see agent/peers/peering.py).
+Measured here (2 CPUs shared with other work, so noisy; 2 GiB, 10 MB/s x 8
+connections): single node 24.6 s; 4 nodes without peers 25.9 s and 4.00x the
+model from the origin; with peers 28.4 s and 1.00x, wall time 1.15x a single node
+(target 1.3x). Before followers copied in-flight parts (they waited for the
+leader to be Ready, then copied) it was 1.81x. What is left is the lag behind the
+leader: a part is served once journaled (checkpointed every second, when a part
+completes), plus the last wave of parts and the publication.
 """
 
 from __future__ import annotations
