@@ -12,7 +12,9 @@ Key contract (Secret data keys; in the agent, annotations too):
   SSE-KMS/SSE-C buckets, whose ETags are not MD5s). KServe's Secret annotations
   `serving.kserve.io/s3-{endpoint,region,usehttps,verifyssl}` and the same under
   `praesto.io/` are read by the agent (data keys win; the PVC Job only sees data keys).
-* GCS: `gcloud-application-credentials.json` (a service-account key file).
+* GCS: `gcloud-application-credentials.json` (a service-account key file); optional
+  `GOOGLE_BASE_URL` (an http(s) URL: a GCS-compatible endpoint or emulator, e.g.
+  fake-gcs-server; a key file's own `gcs_base_url` works too).
 * Azure: `AZURE_STORAGE_ACCOUNT_NAME` with `AZURE_STORAGE_ACCESS_KEY`, or with
   `AZURE_CLIENT_ID` + `AZURE_TENANT_ID` + `AZURE_CLIENT_SECRET` (a service principal;
   `AZURE_SUBSCRIPTION_ID` is accepted and not needed); optional `AZURE_STORAGE_ENDPOINT`.
@@ -62,7 +64,8 @@ AZURE_SETTINGS = (
     "AZURE_CLIENT_SECRET",
     "AZURE_STORAGE_ENDPOINT",
 )
-SETTINGS = (*S3_SETTINGS, *AZURE_SETTINGS, GCS_KEY_FILE, "HF_TOKEN")
+GCS_SETTINGS = (GCS_KEY_FILE, "GOOGLE_BASE_URL")
+SETTINGS = (*S3_SETTINGS, *AZURE_SETTINGS, *GCS_SETTINGS, "HF_TOKEN")
 
 # Secret annotations -> setting; praesto.io/ entries are applied after (and win over) KServe's.
 ANNOTATIONS: tuple[tuple[str, str], ...] = tuple(
@@ -146,6 +149,13 @@ def client_options(endpoint_http: bool, verify: bool, env: Mapping[str, str]) ->
     return opts
 
 
+def _url(value: str, key: str, where: str, example: str) -> str:
+    """An endpoint setting, checked: http(s) only (the client would fail later, less clearly)."""
+    if value and not value.startswith(("http://", "https://")):
+        raise DownloadError("SourceUnavailable", f"{where}: {key} must be an http(s) URL; e.g. {example}")
+    return value.rstrip("/")
+
+
 def store_config(
     scheme: str, bucket: str, settings: Mapping[str, str], env: Mapping[str, str], where: str
 ) -> StoreConfig:
@@ -204,6 +214,9 @@ def _gcs(
     bucket: str, s: Mapping[str, str], env: Mapping[str, str], where: str, identity: bool
 ) -> StoreConfig:
     config: dict[str, Any] = {}
+    endpoint = _url(s.get("GOOGLE_BASE_URL", ""), "GOOGLE_BASE_URL", where, "https://gcs.example:4443")
+    if endpoint:
+        config["base_url"] = endpoint
     key = s.get(GCS_KEY_FILE)
     if key:
         try:
@@ -217,13 +230,15 @@ def _gcs(
                 "store the key file Google issued under that key",
             )
         config["service_account_key"] = key
+        endpoint = endpoint or str(parsed.get("gcs_base_url") or "")  # the key file may name its endpoint
         credentialed, described = True, where
     elif identity or env.get("GOOGLE_APPLICATION_CREDENTIALS"):
         credentialed, described = True, "the workload identity"
     else:
         config["skip_signature"] = True
         credentialed, described = False, "no credentials"
-    return StoreConfig("gs", bucket, config, client_options(False, True, env), credentialed, described)
+    opts = client_options(endpoint.startswith("http://"), True, env)
+    return StoreConfig("gs", bucket, config, opts, credentialed, described)
 
 
 def _azure(
@@ -238,9 +253,10 @@ def _azure(
             "(or the annotation praesto.io/azure-storage-account)",
         )
     config: dict[str, Any] = {"account_name": account}
-    endpoint = s.get("AZURE_STORAGE_ENDPOINT", "")
+    example = "http://127.0.0.1:10000/devstoreaccount1 (Azurite)"
+    endpoint = _url(s.get("AZURE_STORAGE_ENDPOINT", ""), "AZURE_STORAGE_ENDPOINT", where, example)
     if endpoint:
-        config["endpoint"] = endpoint.rstrip("/")
+        config["endpoint"] = endpoint
     described = where
     if s.get("AZURE_STORAGE_ACCESS_KEY"):
         config["account_key"] = s["AZURE_STORAGE_ACCESS_KEY"]

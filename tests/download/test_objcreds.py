@@ -76,6 +76,12 @@ def test_workload_identity_from_the_environment() -> None:
         ),
         ("gs", {GCS_KEY_FILE: "{not json"}, "is not a service-account key file"),
         ("s3", {"AWS_ENDPOINT_URL": "ftp://x"}, "must be an http(s) URL"),
+        ("gs", {"GOOGLE_BASE_URL": "gcs.example:4443"}, "GOOGLE_BASE_URL must be an http(s) URL"),
+        (
+            "az",
+            {"AZURE_STORAGE_ACCOUNT_NAME": "a", "AZURE_STORAGE_ENDPOINT": "127.0.0.1:10000"},
+            "AZURE_STORAGE_ENDPOINT must be an http(s) URL",
+        ),
     ],
 )
 def test_incomplete_secrets_name_the_key(scheme: str, settings: dict[str, str], needle: str) -> None:
@@ -95,6 +101,26 @@ def test_service_principal_and_gcs_key_map_to_the_store_settings(tmp_path: Path)
     (tmp_path / GCS_KEY_FILE).write_text(key)
     gcs = store_config("gs", "b", settings_from_env({}, tmp_path), {}, WHERE)
     assert gcs.config["service_account_key"] == key and gcs.credentialed
+
+
+def test_endpoint_overrides_for_emulators_and_compatible_stores(tmp_path: Path) -> None:
+    """GOOGLE_BASE_URL (or the key file's own gcs_base_url) and AZURE_STORAGE_ENDPOINT: an
+    http:// endpoint (an emulator on loopback) turns plain HTTP on, https:// leaves it off."""
+    key = {"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\n", "client_email": "x"}
+    (tmp_path / "GOOGLE_BASE_URL").write_text("http://127.0.0.1:4443/\n")
+    (tmp_path / GCS_KEY_FILE).write_text(json.dumps(key))
+    gcs = store_config("gs", "b", settings_from_env({}, tmp_path), {}, WHERE)
+    assert gcs.config["base_url"] == "http://127.0.0.1:4443" and gcs.client_options["allow_http"] is True
+    in_key = json.dumps({**key, "gcs_base_url": "http://fake-gcs:4443"})
+    gcs = store_config("gs", "b", {GCS_KEY_FILE: in_key}, {}, WHERE)
+    assert "base_url" not in gcs.config and gcs.client_options["allow_http"] is True
+    secure = store_config("gs", "b", {"GOOGLE_BASE_URL": "https://gcs.example"}, {}, WHERE)
+    assert secure.config["base_url"] == "https://gcs.example" and "allow_http" not in secure.client_options
+    azurite = {"AZURE_STORAGE_ACCOUNT_NAME": "devstoreaccount1", "AZURE_STORAGE_ACCESS_KEY": "a2V5",
+               "AZURE_STORAGE_ENDPOINT": "http://127.0.0.1:10000/devstoreaccount1/"}  # fmt: skip
+    az = store_config("az", "c", settings_from_secret(azurite, None), {}, WHERE)
+    assert az.config["endpoint"] == "http://127.0.0.1:10000/devstoreaccount1"
+    assert az.client_options["allow_http"] is True and "a2V5" not in repr(az)
 
 
 def test_ca_bundle_and_proxy_become_client_options(tmp_path: Path) -> None:
