@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the project, its tests and its benchmarks need, from the
 # project's own files: Debian packages (nginx and aria2 serve and fetch bytes in
-# tests and benchmarks) and the pinned Python distribution with its test extra.
+# tests and benchmarks), the pinned Python distribution with its test extra, and
+# Azurite (npm; the Azure Blob emulator the az:// tests run against) in build/azurite.
 set -euo pipefail
 venv=${1:-.venv}
 
@@ -21,3 +22,15 @@ fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel 2>&1 | grep -v '^WARNING: Location' || true
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
 "$venv/bin/python" -c 'import praesto, praesto.hooks, praesto.agent, praesto.csi' 
+
+# Azurite, project-local (build/ is not committed); skipped when already at this version.
+azurite_version=3.37.0
+azurite_dir="$(cd "$(dirname "$0")/.." && pwd)/build/azurite"
+if ! grep -qs "\"version\": \"$azurite_version\"" "$azurite_dir/node_modules/azurite/package.json"; then
+  if command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then
+    npm install --prefix "$azurite_dir" --no-audit --no-fund --loglevel=error "azurite@$azurite_version" >/dev/null \
+      || echo "install.sh: npm could not install azurite@$azurite_version; the Azure emulator tests will skip" >&2
+  else
+    echo "install.sh: node/npm not found; the Azure (Azurite) emulator tests will skip" >&2
+  fi
+fi
