@@ -1,0 +1,38 @@
+"""Run every benchmark in turn (`make bench`); each prints its own ratios.
+
+Each one measures its baseline in the same run, so the figures compare within
+one invocation on this machine, never across machines.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+BENCHMARKS = (
+    "bench.hooks_bench",
+    "bench.admission_bench",
+    "bench.download_bench",
+    "bench.objstore_bench",
+    "bench.p2p_bench",
+    "bench.csi_bench",  # needs root for bind mounts
+)
+
+
+def main() -> int:
+    failed = []
+    for module in BENCHMARKS:
+        if module == "bench.csi_bench" and os.geteuid() != 0:
+            print(f"== {module}: skipped, needs root for bind mounts", flush=True)
+            continue
+        print(f"== {module}", flush=True)
+        if subprocess.call([sys.executable, "-m", module]) != 0:
+            failed.append(module)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
