@@ -116,47 +116,44 @@ class KubeApi:
 
     # ---- Secrets -----------------------------------------------------------
 
-    def read_secret(self, namespace: str, secret: str) -> tuple[dict[str, str], dict[str, str]]:
-        """(decoded data, annotations) of one Secret, for object-store credentials; raises `SecretUnavailable`."""
+    def _read_secret_object(self, namespace: str, secret: str, missing_hint: str) -> Any:
+        """One named Secret, with API errors turned into `SecretUnavailable` that say what to do."""
         where = f"Secret {namespace}/{secret}"
         try:
-            obj = self.core.read_namespaced_secret(secret, namespace)
+            return self.core.read_namespaced_secret(secret, namespace)
         except ApiException as err:
             if err.status == 404:
-                raise SecretUnavailable(
-                    f"{where} not found; create it with the credential keys for this source "
-                    "(e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); the cache continues once it exists"
-                ) from None
+                raise SecretUnavailable(f"{where} not found; {missing_hint}") from None
             if err.status == 403:
                 raise SecretUnavailable(
                     f"the node agent may not read {where} yet; the ModelCache grants it through Role "
-                    f"praesto-secret-reader-<cache>, the chart through its credentials Role"
+                    f"praesto-secret-reader-<cache>, the chart through its credentials Role "
+                    "(check the ModelCache's events if this persists)"
                 ) from None
             raise SecretUnavailable(f"reading {where} failed with HTTP {err.status}; retrying") from None
+
+    def read_secret(self, namespace: str, secret: str) -> tuple[dict[str, str], dict[str, str]]:
+        """(decoded data, annotations) of one Secret, for object-store credentials; raises `SecretUnavailable`."""
+        obj = self._read_secret_object(
+            namespace,
+            secret,
+            "create it with the credential keys for this source "
+            "(e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); the cache continues once it exists",
+        )
         data = {k: base64.b64decode(v).decode(errors="replace") for k, v in (obj.data or {}).items()}
         return data, dict(obj.metadata.annotations or {}) if obj.metadata else {}
 
     def read_token(self, namespace: str, secret: str, key: str | None) -> str:
         """The token in one Secret key, held only by the caller; raises `SecretUnavailable`."""
-        where = f"Secret {namespace}/{secret}"
-        try:
-            obj = self.core.read_namespaced_secret(secret, namespace)
-        except ApiException as err:
-            if err.status == 404:
-                raise SecretUnavailable(
-                    f"{where} not found; create it with the token in key {key or 'HF_TOKEN'}"
-                ) from None
-            if err.status == 403:
-                raise SecretUnavailable(
-                    f"the node agent may not read {where} yet; the ModelCache grants it through Role "
-                    f"praesto-secret-reader-<cache> (check the ModelCache's events if this persists)"
-                ) from None
-            raise SecretUnavailable(f"reading {where} failed with HTTP {err.status}; retrying") from None
+        wanted = key or "HF_TOKEN"
+        obj = self._read_secret_object(namespace, secret, f"create it with the token in key {wanted}")
         data = obj.data or {}
         for candidate in [key] if key else ["HF_TOKEN", "token"]:
             if candidate and candidate in data:
-                return base64.b64decode(data[candidate]).decode().strip()
-        raise SecretUnavailable(f"{where} has no key {key or 'HF_TOKEN'}; add the token under that key")
+                return str(base64.b64decode(data[candidate]).decode().strip())
+        raise SecretUnavailable(
+            f"Secret {namespace}/{secret} has no key {wanted}; add the token under that key"
+        )
 
     # ---- Events ------------------------------------------------------------
 
