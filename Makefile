@@ -4,7 +4,7 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install run test lint typecheck unit bench stubs
+.PHONY: install run test lint typecheck unit cluster-bin test-cluster bench stubs
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	bash scripts/install.sh $(VENV)
@@ -24,10 +24,18 @@ typecheck: install
 	$(PY) scripts/typecheck.py
 
 unit: install
-	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --ignore=tests/cluster $(PYTEST_ARGS)
 
-## Lint, type-check, then the whole test suite (what CI runs)
-test: lint typecheck unit
+## Build the upstream control plane (etcd, kube-apiserver, controller-manager, scheduler) into build/cluster
+cluster-bin:
+	bash scripts/build_cluster.sh
+
+## The real control-plane tier alone (one control plane, tests in order, no xdist)
+test-cluster: install cluster-bin
+	$(VENV)/bin/pytest -p no:xdist tests/cluster $(PYTEST_ARGS)
+
+## Lint, type-check, then the whole test suite, control-plane tier included (what CI runs)
+test: lint typecheck unit test-cluster
 
 ## Regenerate the CSI gRPC stubs from csi/proto/csi.proto
 stubs: install

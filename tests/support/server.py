@@ -14,8 +14,6 @@ server's CA when TLS is on.
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 import json
 import os
 import shutil
@@ -32,10 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from tests.support.pki import CertificateAuthority
 
 STARTUP_DEADLINE = 30.0
 STOP_DEADLINE = 15.0
@@ -67,52 +62,9 @@ class RunningServer:
 
 def make_tls_files(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> TlsFiles:
     """A throwaway CA and a server certificate for `hosts` (IPs and DNS names)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "praesto-test-ca")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    alt_names: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            alt_names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            alt_names.append(x509.DNSName(host))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    files = TlsFiles(directory / "ca.crt", directory / "tls.crt", directory / "tls.key")
-    files.ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    files.cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    files.key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    files.key_path.chmod(0o600)
-    return files
+    ca = CertificateAuthority(directory, "ca")
+    pair = ca.issue("tls", common_name=hosts[0], hosts=hosts)
+    return TlsFiles(ca.cert_path, pair.cert_path, pair.key_path)
 
 
 def _command() -> list[str]:

@@ -1,0 +1,18 @@
+// Command kube-controller-manager is the upstream kube-controller-manager, built unchanged from k8s.io/kubernetes
+// (cmd/kube-controller-manager at the version pinned in go.mod) for Praesto's control-plane test tier.
+package main
+
+import (
+	"os"
+	_ "time/tzdata"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewControllerManagerCommand()))
+}
