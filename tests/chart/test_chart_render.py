@@ -176,6 +176,10 @@ def test_webhook_configurations() -> None:
     assert len(mutating) == len(validating) == 1
     pod_hook, mc_hook = mutating[0], validating[0]
     assert pod_hook["namespaceSelector"] == {"matchLabels": {names.LABEL_INJECTION: names.INJECTION_ENABLED}}
+    # Only Pods carrying one of our annotations are sent (the real API server evaluates it: tests/cluster).
+    expression = pod_hook["matchConditions"][0]["expression"]
+    for annotation in (names.ANNOTATION_MODEL_MOUNTS, names.ANNOTATION_LEGACY_MODEL_CACHE):
+        assert f"'{annotation}' in object.metadata.annotations" in expression
     assert pod_hook["clientConfig"]["service"]["path"] == "/admission/mutate-pod"
     assert mc_hook["clientConfig"]["service"]["path"] == "/admission/validate-modelcache"
     assert mc_hook["rules"][0]["apiGroups"] == [names.GROUP]

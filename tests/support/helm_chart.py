@@ -6,7 +6,9 @@ subchart's output (its ClusterRole, to prove our values restrict it) render a
 temporary copy of the chart with `metacontroller_standin()` in its `charts/`
 directory: a small test-only chart that templates the ClusterRole from
 `clusterRole.rules` the way metacontroller-helm 4.x does, and defaults to the
-same `*/*/*` grant. It is never written into the real chart.
+same `*/*/*` grant, and leaves out an empty aggregationRule as 4.17.2's
+`templates/clusterrole.yaml` does (the API server refuses an empty one). It is
+never written into the real chart.
 """
 
 from __future__ import annotations
@@ -82,8 +84,8 @@ def deep_merge(base: Obj, override: Obj) -> Obj:
 _STANDIN_CHART = """\
 apiVersion: v2
 name: metacontroller-helm
-version: 4.12.13
-appVersion: v4.12.13
+version: 4.17.2
+appVersion: v4.17.2
 description: TEST-ONLY stand-in for metacontroller-helm (RBAC templates only); not the real chart.
 """
 
@@ -120,8 +122,10 @@ kind: ClusterRole
 apiVersion: rbac.authorization.k8s.io/v1
 metadata:
   name: {{ include "standin.fullname" . }}
+{{- if .Values.clusterRole.aggregationRule }}
 aggregationRule:
   {{- toYaml .Values.clusterRole.aggregationRule | nindent 2 }}
+{{- end }}
 rules:
   {{- toYaml .Values.clusterRole.rules | nindent 2 }}
 ---

@@ -1,0 +1,133 @@
+"""The chart on the real API server: it installs, its CRDs validate like we document, its RBAC is what we declare."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from praesto import names, rbac
+from tests.cluster.conftest import AGENT_SA, HOOKS_SA, METACONTROLLER_SA, Installed
+from tests.support.chart_install import ensure_namespace
+from tests.support.controlplane import ControlPlane
+from tests.support.helm_chart import NAMESPACE, ROOT
+
+MC = names.MODELCACHE_KIND
+
+
+def readme_modelcaches() -> list[dict[str, Any]]:
+    text = (ROOT / "README.md").read_text()
+    docs = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    return [d for d in docs if isinstance(d, dict) and d.get("kind") == MC]
+
+
+def test_runs_the_pinned_upstream_release(control_plane: ControlPlane) -> None:
+    assert control_plane.version() == "v1.37.2"
+
+
+def test_every_rendered_object_is_accepted(installed: Installed) -> None:
+    """The install fixture applied them all; spot-check that they are really there, as rendered."""
+    for kind in ("ClusterRole", "CompositeController", "DecoratorController", "MutatingWebhookConfiguration"):
+        for obj in [o for o in installed.objects if o["kind"] == kind]:
+            got = installed.admin.get(obj["apiVersion"], kind, obj["metadata"]["name"])
+            assert got is not None, f"{kind} {obj['metadata']['name']} missing"
+
+
+def test_seed_modelcaches_apply_unchanged(installed: Installed) -> None:
+    seeds = readme_modelcaches()
+    assert {s["metadata"]["name"] for s in seeds} >= {"tinyllama", "tinyllama-rwx"}
+    ensure_namespace(installed.admin, "seed")
+    # The PVC seed names this class; the validating webhook checks it exists.
+    installed.admin.apply(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": "rwx-storage-class"},
+            "provisioner": "nfs.example.com",
+        }
+    )
+    for seed in seeds:
+        body = copy.deepcopy(seed)
+        body["metadata"]["namespace"] = "seed"
+        created = installed.admin.create(body)
+        assert created["spec"] == seed["spec"], "the API server pruned or defaulted a seed field"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s["storage"].update(size="0"), "storage.size must be greater than zero"),
+        (lambda s: s["storage"].update(size="five gigs"), "spec.storage.size"),
+        (lambda s: s["source"].update(uri="hf://org/name"), "exactly one source form is required"),
+        (lambda s: s["source"]["huggingface"].update(repo="nope"), "spec.source.huggingface.repo"),
+        (lambda s: s.update(eviction={"unusedTTL": "soon"}), "spec.eviction.unusedTTL"),
+    ],
+)
+def test_invalid_modelcaches_are_refused_by_the_api_server(installed: Installed, change: Any, message: str) -> None:
+    ensure_namespace(installed.admin, "invalid")
+    body = copy.deepcopy(readme_modelcaches()[0])
+    body["metadata"] = {"name": "bad", "namespace": "invalid"}
+    change(body["spec"])
+    with pytest.raises(ApiException) as err:
+        installed.admin.create(body)
+    assert err.value.status == 422
+    assert message in str(err.value.body)
+
+
+def test_spec_is_immutable_on_the_api_server(installed: Installed) -> None:
+    ensure_namespace(installed.admin, "immutable")
+    body = copy.deepcopy(readme_modelcaches()[0])
+    body["metadata"] = {"name": "fixed", "namespace": "immutable"}
+    created = installed.admin.create(body)
+    created["spec"]["storage"]["size"] = "6Gi"
+    with pytest.raises(ApiException) as err:
+        installed.admin.resource(names.API_VERSION, MC).replace(body=created, namespace="immutable")
+    assert "spec is immutable" in str(err.value.body)
+
+
+def _allowed(plane: ControlPlane, service_account: str, permission: rbac.Permission, verb: str) -> bool:
+    resource, _, subresource = permission.resource.partition("/")
+    attributes: dict[str, Any] = {
+        "group": permission.group,
+        "resource": resource,
+        "subresource": subresource or None,
+        "verb": verb,
+    }
+    if permission.namespaced:
+        attributes["namespace"] = "some-tenant"
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{NAMESPACE}:{service_account}",
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(**attributes),
+        )
+    )
+    result = client.AuthorizationV1Api(plane.admin()).create_subject_access_review(review)
+    return bool(result.status.allowed)
+
+
+IDENTITIES = {
+    HOOKS_SA: rbac.HOOKS,
+    AGENT_SA: rbac.AGENT,
+    METACONTROLLER_SA: rbac.METACONTROLLER,
+}
+
+
+@pytest.mark.parametrize("service_account", sorted(IDENTITIES))
+def test_each_identity_holds_exactly_its_declared_permissions(installed: Installed, service_account: str) -> None:
+    """What praesto/rbac.py declares is granted by the chart's RBAC, as the API server's authorizer decides."""
+    declared = IDENTITIES[service_account]
+    for permission in declared:
+        for verb in permission.verbs:
+            assert _allowed(installed.plane, service_account, permission, verb), (service_account, permission, verb)
+    # And nothing broad: no Secret listing, no writes to ModelCaches' spec by the agent or the hooks.
+    secrets = rbac.Permission("", "secrets", ("list",))
+    assert not _allowed(installed.plane, service_account, secrets, "list")
+    if service_account != METACONTROLLER_SA:
+        mc = rbac.Permission(names.GROUP, names.MODELCACHE_PLURAL, ("update",))
+        assert not _allowed(installed.plane, service_account, mc, "update")
