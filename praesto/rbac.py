@@ -46,9 +46,15 @@ HOOKS: tuple[Permission, ...] = (
 METACONTROLLER: tuple[Permission, ...] = (
     Permission(names.GROUP, names.MODELCACHE_PLURAL, ("get", "list", "watch", "update", "patch")),
     Permission(names.GROUP, f"{names.MODELCACHE_PLURAL}/status", ("get", "update", "patch")),
+    # Children carry ownerReferences with blockOwnerDeletion: true (Metacontroller always
+    # sets it); the OwnerReferencesPermissionEnforcement admission plugin then requires
+    # update on the owner's finalizers subresource for every child create.
+    Permission(names.GROUP, f"{names.MODELCACHE_PLURAL}/finalizers", ("update",)),
     Permission(names.GROUP, names.MODELCACHENODE_PLURAL, READ + WRITE),
     Permission("", "nodes", ("get", "list", "watch", "update", "patch"), namespaced=False),
     Permission("", "pods", READ),
+    # Every customize manager (4.15+) runs a namespaces informer, for namespaceSelector rules.
+    Permission("", "namespaces", ("list", "watch"), namespaced=False),
     Permission("", "persistentvolumeclaims", READ + WRITE),
     Permission("batch", "jobs", READ + WRITE),
     Permission("rbac.authorization.k8s.io", "roles", READ + WRITE),

@@ -110,7 +110,7 @@ def test_hooks_deployment_is_hardened_and_configured() -> None:
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     by_name = {c["name"]: c for c in pod["containers"]}
-    assert set(by_name) == {"hooks", "webhooks"}
+    assert set(by_name) == {"hooks"}
     for container in by_name.values():
         sc = container["securityContext"]
         assert sc["readOnlyRootFilesystem"] is True
@@ -126,12 +126,11 @@ def test_hooks_deployment_is_hardened_and_configured() -> None:
         assert env["PRAESTO_DOWNLOADER_IMAGE"]["value"] == "ghcr.io/praesto/praesto:0.7.0"
         assert env["PRAESTO_IMAGE"]["value"] == "ghcr.io/praesto/praesto:0.7.0"
         assert env["PRAESTO_HF_ENDPOINT"]["value"] == "https://mirror.example"
-    assert "--bind=0.0.0.0:8080" in by_name["hooks"]["args"]
-    assert not any(a.startswith("--certfile") for a in by_name["hooks"]["args"])
+    # One listener, TLS only: Metacontroller and the API server both verify it with the chart's CA.
     assert {"--bind=0.0.0.0:8443", "--certfile=/tls/tls.crt", "--keyfile=/tls/tls.key"} <= set(
-        by_name["webhooks"]["args"]
+        by_name["hooks"]["args"]
     )
-    assert by_name["webhooks"]["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert by_name["hooks"]["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
 
 
 def test_hooks_arguments_are_accepted_by_praesto_hooks() -> None:
@@ -144,29 +143,19 @@ def test_hooks_arguments_are_accepted_by_praesto_hooks() -> None:
         assert args.bind
 
 
-def test_service_exposes_http_hooks_and_https_admission() -> None:
-    ports = {p["name"]: p for p in one(render_objects(), "Service")["spec"]["ports"]}
-    assert (ports["http"]["port"], ports["http"]["targetPort"]) == (80, "http")
-    assert (ports["https"]["port"], ports["https"]["targetPort"]) == (443, "https")
+def test_service_exposes_only_https() -> None:
+    ports = one(render_objects(), "Service")["spec"]["ports"]
+    assert [(p["name"], p["port"], p["targetPort"]) for p in ports] == [("https", 443, "https")]
 
 
-def test_network_policy_limits_the_http_port_to_metacontroller() -> None:
+def test_network_policy_opens_only_the_https_port_to_the_listed_peers() -> None:
     policy = one(render_objects(), "NetworkPolicy", "praesto-hooks")
-    rules = {r["ports"][0]["port"]: r for r in policy["spec"]["ingress"]}
-    assert "from" not in rules["https"]
-    assert rules["http"]["from"] == [
-        {
-            "podSelector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "metacontroller",
-                    "app.kubernetes.io/instance": "praesto",
-                }
-            }
-        }
-    ]
-    external = one(render_objects({"metacontroller": {"enabled": False}}), "NetworkPolicy", "praesto-hooks")
-    http_rule = next(r for r in external["spec"]["ingress"] if r["ports"][0]["port"] == "http")
-    assert http_rule["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "metacontroller"}
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "https", "protocol": "TCP"}]
+    assert "from" not in rule  # the API server's source is not portable to select
+    peers = [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"podSelector": {"matchLabels": {"app": "mc"}}}]
+    closed = one(render_objects({"hooks": {"networkPolicy": {"from": peers}}}), "NetworkPolicy", "praesto-hooks")
+    assert closed["spec"]["ingress"][0]["from"] == peers
 
 
 def test_webhook_configurations() -> None:

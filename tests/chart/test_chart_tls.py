@@ -1,4 +1,5 @@
-"""Webhook TLS: cert-manager objects by default; without it a chart-made CA that survives upgrades.
+"""Hooks TLS: one chart-made CA (kept across upgrades) that the webhooks and Metacontroller trust inline;
+cert-manager (default) issues the serving certificate from it, or the chart signs it itself.
 
 The upgrade case runs Helm's cluster-aware render (`lookup` really queries an
 API server: the emulator, behind a discovery front) so reuse is proven by the
@@ -40,26 +41,39 @@ def tls_volume_secret(objects: list[dict[str, Any]]) -> str:
     return str(next(v["secret"]["secretName"] for v in pod["volumes"] if v["name"] == "tls"))
 
 
-def test_cert_manager_chain_and_ca_injection() -> None:
+def controller_ca_bundles(objects: list[dict[str, Any]]) -> list[str]:
+    """The inline CA of every Metacontroller hook (CompositeController and DecoratorController)."""
+    return [
+        hook["webhook"]["caBundle"]["inline"]
+        for kind in ("CompositeController", "DecoratorController")
+        for controller in find(objects, kind)
+        for hook in controller["spec"]["hooks"].values()
+    ]
+
+
+def test_cert_manager_issues_from_the_charts_own_ca() -> None:
     objects = render_objects()
     assert not find(objects, "Secret", TLS_SECRET)
     issuers = {i["metadata"]["name"]: i for i in find(objects, "Issuer")}
     certs = {c["metadata"]["name"]: c for c in find(objects, "Certificate")}
-    assert issuers["praesto-selfsigned"]["spec"] == {"selfSigned": {}}
-    ca = certs["praesto-ca"]["spec"]
-    assert ca["isCA"] is True
-    assert ca["issuerRef"] == {"kind": "Issuer", "name": "praesto-selfsigned"}
-    assert issuers["praesto-ca"]["spec"] == {"ca": {"secretName": ca["secretName"]}}
+    ca_secret = one(objects, "Secret", "praesto-ca")
+    assert ca_secret["type"] == "kubernetes.io/tls"
+    assert set(issuers) == {"praesto-ca"}
+    assert issuers["praesto-ca"]["spec"] == {"ca": {"secretName": "praesto-ca"}}
     serving = certs["praesto-hooks-tls"]
     assert serving["spec"]["issuerRef"] == {"kind": "Issuer", "name": "praesto-ca"}
     assert set(serving["spec"]["dnsNames"]) == SERVICE_NAMES
     assert "server auth" in serving["spec"]["usages"]
     assert serving["spec"]["secretName"] == tls_volume_secret(objects)
+    # Every client trusts that CA, inline: no cainjector, no Secret read by Metacontroller.
+    ca_pem = _pem(ca_secret["data"]["tls.crt"])
+    x509.load_pem_x509_certificate(ca_pem)
     for config in webhook_configs(objects):
-        ref = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
-        assert ref == f"{serving['metadata']['namespace']}/{serving['metadata']['name']}"
+        assert "annotations" not in config["metadata"]
         for hook in config["webhooks"]:
-            assert "caBundle" not in hook["clientConfig"]
+            assert _pem(hook["clientConfig"]["caBundle"]) == ca_pem
+    bundles = controller_ca_bundles(objects)
+    assert len(bundles) == 5 and all(b.strip() == ca_pem.decode().strip() for b in bundles)
     for obj in find(objects, "Issuer") + find(objects, "Certificate"):
         assert obj["apiVersion"] == "cert-manager.io/v1"
         assert obj["metadata"]["namespace"] == NAMESPACE
@@ -100,6 +114,7 @@ def test_self_signed_certificate_is_a_valid_chain() -> None:
         assert "annotations" not in config["metadata"]
         for hook in config["webhooks"]:
             assert hook["clientConfig"]["caBundle"] == data["ca.crt"]
+    assert all(b.strip() == _pem(data["ca.crt"]).decode().strip() for b in controller_ca_bundles(objects))
 
 
 @pytest.fixture
@@ -127,7 +142,19 @@ def test_self_signed_certificate_survives_upgrades(cluster: tuple[KubeEmulator, 
         assert one(again, "Secret", TLS_SECRET)["data"] == secret["data"]
         for config in webhook_configs(again):
             assert config["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+        ca_pem = _pem(secret["data"]["ca.crt"]).decode().strip()
+        assert all(b.strip() == ca_pem for b in controller_ca_bundles(again))
     assert any(r.path.endswith(f"/secrets/{secret['metadata']['name']}") for r in emulator.requests)
+
+
+def test_cert_manager_ca_survives_upgrades(cluster: tuple[KubeEmulator, str]) -> None:
+    emulator, url = cluster
+    ca_secret = one(cluster_render(url, {}, upgrade=False), "Secret", "praesto-ca")
+    emulator.create(ca_secret)
+    again = cluster_render(url, {}, upgrade=True)
+    assert one(again, "Secret", "praesto-ca")["data"] == ca_secret["data"]
+    ca_pem = _pem(ca_secret["data"]["tls.crt"]).decode().strip()
+    assert all(b.strip() == ca_pem for b in controller_ca_bundles(again))
 
 
 def test_without_the_secret_every_render_makes_a_new_ca(cluster: tuple[KubeEmulator, str]) -> None:
