@@ -8,9 +8,11 @@ over from the previous status while the condition's status is unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
+
+from praesto.hooks import v2
 
 from praesto import names
 
@@ -119,9 +121,20 @@ def keep_observed(obj: Mapping[str, Any]) -> Obj:
     return out
 
 
-def running_consumers(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Consumer Pods that still hold (or will hold) the model: not finished."""
-    return [p for p in pods if section(p, "status").get("phase") not in TERMINAL_POD_PHASES]
+def consumer_pods(request: Mapping[str, Any], parent: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Related consumer Pods of the parent's own namespace that still hold (or will hold) the model.
+
+    The customize rule already names the namespace; filtering here too means a
+    Metacontroller that ignored it could still not let another tenant's Pod
+    create demand or count as a consumer.
+    """
+    namespace = meta(parent).get("namespace")
+    return [
+        pod
+        for pod in v2.objects(request, "related", v2.POD)
+        if meta(pod).get("namespace") == namespace
+        and section(pod, "status").get("phase") not in TERMINAL_POD_PHASES
+    ]
 
 
 def selector_text(selector: Mapping[str, str]) -> str:

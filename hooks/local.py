@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from praesto.hooks import v2
-from praesto.hooks.common import Obj, child_metadata, meta, previous_status, running_consumers, section
+from praesto.hooks.common import Obj, child_metadata, consumer_pods, meta, previous_status, section
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.local_status import aggregate
 
@@ -37,9 +37,9 @@ def selected_nodes(nodes: Iterable[Mapping[str, Any]], selector: Mapping[str, st
 
 
 def demand_nodes(pods: Iterable[Mapping[str, Any]]) -> set[str]:
-    """Nodes where a consuming Pod is scheduled and not finished."""
+    """Nodes where one of these consuming Pods (see `consumer_pods`) is scheduled."""
     out = set()
-    for pod in running_consumers(pods):
+    for pod in pods:
         node = section(pod, "spec").get("nodeName")
         if isinstance(node, str) and node:
             out.add(node)
@@ -120,7 +120,7 @@ def sync_local(
     now: datetime,
 ) -> Obj:
     nodes = v2.objects(request, "related", v2.NODE)
-    pods = v2.objects(request, "related", v2.POD)
+    pods = consumer_pods(request, parent)
     wanted = set(selected_nodes(nodes, spec.node_selector))
     demand = demand_nodes(pods) - wanted
     node_names = sorted(wanted | demand)

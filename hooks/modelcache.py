@@ -34,27 +34,37 @@ MAX_MESSAGE = 2000
 
 
 def customize(request: Any, config: HooksConfig, now: datetime) -> Obj:
-    """Related objects: consuming Pods always, Nodes in local mode.
+    """Related objects: consuming Pods of this namespace always, selected Nodes in local mode.
 
-    Nodes are cluster-scoped and the parent is namespaced: Metacontroller lists
-    label-selected related objects inside the parent's namespace, which holds
-    no Nodes, and refuses a rule with both a selector and a namespace. So Nodes
-    are requested with `namespace: "*"` (all of them) and `spec.nodeSelector`
-    is applied in sync.
+    Metacontroller 4.17.2 (`pkg/controller/common/customize/manager.go`) lists a
+    rule with only a `labelSelector` in every namespace, so the Pods rule also
+    names the parent's namespace: another tenant's Pod carrying our consumer
+    label must not create demand here. Nodes are cluster-scoped and selected by
+    `spec.nodeSelector` as a label selector (empty selects every Node), so the
+    informer only wakes this parent for Nodes it cares about. An unparsable
+    selector selects nothing; sync then reports the spec error.
     """
     parent = v2.parent_of(request)
-    cache = str(meta(parent)["name"])
+    parent_meta = meta(parent)
+    cache = str(parent_meta["name"])
     rules: list[Obj] = [
         {
             "apiVersion": "v1",
             "resource": "pods",
+            "namespace": str(parent_meta.get("namespace") or ""),
             "labelSelector": {"matchLabels": {names.consumer_label_key(cache): "true"}},
         }
     ]
     spec = parent.get("spec")
     storage = spec.get("storage") if isinstance(spec, dict) else None
     if not (isinstance(storage, dict) and storage.get("storageClassName")):
-        rules.append({"apiVersion": "v1", "resource": "nodes", "namespace": "*"})
+        selector = spec.get("nodeSelector") if isinstance(spec, dict) else None
+        if selector is None:
+            selector = {}
+        if isinstance(selector, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
+        ):
+            rules.append({"apiVersion": "v1", "resource": "nodes", "labelSelector": {"matchLabels": selector}})
     return {"relatedResources": rules}
 
 

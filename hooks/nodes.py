@@ -3,7 +3,10 @@
 The Pod webhook adds a node affinity on these keys, so Pods land where their
 model is already on disk. Keys come from `names.ready_label_key` (a hash of
 `<namespace>/<name>`), valid for every legal name and not leaking tenant
-names onto cluster-scoped Nodes. Hook version v2: `parent` is the Node,
+names onto cluster-scoped Nodes. Hook version v2 (Metacontroller v4.17.2):
+the customize request carries the Node as `parent`
+(`pkg/controller/common/customize/api/v2/hooks.go`), the sync request as
+`object`, with `attachments` and `related` (`pkg/controller/decorator/api/v2/hooks.go`);
 `related` holds its ModelCacheNodes keyed `Kind.apiVersion` → `namespace/name`.
 """
 
@@ -25,18 +28,19 @@ class BadHookRequest(ValueError):
     """The body is not a Metacontroller decorator request."""
 
 
-def _node(body: Any) -> dict[str, Any]:
-    parent = body.get("parent", body.get("object")) if isinstance(body, dict) else None
-    meta = parent.get("metadata") if isinstance(parent, dict) else None
+def _node(body: Any, key: str) -> dict[str, Any]:
+    """The Node in `body[key]` ("parent" for customize, "object" for sync)."""
+    node = body.get(key) if isinstance(body, dict) else None
+    meta = node.get("metadata") if isinstance(node, dict) else None
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise BadHookRequest("parent must be a Node with metadata.name")
-    assert isinstance(parent, dict)
-    return parent
+        raise BadHookRequest(f"request.{key} must be a Node with metadata.name")
+    assert isinstance(node, dict)
+    return node
 
 
 def customize(body: Any) -> dict[str, Any]:
     """Relate the ModelCacheNodes (all namespaces) labelled with this node."""
-    node = _node(body)
+    node = _node(body, "parent")
     return {
         "relatedResources": [
             {
@@ -82,7 +86,7 @@ def ready_caches(node_name: str, cache_nodes: list[dict[str, Any]]) -> set[tuple
 
 def sync(body: Any) -> dict[str, Any]:
     """Desired readiness labels: "true" per Ready cache, null (= delete) for stale ones of ours."""
-    node = _node(body)
+    node = _node(body, "object")
     assert isinstance(body, dict)
     current = node["metadata"].get("labels") or {}
     wanted = {

@@ -21,12 +21,12 @@ from praesto.hooks.common import (
     Obj,
     child_metadata,
     condition,
+    consumer_pods,
     format_time,
     generation,
     meta,
     parse_time,
     previous_status,
-    running_consumers,
     section,
 )
 from praesto.hooks.config import HooksConfig
@@ -100,7 +100,7 @@ def sync_pvc(
 ) -> Obj:
     before = previous_status(parent)
     cache = str(meta(parent)["name"])
-    consumers = len(running_consumers(v2.objects(request, "related", v2.POD)))
+    consumers = len(consumer_pods(request, parent))
     last_used = _last_used(before, consumers, config, now)
     jobs = v2.objects(request, "children", v2.JOB)
     pvcs = v2.objects(request, "children", v2.PVC)

@@ -1,11 +1,22 @@
 """Metacontroller hook version v2: request shapes we read and response keys we may send.
 
-v2 hooks are unmarshalled in `strict` mode, so an unknown key in a response
-makes Metacontroller reject it: `check_response` is the one place that says
-what is allowed, and the tests run every response through it.
+Semantics of Metacontroller v4.17.2 (metacontroller/README.md cites each):
+
+* v2 responses are decoded strictly (`pkg/hooks/webhook.go`, `UnmarshalStrict`
+  unless `responseUnmarshallMode` says otherwise): an unknown key anywhere in
+  the typed part of a response fails the sync. `check_response` is the one
+  place that says what is allowed; the tests run every response through it.
+* The sync and finalize responses share one type (`CompositeHookResponse`,
+  `pkg/controller/composite/api/v2/hooks.go`): `finalized` decodes in both.
+* A related rule is one of four selections (`determineSelectionType`,
+  `pkg/controller/common/customize/manager.go`): namespaceSelector (+
+  labelSelector), namespace + labelSelector, namespace and/or names, or
+  labelSelector alone, which lists every namespace. `names` with a selector,
+  or `namespace` with `namespaceSelector`, is refused.
 
 Request maps (`children`, `related`) are keyed by `<Kind>.<apiVersion>` (core
-group: `<Kind>.<version>`), then by `<namespace>/<name>` or `<name>`.
+group: `<Kind>.<version>`), then by `<namespace>/<name>` or `<name>`
+(`pkg/controller/common/api/v2/common.go`).
 """
 
 from __future__ import annotations
@@ -35,14 +46,16 @@ NODE = group_key("Node", "v1")
 POD = group_key("Pod", "v1")
 
 CUSTOMIZE_RESPONSE_KEYS = frozenset({"relatedResources"})
-SYNC_RESPONSE_KEYS = frozenset({"status", "children", "resyncAfterSeconds"})
-FINALIZE_RESPONSE_KEYS = SYNC_RESPONSE_KEYS | {"finalized"}
+SYNC_RESPONSE_KEYS = frozenset({"status", "children", "resyncAfterSeconds", "finalized"})
+FINALIZE_RESPONSE_KEYS = SYNC_RESPONSE_KEYS
 RESPONSE_KEYS = {
     "customize": CUSTOMIZE_RESPONSE_KEYS,
     "sync": SYNC_RESPONSE_KEYS,
     "finalize": FINALIZE_RESPONSE_KEYS,
 }
-RELATED_RULE_KEYS = frozenset({"apiVersion", "resource", "labelSelector", "namespace", "names"})
+RELATED_RULE_KEYS = frozenset(
+    {"apiVersion", "resource", "labelSelector", "namespaceSelector", "namespace", "names"}
+)
 LABEL_SELECTOR_KEYS = frozenset({"matchLabels", "matchExpressions"})
 
 
@@ -115,10 +128,21 @@ def _check_rule(i: int, rule: Any) -> list[str]:
     problems = [f"relatedResources[{i}]: unknown key {k!r}" for k in rule if k not in RELATED_RULE_KEYS]
     if not rule.get("apiVersion") or not rule.get("resource"):
         problems.append(f"relatedResources[{i}] needs apiVersion and resource")
-    selector = rule.get("labelSelector")
-    if selector is not None:
-        if rule.get("namespace") or rule.get("names"):
-            problems.append(f"relatedResources[{i}]: labelSelector excludes namespace/names")
-        if not isinstance(selector, dict) or not set(selector) <= LABEL_SELECTOR_KEYS:
-            problems.append(f"relatedResources[{i}].labelSelector must be a v1.LabelSelector")
+    has_selector = rule.get("labelSelector") is not None
+    has_namespace_selector = rule.get("namespaceSelector") is not None
+    if rule.get("names") and (has_selector or has_namespace_selector):
+        problems.append(f"relatedResources[{i}]: names cannot be combined with labelSelector/namespaceSelector")
+    if rule.get("namespace") and has_namespace_selector:
+        problems.append(f"relatedResources[{i}]: namespace cannot be combined with namespaceSelector")
+    for key in ("labelSelector", "namespaceSelector"):
+        selector = rule.get(key)
+        if selector is not None and (not isinstance(selector, dict) or not set(selector) <= LABEL_SELECTOR_KEYS):
+            problems.append(f"relatedResources[{i}].{key} must be a v1.LabelSelector")
+    for key in ("namespace",):
+        if key in rule and not isinstance(rule[key], str):
+            problems.append(f"relatedResources[{i}].{key} must be a string")
+    if "names" in rule and not (
+        isinstance(rule["names"], list) and all(isinstance(n, str) for n in rule["names"])
+    ):
+        problems.append(f"relatedResources[{i}].names must be a list of strings")
     return problems

@@ -48,14 +48,19 @@ def test_http_blueprint_serves_hooks_and_rejects_garbage() -> None:
     assert (
         client.post("/hooks/node/sync", data=b"{not json", content_type="application/json").status_code == 400
     )
-    bad = client.post("/hooks/node/sync", json={"parent": {"metadata": {}}})
-    assert bad.status_code == 400 and "metadata.name" in bad.get_json()["error"]
+    bad = client.post("/hooks/node/sync", json={"object": {"metadata": {}}})
+    assert bad.status_code == 400 and "request.object" in bad.get_json()["error"]
+    # The v1-style key is not what Metacontroller 4.17.2 sends for a decorator sync.
+    old_shape = client.post("/hooks/node/sync", json={"parent": golden["syncRequest"]["object"]})
+    assert old_shape.status_code == 400
 
 
 def test_manifest_points_at_these_hooks() -> None:
     manifest = yaml.safe_load(MANIFEST.read_text())
     assert manifest["kind"] == "DecoratorController"
-    assert manifest["spec"]["resources"] == [{"apiVersion": "v1", "resource": "nodes"}]
+    assert manifest["spec"]["resources"] == [
+        {"apiVersion": "v1", "resource": "nodes", "ignoreStatusChanges": True}
+    ]
     for hook in ("customize", "sync"):
         spec = manifest["spec"]["hooks"][hook]
         assert spec["version"] == "v2"

@@ -132,11 +132,16 @@ def test_composite_controller_manifest() -> None:
     doc = yaml.safe_load((ROOT / "metacontroller" / "modelcache-controller.yaml").read_text())
     spec = doc["spec"]
     assert spec["generateSelector"] is True
-    assert spec["parentResource"] == {"apiVersion": names.API_VERSION, "resource": names.MODELCACHE_PLURAL}
+    assert spec["parentResource"] == {
+        "apiVersion": names.API_VERSION,
+        "resource": names.MODELCACHE_PLURAL,
+        "ignoreStatusChanges": True,
+    }
     assert set(spec["hooks"]) == set(HOOKS)
     for hook, value in spec["hooks"].items():
         assert value["version"] == "v2"
-        assert value["webhook"]["url"] == f"http://praesto-hooks.praesto-system/hooks/modelcache/{hook}"
+        assert value["webhook"]["url"] == f"https://praesto-hooks.praesto-system.svc/hooks/modelcache/{hook}"
+        assert set(value["webhook"]["caBundle"]) == {"inline"}
     strategies = {c["resource"]: c["updateStrategy"]["method"] for c in spec["childResources"]}
     assert strategies == {
         names.MODELCACHENODE_PLURAL: "InPlace",
