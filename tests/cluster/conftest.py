@@ -65,7 +65,9 @@ class Installed:
     workdir: Path
 
     def kube_as(self, service_account: str, namespace: str = NAMESPACE, **token_args: Any) -> Kube:
-        return Kube(self.plane.client_as(namespace, service_account, **token_args), field_manager=service_account)
+        return Kube(
+            self.plane.client_as(namespace, service_account, **token_args), field_manager=service_account
+        )
 
     def rendered(self, kind: str, name: str | None = None) -> Obj:
         return one(self.objects, kind, name)

@@ -36,10 +36,14 @@ def modelcache(name: str, namespace: str, *, node_selector: dict[str, str] | Non
     }
 
 
-def pod(name: str, namespace: str, cache: str | None = None, *, scheduling: str | None = None, **meta: Any) -> Obj:
+def pod(
+    name: str, namespace: str, cache: str | None = None, *, scheduling: str | None = None, **meta: Any
+) -> Obj:
     annotations: dict[str, str] = {}
     if cache:
-        annotations[names.ANNOTATION_MODEL_MOUNTS] = json.dumps([{"modelCache": cache, "mountPath": "/models"}])
+        annotations[names.ANNOTATION_MODEL_MOUNTS] = json.dumps(
+            [{"modelCache": cache, "mountPath": "/models"}]
+        )
     if scheduling:
         annotations[names.ANNOTATION_SCHEDULING] = scheduling
     return {

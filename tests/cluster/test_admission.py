@@ -116,6 +116,8 @@ def test_required_without_a_ready_node_stays_pending_with_the_schedulers_reason(
     body["spec"]["nodeSelector"] = {POOL: "require"}
     created = installed.admin.create(body)
     terms = created["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == names.ready_label_key(tenant, "tinyllama")
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == names.ready_label_key(
+        tenant, "tinyllama"
+    )
     message = unschedulable_message(installed.admin, tenant, "required")
     assert "didn't match Pod's node affinity/selector" in message

@@ -68,7 +68,9 @@ def test_seed_modelcaches_apply_unchanged(installed: Installed) -> None:
         (lambda s: s.update(eviction={"unusedTTL": "soon"}), "spec.eviction.unusedTTL"),
     ],
 )
-def test_invalid_modelcaches_are_refused_by_the_api_server(installed: Installed, change: Any, message: str) -> None:
+def test_invalid_modelcaches_are_refused_by_the_api_server(
+    installed: Installed, change: Any, message: str
+) -> None:
     ensure_namespace(installed.admin, "invalid")
     body = copy.deepcopy(readme_modelcaches()[0])
     body["metadata"] = {"name": "bad", "namespace": "invalid"}
@@ -119,12 +121,18 @@ IDENTITIES = {
 
 
 @pytest.mark.parametrize("service_account", sorted(IDENTITIES))
-def test_each_identity_holds_exactly_its_declared_permissions(installed: Installed, service_account: str) -> None:
+def test_each_identity_holds_exactly_its_declared_permissions(
+    installed: Installed, service_account: str
+) -> None:
     """What praesto/rbac.py declares is granted by the chart's RBAC, as the API server's authorizer decides."""
     declared = IDENTITIES[service_account]
     for permission in declared:
         for verb in permission.verbs:
-            assert _allowed(installed.plane, service_account, permission, verb), (service_account, permission, verb)
+            assert _allowed(installed.plane, service_account, permission, verb), (
+                service_account,
+                permission,
+                verb,
+            )
     # And nothing broad: no Secret listing, no writes to ModelCaches' spec by the agent or the hooks.
     secrets = rbac.Permission("", "secrets", ("list",))
     assert not _allowed(installed.plane, service_account, secrets, "list")

@@ -41,13 +41,17 @@ def yaml_documents(path: Path) -> list[Obj]:
 
 def install_crds(kube: Kube, paths: list[Path]) -> None:
     """Apply CRDs and wait until each is Established (served)."""
-    crds = [doc for path in paths for doc in yaml_documents(path) if doc["kind"] == "CustomResourceDefinition"]
+    crds = [
+        doc for path in paths for doc in yaml_documents(path) if doc["kind"] == "CustomResourceDefinition"
+    ]
     for crd in crds:
         kube.apply(crd)
 
     def established() -> bool:
         for crd in crds:
-            got = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"]) or {}
+            got = (
+                kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"]) or {}
+            )
             conditions = (got.get("status") or {}).get("conditions") or []
             if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 return False
@@ -78,7 +82,12 @@ def render_for_cluster(tmp: Path, values: Obj) -> list[Obj]:
 
 
 def apply_rendered(
-    kube: Kube, objects: list[Obj], *, webhook_url: str, webhook_ca: bytes, skip_kinds: frozenset[str] = frozenset()
+    kube: Kube,
+    objects: list[Obj],
+    *,
+    webhook_url: str,
+    webhook_ca: bytes,
+    skip_kinds: frozenset[str] = frozenset(),
 ) -> list[Obj]:
     """Apply every rendered object (see module docstring); returns what was applied."""
     applied = []
@@ -125,5 +134,3 @@ def container_env(deployment: Obj, container: str, namespace: str = NAMESPACE) -
             elif (item.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
                 env[item["name"]] = namespace
     return env
-
-

@@ -79,7 +79,9 @@ def build_binaries() -> Path:
     return Path(result.stdout.strip().splitlines()[-1])
 
 
-def write_kubeconfig(path: Path, server: str, ca: Path, *, token: str = "", pair: KeyPair | None = None) -> Path:
+def write_kubeconfig(
+    path: Path, server: str, ca: Path, *, token: str = "", pair: KeyPair | None = None
+) -> Path:
     user: dict[str, str] = {"token": token} if token else {}
     if pair is not None:
         user = {"client-certificate": str(pair.cert_path), "client-key": str(pair.key_path)}
@@ -317,7 +319,9 @@ class ControlPlane:
         return write_kubeconfig(path, self.server, self.ca_path, token=token)
 
     def client_as(self, namespace: str, name: str, **token_args: Any) -> client.ApiClient:
-        return config.new_client_from_config(config_file=str(self.token_kubeconfig(namespace, name, **token_args)))
+        return config.new_client_from_config(
+            config_file=str(self.token_kubeconfig(namespace, name, **token_args))
+        )
 
 
 def start_control_plane(workdir: Path) -> ControlPlane:
