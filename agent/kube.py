@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from praesto.agent import logs
@@ -37,6 +38,13 @@ class SecretUnavailable(Exception):
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
+
+
+def is_transient(err: BaseException) -> bool:
+    """An API call worth repeating later: the server unreachable, restarting or overloaded (5xx, 429)."""
+    if isinstance(err, ApiException):
+        return err.status in (0, None, 429) or int(err.status) >= 500
+    return isinstance(err, urllib3.exceptions.HTTPError | OSError)
 
 
 def key_of(obj: Obj) -> tuple[str, str]:

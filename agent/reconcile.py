@@ -24,7 +24,7 @@ from kubernetes.client.rest import ApiException
 from praesto.agent import eviction, logs
 from praesto.agent import status as st
 from praesto.agent.download import api as dlapi
-from praesto.agent.kube import Backoff, KubeApi, Obj, Watcher, key_of
+from praesto.agent.kube import Backoff, KubeApi, Obj, Watcher, is_transient, key_of
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.peering import REASON_WAITING_FOR_PEER, Peering
 from praesto.agent.removal import Removal
@@ -88,6 +88,8 @@ class Agent(Removal):
         self.watcher = Watcher(kube, self._on_watch, self.stop_event, config.watch_backoff)
         self.log = logs.logger("praesto.agent", node=config.node_name)
         self._threads: list[threading.Thread] = []
+        # Statuses the API server could not take (restarting, unreachable): written again each tick.
+        self._unsent: dict[Key, tuple[Any, ...]] = {}
 
     # ---- lifecycle --------------------------------------------------------
 
@@ -138,14 +140,18 @@ class Agent(Removal):
                 items.append(self.events.get_nowait())
             dirty: set[Key] = set()
             for kind, payload in items:
-                if kind == "dirty":
-                    dirty.add(payload)
-                elif kind == "deleted":
-                    self._forget(payload)
-                elif kind == "done":
-                    dirty.add(self._finish(payload))
+                try:
+                    if kind == "dirty":
+                        dirty.add(payload)
+                    elif kind == "deleted":
+                        self._forget(payload)
+                    elif kind == "done":
+                        dirty.add(self._finish(payload))
+                except Exception as err:  # this thread must outlive any one event
+                    self.log.warning("event handling failed", extra={"event": kind, "error": _short(err)})
             if time.monotonic() >= next_tick:
                 next_tick = time.monotonic() + self.config.tick_seconds
+                self._resend_statuses()
                 with self.lock:
                     dirty.update(self.objects)
             for key in sorted(dirty):
@@ -317,7 +323,10 @@ class Agent(Removal):
             }
             if revision is not None:
                 fields["resolvedRevision"] = revision
-            self._set(obj, names.PHASE_DOWNLOADING, st.REASON_DOWNLOADING, message, fields)
+            try:  # progress is best-effort: a refused status write must not stop the download
+                self._set(obj, names.PHASE_DOWNLOADING, st.REASON_DOWNLOADING, message, fields)
+            except Exception as err:
+                self.log.warning("could not report progress", extra={"cache": ref.cache, "error": _short(err)})
 
     def _finish(self, outcome: Outcome) -> Key:
         ref = outcome.ref
@@ -393,7 +402,32 @@ class Agent(Removal):
             if phase in _EVENT_PHASES or reason == st.REASON_WAITING_FOR_SECRET:
                 kind = "Warning" if phase == names.PHASE_FAILED else "Normal"
                 self.kube.emit_event(obj, kind, reason, message)
-        self._store(self.kube.patch_status(ns, name, patch))
+        try:
+            self._store(self.kube.patch_status(ns, name, patch))
+        except Exception as err:
+            if not is_transient(err):
+                raise
+            with self.lock:
+                self._unsent[(ns, name)] = (phase, reason, message, fields, extra)
+            self.log.warning(
+                "could not write status; retrying on the next tick",
+                extra={"namespace": ns, "modelCacheNode": name, "error": _short(err)},
+            )
+            return
+        with self.lock:
+            self._unsent.pop((ns, name), None)
+
+    def _resend_statuses(self) -> None:
+        with self.lock:
+            for key in [k for k in self._unsent if k not in self.objects]:
+                del self._unsent[key]  # the object is gone: nothing to report on
+            unsent = [(self.objects.get(key), args) for key, args in self._unsent.items()]
+        for obj, args in unsent:
+            if obj is not None:
+                try:
+                    self._set(obj, *args)
+                except Exception as err:
+                    self.log.warning("could not write status", extra={"error": _short(err)})
 
     def _store(self, obj: Obj | None) -> None:
         if obj is None:

@@ -62,6 +62,9 @@ def test_cache_becomes_ready_on_every_selected_node(
     status = result.parent["status"]
     assert (status["readyNodes"], status["totalNodes"]) == (2, 2)
     assert status["observedGeneration"] == result.parent["metadata"]["generation"]
+    # Steady state: a sync that changes nothing writes nothing (no resync loop, no child churn).
+    again = composite.sync(NS, "tiny")
+    assert again is not None and again.writes == []
     parent_uid = result.parent["metadata"]["uid"]
     children = modelcachenodes(installed.admin, NS, "tiny")
     assert set(children) == set(NODES)

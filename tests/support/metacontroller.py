@@ -41,7 +41,7 @@ import ssl
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -129,12 +129,17 @@ def _merge_list_map(
     return out
 
 
+def encode(obj: Obj) -> str:
+    """The last-applied annotation's text: Go's json.Marshal sorts keys and adds no spaces."""
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True)
+
+
 def apply_update(observed: Obj, desired: Obj) -> Obj:
-    """`ApplyUpdate`: observed ⊕ (desired − last applied), system fields and status kept."""
+    """`ApplyUpdate`: the 3-way merge of observed, last applied and desired; system fields and status kept."""
     annotations = (observed.get("metadata") or {}).get("annotations") or {}
     last = json.loads(annotations[LAST_APPLIED]) if annotations.get(LAST_APPLIED) else {}
     update = copy.deepcopy(desired)
-    (update.setdefault("metadata", {}).setdefault("annotations", {})).pop(LAST_APPLIED, None)
+    (update.get("metadata", {}).get("annotations") or {}).pop(LAST_APPLIED, None)
     merged = merge(copy.deepcopy(observed), last, update)
     for name in SYSTEM_FIELDS:
         if name in observed["metadata"]:
@@ -145,7 +150,7 @@ def apply_update(observed: Obj, desired: Obj) -> Obj:
         merged["status"] = observed["status"]
     else:
         merged.pop("status", None)
-    merged["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(update, separators=(",", ":"))
+    merged["metadata"].setdefault("annotations", {})[LAST_APPLIED] = encode(update)
     return dict(merged)
 
 
@@ -268,11 +273,13 @@ class SyncResult:
     parent: Obj | None
     response: Obj
     hook: str
+    writes: list[str] = field(default_factory=list)  # "<verb> <Kind> <namespace/name>" this pass made
 
 
 class CompositeDriver:
     def __init__(self, kube: Kube, controller: Obj, hooks: HookClient) -> None:
         self.kube, self.controller, self.hooks = kube, controller, hooks
+        self.writes: list[str] = []
         self.spec = controller["spec"]
         self.finalizer = f"metacontroller.io/compositecontroller-{controller['metadata']['name']}"
         parent_rule = self.spec["parentResource"]
@@ -297,11 +304,13 @@ class CompositeDriver:
         parent = self._get_parent(namespace, name)
         if parent is None:
             return None
+        self.writes = []
         meta = parent["metadata"]
         finalizers = meta.get("finalizers") or []
         has_finalize = "finalize" in self.spec["hooks"]
         if has_finalize and self.finalizer not in finalizers and not meta.get("deletionTimestamp"):
             meta["finalizers"] = [*finalizers, self.finalizer]
+            self._wrote("update", parent)
             parent = self.parent_resource.replace(body=parent, namespace=namespace).to_dict()
             meta = parent["metadata"]
         children = self._claim_children(parent)
@@ -324,22 +333,29 @@ class CompositeDriver:
         response = self.hooks.call(self.spec["hooks"][hook]["webhook"], body, COMPOSITE_RESPONSE_KEYS)
         if response.get("finalized") and finalizing:
             meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != self.finalizer]
+            self._wrote("update", parent)
             try:
                 parent = self.parent_resource.replace(body=parent, namespace=namespace).to_dict()
             except NotFoundError:
-                return SyncResult(None, response, hook)
+                return SyncResult(None, response, hook, self.writes)
         desired = [self._with_selector_label(parent, child) for child in response.get("children") or []]
-        if not parent["metadata"].get("deletionTimestamp") or finalizing:
+        # Children are managed while the parent lives, or while our finalizer still holds it:
+        # once `finalized` removed it, that last response's children are neither applied nor pruned.
+        if not parent["metadata"].get("deletionTimestamp") or self.finalizer in (parent["metadata"].get("finalizers") or []):
             self._manage_children(parent, children, desired)
         status = dict(response.get("status") or {})
         status["observedGeneration"] = parent["metadata"].get("generation")
         if status != parent.get("status"):
+            self._wrote("update-status", parent)
             try:
                 updated = self._update_status(parent, status)
             except (NotFoundError, ConflictError):
                 updated = None
             parent = updated or parent
-        return SyncResult(parent, response, hook)
+        return SyncResult(parent, response, hook, self.writes)
+
+    def _wrote(self, verb: str, obj: Obj) -> None:
+        self.writes.append(f"{verb} {obj.get('kind')} {object_key(obj)}")
 
     def sync_until(
         self, namespace: str, name: str, done: Callable[[SyncResult | None], bool], deadline: float = 60
@@ -382,6 +398,7 @@ class CompositeDriver:
                     and not parent["metadata"].get("deletionTimestamp")
                 ):
                     obj["metadata"]["ownerReferences"] = [*refs, self._controller_ref(parent)]
+                    self._wrote("adopt", obj)
                     group[object_key(obj)] = resource.replace(body=obj, namespace=namespace).to_dict()
         return claimed
 
@@ -423,6 +440,7 @@ class CompositeDriver:
 
     def _delete(self, obj: Obj) -> None:
         resource = self.kube.resource(obj["apiVersion"], obj["kind"])
+        self._wrote("delete", obj)
         body = {"propagationPolicy": "Background", "preconditions": {"uid": obj["metadata"]["uid"]}}
         try:
             resource.delete(name=obj["metadata"]["name"], namespace=obj["metadata"]["namespace"], body=body)
@@ -431,11 +449,12 @@ class CompositeDriver:
 
     def _create(self, parent: Obj, child: Obj) -> None:
         body = copy.deepcopy(child)
-        last_applied = json.dumps(child, separators=(",", ":"))
+        last_applied = encode(child)
         body["metadata"].setdefault("annotations", {})[LAST_APPLIED] = last_applied
         refs = body["metadata"].get("ownerReferences") or []
         if not any(r.get("uid") == parent["metadata"]["uid"] for r in refs):
             body["metadata"]["ownerReferences"] = [*refs, self._controller_ref(parent)]
+        self._wrote("create", body)
         self.kube.create(body)
 
     def _update(self, observed: Obj, desired: Obj) -> None:
@@ -451,6 +470,7 @@ class CompositeDriver:
             self._delete(observed)
             return
         resource = self.kube.resource(observed["apiVersion"], observed["kind"])
+        self._wrote("update", observed)
         try:
             resource.replace(body=merged, namespace=observed["metadata"]["namespace"])
         except (NotFoundError, ConflictError):

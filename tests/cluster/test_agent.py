@@ -1,0 +1,138 @@
+"""The node agent on the real API server: the per-cache Secret grant, an API server restart mid-download,
+and the watch expiring (410) across it. The agent is `praesto-agent run`, unchanged, as the chart's
+agent ServiceAccount.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+from kubernetes import client
+
+from praesto import names, rbac
+from praesto.store import StoreLayout
+from tests.cluster.agents import AgentProcess
+from tests.cluster.conftest import AGENT_SA, Installed
+from tests.cluster.fixtures import (  # noqa: F401  (pytest fixtures)
+    composite,
+    hub,
+    metacontroller,
+    modelcachenodes,
+    phase_is,
+    start_agents,
+    wait_gone,
+)
+from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
+from tests.support.controlplane import wait_for
+from tests.support.helm_chart import NAMESPACE
+from tests.support.hub import LocalHub
+from tests.support.metacontroller import CompositeDriver
+
+NS = "agent-tests"
+NODE = "agent-node"
+POOL = "test.praesto.io/pool"
+
+
+@pytest.fixture(scope="module")
+def agent(
+    installed: Installed, hub: LocalHub, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AgentProcess]:
+    opted_in_namespace(installed.admin, NS)
+    ready_node(installed.admin, NODE, {POOL: "agent"})
+    with ExitStack() as stack:
+        yield start_agents(stack, installed, hub, tmp_path_factory.mktemp("agent"), [NODE])[NODE]
+
+
+def agent_may_get_secret(installed: Installed, name: str) -> bool:
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{NAMESPACE}:{AGENT_SA}",
+            groups=["system:serviceaccounts", "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=NS, verb="get", resource=rbac.AGENT_SECRET_GRANT.resource, name=name
+            ),
+        )
+    )
+    return bool(
+        client.AuthorizationV1Api(installed.admin.api).create_subject_access_review(review).status.allowed
+    )
+
+
+def test_private_model_through_the_per_cache_secret_grant(
+    installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeDriver
+) -> None:
+    hub.add_repo("org/private", {"config.json": b"{}", "model.bin": b"p" * 30_000}, private=True)
+    hub.tokens.add("hf_tenant_token")
+    core = client.CoreV1Api(installed.admin.api)
+    for name in ("hf", "unrelated"):
+        core.create_namespaced_secret(
+            NS,
+            {"metadata": {"name": name}, "data": {"HF_TOKEN": base64.b64encode(b"hf_tenant_token").decode()}},
+        )
+    assert not agent_may_get_secret(installed, "hf")
+    source = {
+        "huggingface": {"repo": "org/private", "token": {"secretRef": {"name": "hf", "key": "HF_TOKEN"}}}
+    }
+    installed.admin.create(modelcache("private", NS, node_selector={POOL: "agent"}, source=source))
+    composite.sync_until(NS, "private", phase_is(names.PHASE_READY), deadline=90)
+    # The grant the sync hook returned, created by Metacontroller's identity: exactly one Secret.
+    assert agent_may_get_secret(installed, "hf")
+    assert not agent_may_get_secret(installed, "unrelated")
+    assert StoreLayout(agent.base).is_complete(NS, "private")
+    assert "hf_tenant_token" not in agent.log()
+
+    installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "private", NS)
+    composite.sync_until(NS, "private", lambda r: r is None, deadline=60)
+    role = names.secret_reader_role_name("private")
+    wait_gone(installed.admin, "rbac.authorization.k8s.io/v1", "RoleBinding", role, NS)
+    wait_gone(installed.admin, "rbac.authorization.k8s.io/v1", "Role", role, NS)
+    assert not agent_may_get_secret(installed, "hf")
+
+
+def test_api_server_restart_mid_download_and_an_expired_watch(
+    installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeDriver
+) -> None:
+    hub.add_repo("org/slow", {"config.json": b"{}", "model.bin": b"s" * 400_000})
+    hub.faults.rate = 100_000  # bytes/s per response: the download takes a few seconds
+    try:
+        installed.admin.create(
+            modelcache(
+                "slow", NS, node_selector={POOL: "agent"}, source={"huggingface": {"repo": "org/slow"}}
+            )
+        )
+        composite.sync(NS, "slow")
+        wait_for(
+            "the agent to report the download",
+            lambda: (
+                (modelcachenodes(installed.admin, NS, "slow").get(NODE, {}).get("status") or {}).get("phase")
+                == names.PHASE_DOWNLOADING
+            ),
+            30,
+        )
+        relists_before = agent.log().count("watch expired; relisting")
+        installed.plane.stop_apiserver()
+        # While the API server is away the download goes on and its status writes fail (kept for
+        # later). etcd moves on and compacts meanwhile, so the agent's watch position is gone.
+        installed.plane.compact_etcd()
+        installed.plane.start_apiserver()
+        try:
+            composite.sync_until(NS, "slow", phase_is(names.PHASE_READY), deadline=90)
+        except TimeoutError as err:
+            raise TimeoutError(f"{err}\nagent log:\n{agent.log()[-4000:]}") from None
+    finally:
+        hub.faults.rate = 0
+    assert StoreLayout(agent.base).is_complete(NS, "slow")
+    # The resumed watch asked for a resourceVersion etcd no longer has (410 Gone): the agent
+    # relists instead of missing events or giving up...
+    wait_for(
+        "the agent to relist after 410",
+        lambda: agent.log().count("watch expired; relisting") > relists_before,
+        60,
+    )
+    # ...and still sees what happens next: deleting the cache removes the node copy.
+    installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "slow", NS)
+    composite.sync_until(NS, "slow", lambda r: r is None, deadline=60)
+    assert not StoreLayout(agent.base).cache_dir(NS, "slow").exists()

@@ -1,0 +1,129 @@
+"""Shared PVC mode on the real control plane: the PVC and Job are created for real, the Job controller
+makes the Pod, and the garbage collector removes them with the ModelCache.
+
+No kubelet runs the Pod, so the test does its part: it runs the Pod's own
+command (from the Pod spec) locally, with the PVC's mount path mapped to a
+temp directory and the Hub endpoint pointed at the local hub, then reports the
+container's exit the way a kubelet would (the Pod's status).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from praesto import names
+from tests.cluster.agents import agent_command
+from tests.cluster.conftest import Installed
+from tests.cluster.fixtures import composite, hub, metacontroller, phase_is, wait_gone  # noqa: F401
+from tests.cluster.tenants import modelcache, opted_in_namespace
+from tests.support.controlplane import wait_for
+from tests.support.hub import LocalHub
+from tests.support.metacontroller import CompositeDriver
+
+NS = "pvc-mode"
+CLASS = "pvc-rwx"
+Obj = dict[str, Any]
+
+
+def job_pod(core: client.CoreV1Api, job: str) -> Any:
+    found: list[Any] = []
+
+    def created() -> bool:
+        found[:] = core.list_namespaced_pod(NS, label_selector=f"batch.kubernetes.io/job-name={job}").items
+        return bool(found)
+
+    wait_for(f"the Job controller to create the Pod of {job}", created, 30)
+    return found[0]
+
+
+def run_like_the_kubelet(pod: Any, volume_root: Path, hub_endpoint: str) -> subprocess.CompletedProcess[str]:
+    """The Pod's container command, its env, and its PVC mount mapped under `volume_root`."""
+    container = pod.spec.containers[0]
+    mounts = {m.mount_path: volume_root / m.name for m in container.volume_mounts}
+    for path in mounts.values():
+        path.mkdir(parents=True, exist_ok=True)
+
+    def local(arg: str) -> str:
+        for mount_path, target in mounts.items():
+            if arg == mount_path or arg.startswith(mount_path + "/"):
+                return str(target) + arg[len(mount_path) :]
+        return arg
+
+    env = {e.name: local(e.value) for e in container.env or [] if e.value is not None}
+    env["HF_ENDPOINT"] = hub_endpoint  # the cluster's route to the Hub is the local hub here
+    assert container.command == ["praesto-agent"]
+    argv = [agent_command(), *[local(a) for a in container.args]]
+    return subprocess.run(
+        argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_pvc_job_runs_the_downloader_and_the_cache_becomes_ready_then_is_collected(
+    installed: Installed, hub: LocalHub, composite: CompositeDriver, tmp_path: Path
+) -> None:
+    opted_in_namespace(installed.admin, NS)
+    installed.admin.apply(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": CLASS},
+            "provisioner": "nfs.example.com",
+        }
+    )
+    commit = hub.add_repo("org/shared", {"config.json": b'{"a": 1}', "weights.bin": b"x" * 20_000})
+    cache = modelcache(
+        "shared",
+        NS,
+        source={"huggingface": {"repo": "org/shared"}},
+        storage={"size": "1Gi", "storageClassName": CLASS},
+    )
+    installed.admin.create(cache)
+    result = composite.sync(NS, "shared")
+    assert result is not None and result.parent is not None
+    assert result.parent["status"]["phase"] in (names.PHASE_PENDING, names.PHASE_DOWNLOADING)
+    core, batch = client.CoreV1Api(installed.admin.api), client.BatchV1Api(installed.admin.api)
+    pvc = core.read_namespaced_persistent_volume_claim(names.pvc_name("shared"), NS)
+    assert pvc.spec.access_modes == ["ReadWriteMany"] and pvc.spec.storage_class_name == CLASS
+    job = batch.read_namespaced_job(names.download_job_name("shared"), NS)
+    assert job.metadata.owner_references[0].block_owner_deletion is True
+
+    pod = job_pod(core, job.metadata.name)
+    ran = run_like_the_kubelet(pod, tmp_path / "volumes", hub.endpoint)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert (tmp_path / "volumes" / "cache" / names.COMPLETE_FILE).is_file()
+    terminated = {"exitCode": 0, "reason": "Completed"}
+    core.patch_namespaced_pod_status(
+        pod.metadata.name,
+        NS,
+        {
+            "status": {
+                "phase": "Succeeded",
+                "containerStatuses": [
+                    {
+                        "name": pod.spec.containers[0].name,
+                        "image": pod.spec.containers[0].image,
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {"terminated": terminated},
+                    }
+                ],
+            }
+        },
+    )
+    ready = composite.sync_until(NS, "shared", phase_is(names.PHASE_READY), deadline=60)
+    assert ready is not None and ready.parent is not None
+    assert ready.parent["status"]["pvcName"] == names.pvc_name("shared")
+    del commit
+
+    # Deleting the cache: finalize has nothing to wait for, the finalizer goes, and the real
+    # garbage collector removes the PVC and the Job (and the Job its Pod).
+    installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "shared", NS)
+    composite.sync_until(NS, "shared", lambda r: r is None, deadline=30)
+    wait_gone(installed.admin, "batch/v1", "Job", names.download_job_name("shared"), NS)
+    wait_gone(installed.admin, "v1", "PersistentVolumeClaim", names.pvc_name("shared"), NS)
