@@ -9,6 +9,7 @@ path's contents, not request bodies (access logs are off by default).
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from typing import Any
 
@@ -48,6 +49,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--keyfile", help="TLS private key (PEM)")
     parser.add_argument("--access-log", action="store_true", help="log every request (off by default)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--release-orphaned-copies",
+        action="store_true",
+        help="release ModelCacheNodes whose Node is gone (so ModelCache deletion finishes); the chart sets it",
+    )
     args = parser.parse_args(argv)
     if bool(args.certfile) != bool(args.keyfile):
         parser.error("--certfile and --keyfile must be given together")
@@ -76,7 +82,28 @@ def gunicorn_options(args: argparse.Namespace) -> dict[str, Any]:
     if tls:
         options["certfile"] = args.certfile
         options["keyfile"] = args.keyfile
+    if args.release_orphaned_copies:
+        options["when_ready"] = _start_orphan_releaser
+        options["on_exit"] = _stop_orphan_releaser
     return options
+
+
+_releaser: list[subprocess.Popen[bytes]] = []
+
+
+def _start_orphan_releaser(_server: Any) -> None:
+    """Its own process (`python -m praesto.hooks.orphans`), started once by gunicorn's master:
+    threads in the master would be forked into workers mid-flight (locks held, TLS stuck)."""
+    _releaser.append(subprocess.Popen([sys.executable, "-m", "praesto.hooks.orphans"]))
+
+
+def _stop_orphan_releaser(_server: Any) -> None:
+    for process in _releaser:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,9 +34,11 @@ AGENT: tuple[Permission, ...] = (
 # Per-cache grant returned by the sync hook (Role in the cache's namespace, resourceNames = the Secret).
 AGENT_SECRET_GRANT = Permission("", "secrets", ("get",))
 
-# Hooks Deployment: the admission webhook's watch-fed lookups only.
+# Hooks Deployment: the admission webhook's watch-fed lookups, and releasing the node copies
+# of Nodes that are gone (hooks/orphans.py: drop the agent's finalizer, nothing else).
 HOOKS: tuple[Permission, ...] = (
     Permission(names.GROUP, names.MODELCACHE_PLURAL, READ),
+    Permission(names.GROUP, names.MODELCACHENODE_PLURAL, (*READ, "patch")),
     Permission("storage.k8s.io", "storageclasses", READ, namespaced=False),
     # Node labels only, for the validating webhook's "nodeSelector matches no nodes" warning.
     Permission("", "nodes", READ, namespaced=False),

@@ -257,7 +257,7 @@ class WatchedLookups:
         max_staleness: float | None = None,
         cold_wait: float | None = None,
     ) -> None:
-        api = api_client or _default_api_client()
+        api = api_client or default_api_client()
         timeout = watch_timeout or int(os.environ.get(ENV_WATCH_TIMEOUT, "300"))
         staleness = (
             max_staleness if max_staleness is not None else float(os.environ.get(ENV_MAX_STALENESS, "60"))
@@ -306,7 +306,7 @@ class WatchedLookups:
         return sum(1 for labels in list(self.nodes.items.values()) if _matches(labels, selector))
 
 
-def _default_api_client() -> Any:
+def default_api_client() -> Any:
     try:
         config.load_incluster_config()
     except config.ConfigException:

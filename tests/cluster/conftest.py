@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from tests.support.chart_install import (
-    CRD_DIR,
     METACONTROLLER_CRDS,
     WEBHOOK_KINDS,
     apply_rendered,
@@ -27,7 +26,7 @@ from tests.support.chart_install import (
     render_for_cluster,
 )
 from tests.support.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane
-from tests.support.helm_chart import NAMESPACE, RELEASE, one
+from tests.support.helm_chart import CRD_DIR, NAMESPACE, RELEASE, one
 from tests.support.kube_apply import Kube
 from tests.support.server import RunningServer, hooks_server
 
@@ -87,8 +86,16 @@ def installed(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
         **container_env(deployment, "hooks"),
         "KUBECONFIG": str(control_plane.token_kubeconfig(NAMESPACE, HOOKS_SA)),
     }
+    managed = ("--bind", "--workers", "--certfile", "--keyfile")  # hooks_server sets these itself
+    args = [
+        a
+        for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        if not a.startswith(managed)
+    ]
     with ExitStack() as stack:
-        server = stack.enter_context(hooks_server(workdir / "hooks", tls=True, env=env, threads=4))
+        server = stack.enter_context(
+            hooks_server(workdir / "hooks", tls=True, env=env, threads=4, extra_args=tuple(args))
+        )
         assert server.ca_path is not None
         webhooks = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
         apply_rendered(admin, webhooks, webhook_url=server.base_url, webhook_ca=server.ca_path.read_bytes())

@@ -1,0 +1,165 @@
+"""Release node copies whose Node is gone, so deleting a ModelCache always finishes.
+
+A ModelCacheNode carries the node agent's finalizer until that agent has removed
+the copy from its disk. When the Node itself is deleted (the autoscaler removed
+it), no agent is left to do that, and the ModelCache's finalize hook would wait
+for ever: Metacontroller has no timeout. So praesto-hooks, the one process that
+runs anyway, releases them: a ModelCacheNode being deleted whose `spec.nodeName`
+names no Node loses the agent finalizer.
+
+Why this is safe: only a Node that no longer exists is released, the patch is
+conditional on the object's resourceVersion (two replicas never fight), and a
+node that comes back under the same name cleans copies no ModelCacheNode owns
+when its agent starts. `orphaned` is the pure decision; `OrphanReleaser` is the edge.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from praesto import names
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+RESYNC_SECONDS = 600  # each watch starts again (with a full list) this often
+
+
+def orphaned(
+    copies: Iterable[Mapping[str, Any]], node_exists: Callable[[str], bool]
+) -> list[Mapping[str, Any]]:
+    """The ModelCacheNodes being deleted, held by the agent's finalizer, whose Node is gone."""
+    out = []
+    for copy in copies:
+        meta = copy.get("metadata") or {}
+        if not meta.get("deletionTimestamp") or names.FINALIZER_NODE_AGENT not in (
+            meta.get("finalizers") or []
+        ):
+            continue
+        node = (copy.get("spec") or {}).get("nodeName")
+        if isinstance(node, str) and node and not node_exists(node):
+            out.append(copy)
+    return out
+
+
+def release_patch(copy: Mapping[str, Any]) -> Obj:
+    """A merge patch dropping only the agent's finalizer, refused if the object changed since it was read."""
+    meta = copy["metadata"]
+    kept = [f for f in meta.get("finalizers") or [] if f != names.FINALIZER_NODE_AGENT]
+    return {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}}
+
+
+class OrphanReleaser:
+    """Two watches: ModelCacheNodes (a copy marked for deletion whose Node is gone is released at
+    once) and Nodes (a deleted Node releases its copies already marked). Each watch ends every
+    `resync` seconds and starts again with a full list, which catches anything missed meanwhile.
+    """
+
+    def __init__(self, api: client.ApiClient, resync: int = RESYNC_SECONDS) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.resync = resync
+        self.stopped = threading.Event()
+        self.released = 0
+
+    def node_exists(self, name: str) -> bool:
+        try:
+            self.core.read_node(name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def release(self, copies: Iterable[Mapping[str, Any]], node_exists: Callable[[str], bool]) -> int:
+        released = 0
+        for copy in orphaned(copies, node_exists):
+            meta = copy["metadata"]
+            try:
+                self.custom.patch_namespaced_custom_object(
+                    names.GROUP, names.VERSION, meta["namespace"], names.MODELCACHENODE_PLURAL,
+                    meta["name"], release_patch(copy),
+                )  # fmt: skip
+            except ApiException as err:
+                if err.status in (404, 409):  # gone already, or changed: the next event decides again
+                    continue
+                raise
+            released += 1
+            log.info(
+                "released node copy %s/%s: node %s no longer exists",
+                meta["namespace"], meta["name"], copy["spec"]["nodeName"],
+            )  # fmt: skip
+        self.released += released
+        return released
+
+    def on_copy(self, event_type: str, copy: Obj) -> None:
+        if event_type != "DELETED":
+            self.release([copy], self.node_exists)
+
+    def on_node(self, event_type: str, node: Obj) -> None:
+        if event_type != "DELETED":
+            return
+        name = str(node["metadata"]["name"])
+        listed = self.custom.list_cluster_custom_object(
+            names.GROUP, names.VERSION, names.MODELCACHENODE_PLURAL,
+            label_selector=f"{names.LABEL_NODE}={names.node_label_value(name)}",
+        )  # fmt: skip
+        self.release(
+            listed.get("items") or [], lambda node_name: node_name != name and self.node_exists(node_name)
+        )
+
+    def _follow(self, list_call: Callable[..., Any], handle: Callable[[str, Obj], None], *args: Any) -> None:
+        backoff = 1.0
+        while not self.stopped.is_set():
+            try:
+                for event in watch.Watch().stream(list_call, *args, timeout_seconds=self.resync):
+                    obj = event["object"]
+                    handle(
+                        event["type"],
+                        obj if isinstance(obj, dict) else client.ApiClient().sanitize_for_serialization(obj),
+                    )
+                    if self.stopped.is_set():
+                        return
+                backoff = 1.0
+            except Exception as err:  # the API server away, RBAC not synced yet: start again shortly
+                log.warning("orphaned node copies: watch failed; retrying in %.0fs: %s", backoff, err)
+                self.stopped.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+
+    def start(self) -> OrphanReleaser:
+        follows = (
+            (
+                self.custom.list_cluster_custom_object,
+                self.on_copy,
+                names.GROUP,
+                names.VERSION,
+                names.MODELCACHENODE_PLURAL,
+            ),
+            (self.core.list_node, self.on_node),
+        )
+        for list_call, handle, *args in follows:
+            threading.Thread(
+                target=self._follow, args=(list_call, handle, *args), name="praesto-orphans", daemon=True
+            ).start()
+        return self
+
+
+def main() -> None:
+    """`python -m praesto.hooks.orphans`: what `praesto-hooks --release-orphaned-copies` runs beside gunicorn."""
+    import signal
+
+    from praesto.hooks.admission.lookup import default_api_client
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    releaser = OrphanReleaser(default_api_client()).start()
+    signal.signal(signal.SIGTERM, lambda *_: releaser.stopped.set())
+    releaser.stopped.wait()
+
+
+if __name__ == "__main__":
+    main()
