@@ -31,6 +31,7 @@ from praesto.spec import InvalidSpec, ModelCacheSpec, SpecError, parse_spec
 
 Hook = Callable[[Any, HooksConfig, datetime], Obj]
 MAX_MESSAGE = 2000
+FINALIZE_RESYNC_SECONDS = 30
 
 
 def customize(request: Any, config: HooksConfig, now: datetime) -> Obj:
@@ -188,7 +189,12 @@ def finalize(request: Any, config: HooksConfig, now: datetime) -> Obj:
         message = "every node copy is removed"
     status: Obj = {**before, "observedGeneration": generation(parent)}
     status["conditions"] = [condition(before, READY, False, "Deleting", message, now, generation(parent))]
-    return {"status": status, "children": [], "finalized": remaining == 0}
+    response: Obj = {"status": status, "children": [], "finalized": remaining == 0}
+    if remaining:
+        # Nothing re-runs finalize on its own in Metacontroller 4.17.2 (controller.go): child
+        # events usually do, this is the safety net if one is missed.
+        response["resyncAfterSeconds"] = FINALIZE_RESYNC_SECONDS
+    return response
 
 
 HOOKS: dict[str, Hook] = {"customize": customize, "sync": sync, "finalize": finalize}
