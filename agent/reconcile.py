@@ -326,7 +326,9 @@ class Agent(Removal):
             try:  # progress is best-effort: a refused status write must not stop the download
                 self._set(obj, names.PHASE_DOWNLOADING, st.REASON_DOWNLOADING, message, fields)
             except Exception as err:
-                self.log.warning("could not report progress", extra={"cache": ref.cache, "error": _short(err)})
+                self.log.warning(
+                    "could not report progress", extra={"cache": ref.cache, "error": _short(err)}
+                )
 
     def _finish(self, outcome: Outcome) -> Key:
         ref = outcome.ref

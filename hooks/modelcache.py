@@ -65,7 +65,9 @@ def customize(request: Any, config: HooksConfig, now: datetime) -> Obj:
         if isinstance(selector, dict) and all(
             isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
         ):
-            rules.append({"apiVersion": "v1", "resource": "nodes", "labelSelector": {"matchLabels": selector}})
+            rules.append(
+                {"apiVersion": "v1", "resource": "nodes", "labelSelector": {"matchLabels": selector}}
+            )
     return {"relatedResources": rules}
 
 

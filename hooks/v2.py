@@ -131,12 +131,16 @@ def _check_rule(i: int, rule: Any) -> list[str]:
     has_selector = rule.get("labelSelector") is not None
     has_namespace_selector = rule.get("namespaceSelector") is not None
     if rule.get("names") and (has_selector or has_namespace_selector):
-        problems.append(f"relatedResources[{i}]: names cannot be combined with labelSelector/namespaceSelector")
+        problems.append(
+            f"relatedResources[{i}]: names cannot be combined with labelSelector/namespaceSelector"
+        )
     if rule.get("namespace") and has_namespace_selector:
         problems.append(f"relatedResources[{i}]: namespace cannot be combined with namespaceSelector")
     for key in ("labelSelector", "namespaceSelector"):
         selector = rule.get(key)
-        if selector is not None and (not isinstance(selector, dict) or not set(selector) <= LABEL_SELECTOR_KEYS):
+        if selector is not None and (
+            not isinstance(selector, dict) or not set(selector) <= LABEL_SELECTOR_KEYS
+        ):
             problems.append(f"relatedResources[{i}].{key} must be a v1.LabelSelector")
     for key in ("namespace",):
         if key in rule and not isinstance(rule[key], str):

@@ -30,7 +30,7 @@ if [ "$complete" = 0 ]; then
     ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  (cd "$module" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp/" ./cmd/...)
+  (cd "$module" && go build -buildvcs=false -trimpath -ldflags "$ldflags" -o "$out.tmp/" ./cmd/...)
   rm -rf "$out" && mv "$out.tmp" "$out"
 fi
 ln -sfn "$key" "$root/build/cluster/current"

@@ -154,7 +154,9 @@ def test_network_policy_opens_only_the_https_port_to_the_listed_peers() -> None:
     assert rule["ports"] == [{"port": "https", "protocol": "TCP"}]
     assert "from" not in rule  # the API server's source is not portable to select
     peers = [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"podSelector": {"matchLabels": {"app": "mc"}}}]
-    closed = one(render_objects({"hooks": {"networkPolicy": {"from": peers}}}), "NetworkPolicy", "praesto-hooks")
+    closed = one(
+        render_objects({"hooks": {"networkPolicy": {"from": peers}}}), "NetworkPolicy", "praesto-hooks"
+    )
     assert closed["spec"]["ingress"][0]["from"] == peers
 
 

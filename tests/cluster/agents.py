@@ -7,12 +7,11 @@ a temp store, the local hub and a kubeconfig holding a TokenRequest token.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.cluster.conftest import AGENT_SA, Installed
+from tests.cluster.installed import AGENT_SA, Installed
 from tests.support.controlplane import Component
 from tests.support.helm_chart import NAMESPACE
 

@@ -14,7 +14,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from praesto import names
-from tests.cluster.conftest import Installed
+from tests.cluster.installed import Installed
 from tests.cluster.tenants import (
     modelcache,
     opted_in_namespace,

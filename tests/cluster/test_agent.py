@@ -15,16 +15,8 @@ from kubernetes import client
 from praesto import names, rbac
 from praesto.store import StoreLayout
 from tests.cluster.agents import AgentProcess
-from tests.cluster.conftest import AGENT_SA, Installed
-from tests.cluster.fixtures import (  # noqa: F401  (pytest fixtures)
-    composite,
-    hub,
-    metacontroller,
-    modelcachenodes,
-    phase_is,
-    start_agents,
-    wait_gone,
-)
+from tests.cluster.flows import modelcachenodes, phase_is, start_agents, wait_gone
+from tests.cluster.installed import AGENT_SA, Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 from tests.support.controlplane import wait_for
 from tests.support.helm_chart import NAMESPACE

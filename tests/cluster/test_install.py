@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from praesto import names, rbac
-from tests.cluster.conftest import AGENT_SA, HOOKS_SA, METACONTROLLER_SA, Installed
+from tests.cluster.installed import AGENT_SA, HOOKS_SA, METACONTROLLER_SA, Installed
 from tests.support.chart_install import ensure_namespace
 from tests.support.controlplane import ControlPlane
 from tests.support.helm_chart import NAMESPACE, ROOT

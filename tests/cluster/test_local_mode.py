@@ -15,17 +15,8 @@ from kubernetes import client
 from praesto import names
 from praesto.store import StoreLayout
 from tests.cluster.agents import AgentProcess
-from tests.cluster.conftest import Installed
-from tests.cluster.fixtures import (  # noqa: F401  (pytest fixtures)
-    composite,
-    decorator,
-    hub,
-    metacontroller,
-    modelcachenodes,
-    phase_is,
-    start_agents,
-    wait_gone,
-)
+from tests.cluster.flows import modelcachenodes, phase_is, start_agents
+from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, pod, ready_node
 from tests.support.chart_install import ensure_namespace
 from tests.support.controlplane import wait_for
@@ -62,9 +53,17 @@ def test_cache_becomes_ready_on_every_selected_node(
     status = result.parent["status"]
     assert (status["readyNodes"], status["totalNodes"]) == (2, 2)
     assert status["observedGeneration"] == result.parent["metadata"]["generation"]
-    # Steady state: a sync that changes nothing writes nothing (no resync loop, no child churn).
-    again = composite.sync(NS, "tiny")
-    assert again is not None and again.writes == []
+    # Once Ready, the resolved commit is pinned into every copy's spec (one InPlace update each);
+    # after that a sync that changes nothing writes nothing: no resync loop, no child churn.
+    pinned = composite.sync(NS, "tiny")
+    assert pinned is not None and pinned.parent is not None
+    commit = pinned.parent["status"]["resolvedRevision"]
+    assert all(w.startswith("update ModelCacheNode") for w in pinned.writes)
+    for child in modelcachenodes(installed.admin, NS, "tiny").values():
+        assert child["spec"]["source"]["revision"] == commit
+    steady = composite.sync(NS, "tiny")
+    assert steady is not None and steady.writes == []
+    assert steady.parent is not None and steady.parent["status"]["phase"] == names.PHASE_READY
     parent_uid = result.parent["metadata"]["uid"]
     children = modelcachenodes(installed.admin, NS, "tiny")
     assert set(children) == set(NODES)

@@ -12,8 +12,8 @@ from contextlib import ExitStack
 from kubernetes import client
 
 from praesto import names
-from tests.cluster.conftest import Installed
-from tests.cluster.fixtures import composite, hub, metacontroller, modelcachenodes, phase_is, start_agents  # noqa: F401
+from tests.cluster.flows import modelcachenodes, phase_is, start_agents
+from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 from tests.support.hub import LocalHub
 from tests.support.metacontroller import CompositeDriver

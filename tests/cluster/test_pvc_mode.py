@@ -18,8 +18,8 @@ from kubernetes import client
 
 from praesto import names
 from tests.cluster.agents import agent_command
-from tests.cluster.conftest import Installed
-from tests.cluster.fixtures import composite, hub, metacontroller, phase_is, wait_gone  # noqa: F401
+from tests.cluster.flows import phase_is, wait_gone
+from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace
 from tests.support.controlplane import wait_for
 from tests.support.hub import LocalHub

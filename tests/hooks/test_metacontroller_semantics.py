@@ -13,7 +13,8 @@ from praesto.hooks import modelcache, v2
 from praesto.hooks.common import Obj
 
 from praesto import names
-from tests.hooks.factory import NOW, consumer, customize_request, modelcache as mc, node, sync_request
+from tests.hooks.factory import NOW, consumer, customize_request, node, sync_request
+from tests.hooks.factory import modelcache as mc
 from tests.hooks.golden import CONFIG
 
 

@@ -25,7 +25,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.support.controlplane import wait_for
-from tests.support.helm_chart import CRD_DIR, NAMESPACE, chart_with_metacontroller_standin, render_objects
+from tests.support.helm_chart import NAMESPACE, chart_with_metacontroller_standin, render_objects
 from tests.support.kube_apply import Kube
 
 Obj = dict[str, Any]

@@ -341,7 +341,9 @@ class CompositeDriver:
         desired = [self._with_selector_label(parent, child) for child in response.get("children") or []]
         # Children are managed while the parent lives, or while our finalizer still holds it:
         # once `finalized` removed it, that last response's children are neither applied nor pruned.
-        if not parent["metadata"].get("deletionTimestamp") or self.finalizer in (parent["metadata"].get("finalizers") or []):
+        if not parent["metadata"].get("deletionTimestamp") or self.finalizer in (
+            parent["metadata"].get("finalizers") or []
+        ):
             self._manage_children(parent, children, desired)
         status = dict(response.get("status") or {})
         status["observedGeneration"] = parent["metadata"].get("generation")
@@ -506,10 +508,10 @@ class DecoratorDriver:
         )
         meta = obj["metadata"]
         changed = False
-        for field in ("labels", "annotations"):
-            current = meta.setdefault(field, {}) or {}
-            meta[field] = current
-            for key, value in (answer.get(field) or {}).items():
+        for section in ("labels", "annotations"):
+            current = meta.setdefault(section, {}) or {}
+            meta[section] = current
+            for key, value in (answer.get(section) or {}).items():
                 if value is None:
                     changed |= current.pop(key, None) is not None
                 elif current.get(key) != value:

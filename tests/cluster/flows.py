@@ -1,51 +1,26 @@
-"""Shared fixtures of the control-plane tier: the local hub, the Metacontroller drivers, node agents."""
+"""Steps the control-plane tier's tests share: agents, waiting on phases, reading children."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from praesto import names
 from tests.cluster.agents import AgentProcess
-from tests.cluster.conftest import METACONTROLLER_SA, Installed
+from tests.cluster.installed import Installed
 from tests.support.controlplane import wait_for
 from tests.support.hub import LocalHub
-from tests.support.metacontroller import CompositeDriver, DecoratorDriver, HookClient, SyncResult
 from tests.support.kube_apply import Kube
+from tests.support.metacontroller import HookClient, SyncResult
 
 Obj = dict[str, Any]
 MCN_API = names.API_VERSION
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHub]:
-    with LocalHub(tmp_path_factory.mktemp("hub")) as running:
-        yield running
-
-
 def hook_client(installed: Installed) -> HookClient:
     assert installed.hooks.ca_path is not None
     return HookClient(installed.hooks.base_url, installed.hooks.ca_path)
-
-
-@pytest.fixture(scope="module")
-def metacontroller(installed: Installed) -> Kube:
-    """The Metacontroller identity: the chart's ServiceAccount and ClusterRole."""
-    return installed.kube_as(METACONTROLLER_SA)
-
-
-@pytest.fixture(scope="module")
-def composite(installed: Installed, metacontroller: Kube) -> CompositeDriver:
-    return CompositeDriver(metacontroller, installed.rendered("CompositeController"), hook_client(installed))
-
-
-@pytest.fixture(scope="module")
-def decorator(installed: Installed, metacontroller: Kube) -> DecoratorDriver:
-    return DecoratorDriver(metacontroller, installed.rendered("DecoratorController"), hook_client(installed))
 
 
 def start_agents(

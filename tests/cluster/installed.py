@@ -1,0 +1,74 @@
+"""The chart as the control-plane tier installs it: rendered objects applied, praesto-hooks running as its ServiceAccount."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.chart_install import (
+    METACONTROLLER_CRDS,
+    WEBHOOK_KINDS,
+    apply_rendered,
+    container_env,
+    ensure_namespace,
+    install_crds,
+    render_for_cluster,
+)
+from tests.support.controlplane import ControlPlane
+from tests.support.helm_chart import CRD_DIR, NAMESPACE, RELEASE, one
+from tests.support.kube_apply import Kube
+from tests.support.server import RunningServer, hooks_server
+
+Obj = dict[str, Any]
+VALUES: Obj = {"webhooks": {"certManager": {"enabled": False}}}
+HOOKS_SA = f"{RELEASE}-hooks"
+AGENT_SA = f"{RELEASE}-node-agent"
+METACONTROLLER_SA = f"{RELEASE}-metacontroller"
+
+
+@dataclass
+class Installed:
+    """The chart as installed: rendered objects, the hooks server, clients per identity."""
+
+    plane: ControlPlane
+    objects: list[Obj]
+    hooks: RunningServer
+    admin: Kube
+    workdir: Path
+
+    def kube_as(self, service_account: str, namespace: str = NAMESPACE, **token_args: Any) -> Kube:
+        return Kube(
+            self.plane.client_as(namespace, service_account, **token_args), field_manager=service_account
+        )
+
+    def rendered(self, kind: str, name: str | None = None) -> Obj:
+        return one(self.objects, kind, name)
+
+
+@contextmanager
+def install_chart(control_plane: ControlPlane, workdir: Path) -> Iterator[Installed]:
+    """CRDs, RBAC, controllers and webhooks from the chart; praesto-hooks running as its ServiceAccount."""
+    admin = Kube(control_plane.admin())
+    install_crds(admin, [*sorted(CRD_DIR.glob("*.yaml")), METACONTROLLER_CRDS])
+    ensure_namespace(admin, NAMESPACE)
+    objects = render_for_cluster(workdir / "chart", VALUES)
+    apply_rendered(admin, objects, webhook_url="", webhook_ca=b"", skip_kinds=WEBHOOK_KINDS)
+    deployment = one(objects, "Deployment", HOOKS_SA)
+    env = {
+        **container_env(deployment, "hooks"),
+        "KUBECONFIG": str(control_plane.token_kubeconfig(NAMESPACE, HOOKS_SA)),
+    }
+    managed = ("--bind", "--workers", "--certfile", "--keyfile")  # hooks_server sets these itself
+    args = [
+        a
+        for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        if not a.startswith(managed)
+    ]
+    with hooks_server(workdir / "hooks", tls=True, env=env, threads=4, extra_args=tuple(args)) as server:
+        assert server.ca_path is not None
+        webhooks = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
+        apply_rendered(admin, webhooks, webhook_url=server.base_url, webhook_ca=server.ca_path.read_bytes())
+        yield Installed(control_plane, objects, server, admin, workdir)
