@@ -79,3 +79,16 @@ def test_hook_paths_are_served_by_praesto_hooks() -> None:
             for hook in obj["spec"]["hooks"].values():
                 path = "/" + hook["webhook"]["url"].split("/", 3)[3]
                 assert path in routes, f"{path} is not served by praesto-hooks"
+
+
+def test_chart_pins_a_metacontroller_that_speaks_v2_hooks_and_ca_bundles() -> None:
+    """4.12.13 ignored `version: v2` (v2 requests from 4.15.0) and had no caBundle (4.16.0)."""
+    chart = yaml.safe_load((ROOT / "charts" / "praesto" / "Chart.yaml").read_text())
+    (dependency,) = [d for d in chart["dependencies"] if d["name"] == "metacontroller-helm"]
+    assert dependency["version"] == "4.17.2"
+    for kind in ("CompositeController", "DecoratorController"):
+        for controller in find(render_objects(), kind):
+            for hook in controller["spec"]["hooks"].values():
+                assert hook["version"] == "v2"
+                assert hook["webhook"]["url"].startswith("https://")
+                assert hook["webhook"]["caBundle"]["inline"].startswith("-----BEGIN CERTIFICATE-----")

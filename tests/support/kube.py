@@ -28,6 +28,20 @@ needs no event loop, and gives the semantics the product code relies on:
 
 Sync API for tests: `create`, `get`, `list`, `patch`, `delete`, `requests`,
 `api_client()`. Use as a context manager or through the `kube` fixture.
+
+Where it is still used, and why the real API server (tests/cluster/) cannot stand in:
+
+* `tests/agent/` (harness.py): the agent's reaction to faults on demand: `fail_next`
+  on one call, `expire_watches()` into an open watch, `drop_watches()` mid-stream,
+  and a request log to prove which calls a code path makes. The same agent runs on
+  the real API server in tests/cluster/test_agent.py and test_local_mode.py.
+* `tests/admission/test_lookup_watch.py`, `test_admission_server.py`: the lookups'
+  cold, stale and resumed watches, made to happen at exact moments.
+* `tests/chart/test_chart_tls.py`, `test_chart_peers.py` (through kube_discovery.py):
+  Helm's `lookup` during a render, with a Secret planted or left out.
+* `tests/support/peer_cluster.py`: four agents and their peer discovery, fast.
+Everything about API semantics, RBAC, admission, scheduling and garbage
+collection is tested on the real control plane instead.
 """
 
 from __future__ import annotations
