@@ -137,6 +137,8 @@ def _download(args: argparse.Namespace) -> int:
         part_size=args.part_size << 20,
         credentials=credentials,
         credentials_from=f"the files in {credentials_dir}" if credentials_dir else "the environment",
+        # a mounted Secret (the PVC Job mounts the cache's own) is the only credential then
+        identity_allowed=credentials_dir is None,
         max_bytes=max_bytes,
     )
     try:

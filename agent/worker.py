@@ -158,6 +158,8 @@ class Job:
                 token=token,
                 credentials=credentials,
                 credentials_from=where,
+                # a cache that names its own Secret uses only it, never the cluster's identity
+                identity_allowed=self.ref.source.secret_ref is None,
                 concurrency=self.options.concurrency,
                 blobs_dir=self.layout.blobs_dir,
                 staging_dir=self.layout.staging_dir(self.ref.namespace, self.ref.cache),

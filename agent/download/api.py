@@ -124,6 +124,9 @@ class Options:
     # Object stores: settings from a credentials Secret (objcreds.py keys); memory only, never logged.
     credentials: dict[str, str] | None = field(default=None, repr=False)
     credentials_from: str = "the environment"  # where they came from, for messages
+    # False when the credentials are the cache's own Secret: then only that Secret is used,
+    # never the cluster's workload identity (objcreds.store_config).
+    identity_allowed: bool = True
     max_bytes: int | None = None  # refuse before writing when the source is larger (PVC: storage.size)
     concurrency: int = 32  # parallel connections: CDNs cap each one (see bench/download_bench.py)
     blobs_dir: Path | None = None  # content-addressed area for dedup (hard links)

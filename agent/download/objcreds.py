@@ -156,10 +156,36 @@ def _url(value: str, key: str, where: str, example: str) -> str:
     return value.rstrip("/")
 
 
+ENDPOINT_KEYS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "S3_ENDPOINT", "GOOGLE_BASE_URL", "AZURE_STORAGE_ENDPOINT")
+# What the workload identity reads from the process environment, per store.
+IDENTITY_ENV = (
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "AZURE_FEDERATED_TOKEN_FILE",
+    ENV_IDENTITY,
+)
+
+
 def store_config(
-    scheme: str, bucket: str, settings: Mapping[str, str], env: Mapping[str, str], where: str
+    scheme: str,
+    bucket: str,
+    settings: Mapping[str, str],
+    env: Mapping[str, str],
+    where: str,
+    *,
+    identity_allowed: bool = True,
 ) -> StoreConfig:
-    """Map settings (from `where`, e.g. "Secret ns/name") to a store config; raises DownloadError."""
+    """Map settings (from `where`, e.g. "Secret ns/name") to a store config; raises DownloadError.
+
+    The cluster's workload identity is used only when `identity_allowed` (the cache
+    named no Secret of its own) and never together with an endpoint that `settings`
+    name: a Secret's endpoint gets that Secret's credential or none, so a tenant
+    cannot point the cluster's credentials at a server of theirs.
+    """
+    if not identity_allowed or any(settings.get(k) for k in ENDPOINT_KEYS):
+        env = {k: v for k, v in env.items() if k not in IDENTITY_ENV}
     identity = env.get(ENV_IDENTITY, "").lower() == "true"
     if scheme == "s3":
         return _s3(bucket, settings, env, where, identity)

@@ -59,7 +59,12 @@ def split(source: Source) -> tuple[str, str]:
 def config_for(source: Source, options: Options) -> StoreConfig:
     bucket, _ = split(source)
     return store_config(
-        source.scheme, bucket, options.credentials or {}, os.environ, options.credentials_from
+        source.scheme,
+        bucket,
+        options.credentials or {},
+        os.environ,
+        options.credentials_from,
+        identity_allowed=options.identity_allowed,
     )
 
 
