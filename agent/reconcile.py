@@ -444,7 +444,7 @@ class Agent(Removal):
         return (
             f"base path {self.config.base_path} does not exist on node {self.config.node_name}; "
             "create it on the node (the agent never creates it, so a typo cannot fill the root disk) "
-            "or set the chart's agent.basePath"
+            "or set the chart's localCache.basePath"
         )
 
 
