@@ -1,9 +1,15 @@
 """Local mode status: the node agents' ModelCacheNode reports, summed up.
 
-Phase: any node Failed → Failed; every node Ready → Ready; any Ready or
-Downloading → Downloading; otherwise Pending (an Evicted copy counts as
-pending: the agent rehydrates it on demand). Nodes that should hold a copy but
-have no ModelCacheNode observed yet count as pending too.
+Per-node truth, cache-level sense. A failed node does not make the cache
+Failed while another node can serve: the phase is taken over the healthy
+(not Failed) nodes, and a `Degraded` condition names the failed ones and why.
+
+Phase: every node Failed → Failed; every healthy node Ready → Ready; any Ready
+or Downloading → Downloading; every healthy node Evicted → Evicted (the agent
+rehydrates a copy when a Pod needs it); otherwise Pending, with the nodes'
+waiting reasons (WaitingForSecret, InsufficientDisk, ...) counted in the Ready
+condition's message. Nodes that should hold a copy but have no ModelCacheNode
+observed yet count as pending.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from praesto.quantity import format_bytes
 from praesto.spec import ModelCacheSpec
 
 MAX_LISTED_FAILURES = 3
+DEGRADED = "Degraded"
 SIZE_WITHIN_REQUEST = "SizeWithinRequest"  # the node agent's condition type on ModelCacheNodes too
 
 
@@ -42,13 +49,33 @@ def node_phase(status: Mapping[str, Any]) -> str:
     return phase if phase in names.PHASES else names.PHASE_PENDING
 
 
-def _failure_text(node: str, status: Mapping[str, Any]) -> str:
-    ready = next(
+def _ready_condition(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    return next(
         (c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("type") == READY), {}
     )
+
+
+def _failure_text(node: str, status: Mapping[str, Any]) -> str:
+    ready = _ready_condition(status)
     reason = ready.get("reason") or "Failed"
     message = status.get("message") or ready.get("message") or "no message from the node agent"
     return f"{node}: {reason}: {message}"
+
+
+def _waiting(statuses: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """Why pending nodes wait, by the agents' reasons: `2 nodes WaitingForSecret: <first message>`."""
+    reasons: Counter[str] = Counter()
+    first: dict[str, str] = {}
+    for phase, status in statuses:
+        if phase != names.PHASE_PENDING:
+            continue
+        ready = _ready_condition(status)
+        reason = ready.get("reason")
+        if isinstance(reason, str) and reason and reason != "Pending":
+            reasons[reason] += 1
+            first.setdefault(reason, str(status.get("message") or ready.get("message") or ""))
+    parts = [f"{_nodes(n)} {reason}: {first[reason]}" for reason, n in sorted(reasons.items())]
+    return "; ".join(parts)
 
 
 def _nodes(count: int) -> str:
@@ -81,6 +108,8 @@ def aggregate(
     counts: Counter[str] = Counter()
     revisions: Counter[str] = Counter()
     failures: list[str] = []
+    failed_copies: list[str] = []
+    spec_cache = str((parent.get("metadata") or {}).get("name", ""))
     size = 0
     last_used = parse_time(before.get("lastUsedTime"))
     statuses = []
@@ -91,6 +120,7 @@ def aggregate(
         statuses.append((phase, status))
         if phase == names.PHASE_FAILED:
             failures.append(_failure_text(node, status))
+            failed_copies.append(names.modelcachenode_name(spec_cache, node))
         revision = status.get("resolvedRevision")
         if isinstance(revision, str) and revision:
             revisions[revision] += 1
@@ -117,12 +147,15 @@ def aggregate(
         counts[names.PHASE_FAILED],
     )
     count = len(node_names)
-    if failed:
+    healthy = count - failed
+    if failed and not healthy:
         phase = names.PHASE_FAILED
-    elif count and ready == count:
+    elif healthy and ready == healthy:
         phase = names.PHASE_READY
     elif ready or downloading:
         phase = names.PHASE_DOWNLOADING
+    elif healthy and counts[names.PHASE_EVICTED] == healthy:
+        phase = names.PHASE_EVICTED
     else:
         phase = names.PHASE_PENDING
 
@@ -135,6 +168,7 @@ def aggregate(
         "downloadingNodes": downloading,
         "failedNodes": failed,
         "pendingNodes": count - ready - downloading - failed,
+        "evictedNodes": counts[names.PHASE_EVICTED],
     }
     resolved = _resolved_revision(spec, before, revisions)
     if resolved:
@@ -149,13 +183,38 @@ def aggregate(
         }
     if last_used:
         out["lastUsedTime"] = format_time(last_used)
-    reason, message = _ready_reason(spec, phase, out, failures, demand_count, counts[names.PHASE_EVICTED])
-    out["conditions"] = [
-        condition(before, READY, phase == names.PHASE_READY, reason, message, now, out["observedGeneration"])
-    ]
+    reason, message = _ready_reason(
+        spec, phase, out, failures, demand_count, counts[names.PHASE_EVICTED], _waiting(statuses)
+    )
+    gen = out["observedGeneration"]
+    out["conditions"] = [condition(before, READY, phase == names.PHASE_READY, reason, message, now, gen)]
+    if count:
+        namespace = str((parent.get("metadata") or {}).get("namespace", ""))
+        retry = (
+            f"kubectl -n {namespace} delete modelcachenode {' '.join(failed_copies[:MAX_LISTED_FAILURES])}"
+        )
+        out["conditions"].append(_degraded(before, failures, count, retry, now, gen))
     if size:
         out["conditions"].append(size_condition(before, spec, size, now, out["observedGeneration"]))
     return out
+
+
+def _degraded(
+    before: Mapping[str, Any], failures: list[str], count: int, retry: str, now: datetime, gen: int
+) -> Obj:
+    """True while some node failed: which ones and why, and how to retry at once."""
+    if not failures:
+        return condition(
+            before, DEGRADED, False, "AllNodesHealthy", f"no failed copy on {_nodes(count)}", now, gen
+        )
+    listed = "; ".join(failures[:MAX_LISTED_FAILURES])
+    more = len(failures) - MAX_LISTED_FAILURES
+    extra = f"; and {more} more" if more > 0 else ""
+    message = (
+        f"{len(failures)} of {_nodes(count)} failed: {listed}{extra}; the node agents retry with backoff "
+        f"(at most every 10 minutes); fix the cause, then retry at once with: {retry}"
+    )
+    return condition(before, DEGRADED, True, "NodeFailed", message, now, gen)
 
 
 def size_condition(
@@ -185,7 +244,13 @@ def _resolved_revision(spec: ModelCacheSpec, before: Mapping[str, Any], revision
 
 
 def _ready_reason(
-    spec: ModelCacheSpec, phase: str, status: Obj, failures: list[str], demand: int, evicted: int
+    spec: ModelCacheSpec,
+    phase: str,
+    status: Obj,
+    failures: list[str],
+    demand: int,
+    evicted: int,
+    waiting: str,
 ) -> tuple[str, str]:
     ready, total = status["readyNodes"], status["totalNodes"]
     if total == 0:
@@ -209,16 +274,26 @@ def _ready_reason(
             "and delete the failed ModelCacheNode to retry",
         )
     demand_note = f", {demand} of them added for scheduled Pods" if demand else ""
+    failed_note = f", {len(failures)} failed (see the Degraded condition)" if failures else ""
     if phase == names.PHASE_READY:
-        return "AllNodesReady", f"model ready on {ready} of {_nodes(total)}{demand_note}"
+        reason = "AllNodesReady" if not failures else "ReadyOnHealthyNodes"
+        return reason, f"model ready on {ready} of {_nodes(total)}{demand_note}{failed_note}"
+    if phase == names.PHASE_EVICTED:
+        return (
+            "Evicted",
+            f"every copy ({_nodes(evicted)}) was evicted as unused{failed_note}; "
+            "a Pod that mounts the cache brings its node's copy back",
+        )
     if phase == names.PHASE_DOWNLOADING:
         return (
             "Downloading",
             f"model ready on {ready} of {_nodes(total)}, {status['downloadingNodes']} downloading"
-            f"{f', {evicted} evicted until used again' if evicted else ''}{tail}",
+            f"{f', {evicted} evicted until used again' if evicted else ''}{failed_note}{tail}",
         )
     evicted_note = f", {evicted} evicted until used again" if evicted else ""
+    if waiting:
+        return "Waiting", f"waiting on {_nodes(total)}{demand_note}: {waiting}{evicted_note}{failed_note}"
     return (
         "Pending",
-        f"waiting for the node agents on {_nodes(total)} to start the download{demand_note}{evicted_note}",
+        f"waiting for the node agents on {_nodes(total)} to start the download{demand_note}{evicted_note}{failed_note}",
     )

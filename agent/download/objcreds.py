@@ -156,7 +156,13 @@ def _url(value: str, key: str, where: str, example: str) -> str:
     return value.rstrip("/")
 
 
-ENDPOINT_KEYS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "S3_ENDPOINT", "GOOGLE_BASE_URL", "AZURE_STORAGE_ENDPOINT")
+ENDPOINT_KEYS = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "S3_ENDPOINT",
+    "GOOGLE_BASE_URL",
+    "AZURE_STORAGE_ENDPOINT",
+)
 # What the workload identity reads from the process environment, per store.
 IDENTITY_ENV = (
     "AWS_WEB_IDENTITY_TOKEN_FILE",

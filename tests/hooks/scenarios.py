@@ -52,6 +52,15 @@ def _pvc_with_token() -> Obj:
 _ready_before: Obj = {"phase": "Ready", "readyNodes": 2, "totalNodes": 2, "resolvedRevision": COMMIT}
 _evicted_status: Obj = {"phase": names.PHASE_EVICTED, "lastUsedTime": "2026-11-30T10:00:00Z"}
 
+
+def _disk_full() -> Obj:
+    return node_status(
+        "Failed",
+        message="only 1.0 GiB free in /var/praesto, 2.0 GiB needed",
+        conditions=[{"type": "Ready", "status": "False", "reason": "InsufficientDiskSpace"}],
+    )
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[], Obj]]] = {
     # customize
     "customize-local-seed": ("customize", lambda: customize_request(modelcache(CACHE))),
@@ -151,7 +160,7 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Obj]]] = {
             ],
         ),
     ),
-    "local-failed": (
+    "local-one-node-failed": (
         "sync",
         lambda: sync_request(
             modelcache(CACHE),
@@ -167,6 +176,41 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Obj]]] = {
                         conditions=[{"type": "Ready", "status": "False", "reason": "InsufficientDiskSpace"}],
                     ),
                 ),
+            ],
+        ),
+    ),
+    "local-all-nodes-failed": (
+        "sync",
+        lambda: sync_request(
+            modelcache(CACHE),
+            nodes=NODES,
+            children=[mcn(CACHE, n, _disk_full()) for n in ("node-a", "node-b")],
+        ),
+    ),
+    "local-all-evicted": (
+        "sync",
+        lambda: sync_request(
+            modelcache(CACHE, status=_ready_before),
+            nodes=NODES,
+            children=[mcn(CACHE, n, node_status("Evicted", sizeBytes=SIZE)) for n in ("node-a", "node-b")],
+        ),
+    ),
+    "local-waiting-for-secret": (
+        "sync",
+        lambda: sync_request(
+            _with_token(),
+            nodes=NODES,
+            children=[
+                mcn(
+                    CACHE,
+                    n,
+                    node_status(
+                        "Pending",
+                        message="Secret default/hf-token not found; create it with key HF_TOKEN",
+                        conditions=[{"type": "Ready", "status": "False", "reason": "WaitingForSecret"}],
+                    ),
+                )
+                for n in ("node-a", "node-b")
             ],
         ),
     ),

@@ -69,7 +69,10 @@ def test_local_nodes_follow_selector_and_demand() -> None:
         ("local-pending", "Pending", 0, 2),
         ("local-downloading", "Downloading", 0, 2),
         ("local-ready-pins-revision", "Ready", 2, 2),
-        ("local-failed", "Failed", 1, 2),
+        ("local-one-node-failed", "Ready", 1, 2),
+        ("local-all-nodes-failed", "Failed", 0, 2),
+        ("local-all-evicted", "Evicted", 0, 2),
+        ("local-waiting-for-secret", "Pending", 0, 2),
         ("local-evicted-counts-pending", "Downloading", 1, 2),
         ("local-no-nodes-match", "Pending", 0, 0),
         ("pvc-seed-first-sync", "Pending", 0, 1),
@@ -91,8 +94,20 @@ def test_phase_transitions(name: str, phase: str, ready: int | None, total: int 
 def test_conditions_say_why() -> None:
     assert _ready_condition("local-no-nodes-match")["reason"] == "NoNodesMatch"
     assert "praesto.io/cache-node=true" in _ready_condition("local-no-nodes-match")["message"]
-    failed = _ready_condition("local-failed")
+    failed = _ready_condition("local-all-nodes-failed")
     assert failed["reason"] == "NodeFailed" and "node-b: InsufficientDiskSpace" in failed["message"]
+    # One failed node of two: Ready where the copy is, Degraded naming the failure and the retry.
+    one = _status("local-one-node-failed")
+    assert one["phase"] == "Ready" and _ready_condition("local-one-node-failed")["status"] == "True"
+    degraded = next(c for c in one["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and "node-b: InsufficientDiskSpace" in degraded["message"]
+    assert "kubectl -n default delete modelcachenode tinyllama-node-b-" in degraded["message"]
+    waiting = _ready_condition("local-waiting-for-secret")
+    assert (
+        waiting["reason"] == "Waiting"
+        and "2 nodes WaitingForSecret: Secret default/hf-token" in waiting["message"]
+    )
+    assert _ready_condition("local-all-evicted")["reason"] == "Evicted"
     job_failed = _ready_condition("pvc-failed")
     assert job_failed["reason"] == "BackoffLimitExceeded" and "backoff limit" in job_failed["message"]
     invalid = _ready_condition("invalid-spec-keeps-children")
