@@ -7,6 +7,21 @@ their parts are interleaved across files so several files hash on several cores.
 Completed parts are fsync'd and journaled every `checkpoint_seconds`, which is what
 a resumed run trusts. A file is verified when its last part lands; a mismatch
 re-fetches that file once, then fails with ChecksumMismatch.
+
+Crash-safety protocol (what a hard kill leaves at each step, and what resume does):
+1. Staging and journal created; the journal's first line pins revision and part
+   size. Kill: a later run with another plan throws the staging away.
+2. Parts written with pwrite; each checkpoint fdatasyncs, then journals them.
+   Kill: journaled parts are trusted (re-hashed from disk), the rest fetched again.
+3. A file's last part lands: hash checked, fsync, chmod 0444, [crash point
+   `file-read-only`], hard link into the blob area, "verified" journaled at the
+   next checkpoint. Kill before that entry: resume drops the read-only name (it
+   may share its inode with a blob, so it is never reopened for writing) and takes
+   the blob back or fetches the file again.
+4. Publication (publish.py): manifest and owner fsync'd into the tree, the tree
+   renamed to the destination, `.praesto-complete` written and fsync'd last.
+   Kill before the marker: nothing without it is ever mounted, and the next run
+   publishes again.
 """
 
 from __future__ import annotations
@@ -27,6 +42,7 @@ from urllib.parse import quote
 from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, RemoteFile, Result
 from praesto.agent.download.hashing import MemoryBudget, StreamHasher
 from praesto.agent.download.http import MAX_ATTEMPTS, Expired, Redirect, Target, Transient, Transport, backoff
+from praesto.agent.download.crashpoints import FILE_READ_ONLY, crash_point
 from praesto.agent.download.journal import Journal
 from praesto.agent.download.publish import TREE, add_to_blobs, link_from_blob
 
@@ -105,6 +121,11 @@ class Engine:
                 self.sha256[f.path] = resumed.verified[f.path]
                 self.result.bytes_resumed += f.size
                 continue
+            if _read_only(staged):
+                # Verified and made read-only, but killed before the journal said so. It may
+                # share its inode with the blob area (dedup): never reopen it for writing;
+                # drop this name, and take the blob back or fetch the file again.
+                staged.unlink()
             if link_from_blob(self.options.blobs_dir, f.sha256, f.size, staged):
                 assert f.sha256 is not None
                 self.sha256[f.path] = f.sha256
@@ -329,6 +350,7 @@ class Engine:
         os.fsync(fd)
         os.close(fd)
         os.chmod(job.staged, 0o444)
+        crash_point(FILE_READ_ONLY)
         add_to_blobs(self.options.blobs_dir, sha256, job.staged)
         self.sha256[f.path] = sha256
         if job.hasher.read_back:
@@ -368,4 +390,11 @@ def _size_is(path: Path, size: int) -> bool:
     try:
         return path.stat().st_size == size
     except OSError:
+        return False
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return not path.lstat().st_mode & 0o200
+    except FileNotFoundError:
         return False

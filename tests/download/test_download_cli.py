@@ -142,3 +142,36 @@ def test_wait_returns_when_complete_and_times_out_otherwise(tmp_path: Path) -> N
     assert "waiting" in proc.stderr.readline()  # it is polling now
     (target / names.COMPLETE_FILE).write_text("abc\n")
     assert proc.wait(timeout=30) == 0
+
+
+# The node agent runs as uid 65532; root would write a read-only file anyway. As root, drop the
+# capability that lets it (setpriv, util-linux) so the resumed run meets the same EACCES.
+WITHOUT_DAC_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+def test_kill_after_a_file_turned_read_only_resumes_to_a_verified_cache(
+    hub: LocalHub, tmp_path: Path
+) -> None:
+    """Finding: chmod 0444 came before the "verified" journal entry; a kill between the two left
+    a file the resumed run (uid 65532) could not reopen, retried as SourceUnavailable for ever."""
+    files = {"model.safetensors": os.urandom(4 * MiB)}  # one file in four parts
+    hub.add_repo("org/model", files)
+    hub.faults.rate = 2 * MiB  # per response, one part at a time: parts are journaled before the end
+    work = tmp_path / "work"
+    work.mkdir()
+    prefix = WITHOUT_DAC_OVERRIDE if os.geteuid() == 0 and shutil.which("setpriv") else []
+    stage, dest = work / "stage", work / "dest"
+    args = [*prefix, sys.executable, "-m", "praesto.agent.cli", "download", "hf://org/model", "--dest", str(dest),
+            "--endpoint", hub.endpoint, "--staging-dir", str(stage), "--part-size", "1", "--concurrency", "1",
+            "--quiet"]  # fmt: skip
+    env = {**os.environ, "HOME": str(work), "HF_HOME": str(work / "hf")}
+    killed = subprocess.run(args, env={**env, "PRAESTO_CRASH_AT": "file-read-only"},
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    read_only = [p for p in (stage / "tree").rglob("*") if p.is_file() and not p.stat().st_mode & 0o200]
+    assert read_only, "the crash point must leave a verified, read-only, unjournaled file"
+    assert '"parts"' in (stage / ".praesto-journal").read_text(), "its parts must be journaled"
+    hub.faults.rate = 0
+    resumed = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert resumed.returncode == 0, resumed.stderr
+    assert tree_of(dest) == files
