@@ -40,9 +40,9 @@ from typing import Protocol
 from urllib.parse import quote
 
 from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, RemoteFile, Result
+from praesto.agent.download.crashpoints import FILE_READ_ONLY, crash_point
 from praesto.agent.download.hashing import MemoryBudget, StreamHasher
 from praesto.agent.download.http import MAX_ATTEMPTS, Expired, Redirect, Target, Transient, Transport, backoff
-from praesto.agent.download.crashpoints import FILE_READ_ONLY, crash_point
 from praesto.agent.download.journal import Journal
 from praesto.agent.download.publish import TREE, add_to_blobs, link_from_blob
 
