@@ -77,6 +77,20 @@ def _restore(marker: Path, content: bytes) -> None:
     os.replace(tmp, marker)
 
 
+def remove_unless_mounted(layout: StoreLayout, namespace: str, name: str) -> bool:
+    """Deletion's removal, with eviction's protocol: unpublish first, re-check mounts, then delete.
+
+    False, with the cache left complete, when a Pod mount exists or appears meanwhile
+    (the CSI plugin records a mount, then looks for the marker again).
+    """
+    if layout.is_complete(namespace, name) and not evict(layout, namespace, name):
+        return False
+    if store.mounts_for(layout, namespace, name):
+        return False
+    remove_all(layout, namespace, name)
+    return True
+
+
 def remove_all(layout: StoreLayout, namespace: str, name: str) -> None:
     """Everything the agent keeps for one cache (the ModelCacheNode is being deleted)."""
     shutil.rmtree(_checked(layout, namespace, name), ignore_errors=True)

@@ -131,8 +131,13 @@ class Removal:
                 return
             if not self._shared(key, ns, cache):
                 with self.lock:
-                    eviction.remove_all(self.layout, ns, cache)
-                    eviction.gc_blobs(self.layout)
+                    removed = eviction.remove_unless_mounted(self.layout, ns, cache)
+                    if removed:
+                        eviction.gc_blobs(self.layout)
+                if not removed:  # a Pod mounted it in between: wait for it like above
+                    self._set(obj, st.phase_of(obj) or names.PHASE_READY, st.REASON_CACHED,
+                              "deleting: waiting for a Pod mount of this cache to end")  # fmt: skip
+                    return
         logs.cache_logger(ns, cache, modelCacheNode=key[1]).info("removed from this node")
         try:
             self.kube.set_finalizers(obj, [f for f in finalizers if f != names.FINALIZER_NODE_AGENT])
@@ -164,6 +169,8 @@ class Removal:
         ours = (
             names.is_dns_label(cache) and names.is_dns_label(key[0]) and not self._shared(key, key[0], cache)
         )
-        if ours and self.layout.base.is_dir() and not store.mounts_for(self.layout, key[0], cache):
+        if ours and self.layout.base.is_dir():
             with self.lock:
-                eviction.remove_all(self.layout, key[0], cache)
+                eviction.remove_unless_mounted(
+                    self.layout, key[0], cache
+                )  # mounted: the orphan sweep retries

@@ -124,6 +124,11 @@ class Publisher:
                     self.layout,
                     store.MountRecord(req.volume_id, req.namespace, req.name, req.target_path, time.time()),
                 )
+                # ...and look again: the agent takes the marker away before it checks the
+                # records, so a removal that began before our record is visible here.
+                if not self.layout.is_complete(req.namespace, req.name):
+                    store.drop_mount(self.layout, req.volume_id)
+                    raise self._not_ready(req)
                 try:
                     self._mount(req, fd)
                 except BaseException:
