@@ -44,6 +44,7 @@ ENV_LOOKUPS = "PRAESTO_ADMISSION_LOOKUPS"
 ENV_WATCH_TIMEOUT = "PRAESTO_LOOKUP_WATCH_TIMEOUT"
 ENV_MAX_STALENESS = "PRAESTO_LOOKUP_MAX_STALENESS"
 ENV_COLD_WAIT = "PRAESTO_LOOKUP_COLD_WAIT"
+DIRECT_READ_TIMEOUT = (1.0, 2.0)  # seconds (connect, read) for the one direct read on a miss
 
 
 class LookupUnavailable(Exception):
@@ -264,6 +265,7 @@ class WatchedLookups:
         )
         self.cold_wait = cold_wait if cold_wait is not None else float(os.environ.get(ENV_COLD_WAIT, "2"))
         custom = client.CustomObjectsApi(api)
+        self.custom = custom
         self.modelcaches = _Reflector(
             "ModelCache",
             custom.list_cluster_custom_object,
@@ -295,7 +297,34 @@ class WatchedLookups:
     def get_modelcache(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.modelcaches.check(self.cold_wait)
         found = self.modelcaches.items.get((namespace, name))
-        return dict(found) if found is not None else None
+        if found is not None:
+            return dict(found)
+        return self._read_modelcache(namespace, name)
+
+    def _read_modelcache(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A miss may only mean the watch has not delivered a ModelCache created a moment ago
+        (`kubectl apply -f` of a cache and its Pod): ask the API server once, briefly, before
+        the webhook refuses the Pod."""
+        try:
+            obj = self.custom.get_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                names.MODELCACHE_PLURAL,
+                name,
+                _request_timeout=DIRECT_READ_TIMEOUT,
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise LookupUnavailable(
+                f"reading ModelCache {namespace}/{name} failed: HTTP {error.status}"
+            ) from None
+        except Exception as error:
+            raise LookupUnavailable(
+                f"reading ModelCache {namespace}/{name} failed: {type(error).__name__}"
+            ) from None
+        return _slim_modelcache(obj)
 
     def storageclass_exists(self, name: str) -> bool:
         self.storageclasses.check(self.cold_wait)

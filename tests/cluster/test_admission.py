@@ -12,9 +12,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from praesto.hooks.admission.lookup import WatchedLookups
 
 from praesto import names
-from tests.cluster.installed import Installed
+from tests.cluster.installed import HOOKS_SA, Installed
 from tests.cluster.tenants import (
     modelcache,
     opted_in_namespace,
@@ -24,6 +25,7 @@ from tests.cluster.tenants import (
     wait_scheduled,
 )
 from tests.support.chart_install import ensure_namespace
+from tests.support.helm_chart import NAMESPACE
 from tests.support.kube_apply import Kube
 
 POOL = "test.praesto.io/pool"
@@ -121,3 +123,19 @@ def test_required_without_a_ready_node_stays_pending_with_the_schedulers_reason(
     )
     message = unschedulable_message(installed.admin, tenant, "required")
     assert "didn't match Pod's node affinity/selector" in message
+
+
+def test_a_cache_the_watch_has_not_delivered_yet_is_read_directly(installed: Installed) -> None:
+    """`kubectl apply -f` of a ModelCache and its Pod: the Pod's admission may come before the
+    watch delivers the cache. The lookup then reads the API server once instead of refusing."""
+    namespace = opted_in_namespace(installed.admin, "admission-race")
+    lookups = WatchedLookups(installed.plane.client_as(NAMESPACE, HOOKS_SA)).start()
+    try:
+        assert lookups.get_modelcache(namespace, "late") is None  # synced, and nothing there yet
+        lookups.modelcaches.stop()  # the watch falls behind: nothing more is delivered
+        installed.admin.create(modelcache("late", namespace))
+        found = lookups.get_modelcache(namespace, "late")
+        assert found is not None and found["metadata"]["name"] == "late"
+        assert ("admission-race", "late") not in lookups.modelcaches.items  # it came from the direct read
+    finally:
+        lookups.stop()
