@@ -139,3 +139,11 @@ def test_each_identity_holds_exactly_its_declared_permissions(
     if service_account != METACONTROLLER_SA:
         mc = rbac.Permission(names.GROUP, names.MODELCACHE_PLURAL, ("update",))
         assert not _allowed(installed.plane, service_account, mc, "update")
+
+
+def test_the_tier_runs_a_version_the_chart_claims(control_plane: ControlPlane) -> None:
+    chart = yaml.safe_load((ROOT / "charts" / "praesto" / "Chart.yaml").read_text())
+    minimum = chart["kubeVersion"].removeprefix(">=").removesuffix("-0")
+    ran = control_plane.version().removeprefix("v")
+    as_tuple = lambda v: tuple(int(p) for p in v.split(".")[:3])  # noqa: E731
+    assert as_tuple(ran) >= as_tuple(minimum)
