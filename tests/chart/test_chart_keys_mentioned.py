@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
-from tests.support.helm_chart import CHART_DIR, ROOT
+from tests.support.helm_chart import CHART_DIR, ROOT, value_key_exists
 
 SCHEMA = json.loads((CHART_DIR / "values.schema.json").read_text())
 TOP_LEVEL = sorted(SCHEMA["properties"], key=len, reverse=True)
@@ -42,20 +41,6 @@ def files() -> list[Path]:
     return [p for p in out if "proto" not in p.parts]
 
 
-def resolves(key: str) -> bool:
-    node: Any = SCHEMA
-    for part in key.split("."):
-        props = node.get("properties") or {}
-        if part in props:
-            node = props[part]
-            if "$ref" in node:
-                node = SCHEMA["$defs"][node["$ref"].rsplit("/", 1)[1]]
-            continue
-        # JSON Schema allows unlisted keys unless additionalProperties is false
-        return node.get("additionalProperties", True) is not False
-    return True
-
-
 DOMAIN = re.compile(r"\.(io|com|org|dev|k8s)$")  # API groups and driver names, not keys
 
 
@@ -76,5 +61,5 @@ def test_the_scan_finds_the_keys_we_know_are_mentioned() -> None:
 
 
 def test_every_mentioned_chart_key_exists() -> None:
-    missing = {key: where for key, where in mentioned().items() if not resolves(key)}
+    missing = {key: where for key, where in mentioned().items() if not value_key_exists(key)}
     assert missing == {}, f"keys the chart's schema does not have: {missing}"

@@ -14,6 +14,8 @@ never written into the real chart.
 from __future__ import annotations
 
 import copy
+import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +79,23 @@ def deep_merge(base: Obj, override: Obj) -> Obj:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def value_key_exists(key: str) -> bool:
+    """Whether `a.b.c` is a key values.schema.json accepts (a `\\.` in a segment is a literal dot)."""
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    node: Any = schema
+    for part in re.split(r"(?<!\\)\.", key):
+        part = part.replace("\\.", ".")
+        props = node.get("properties") or {}
+        if part in props:
+            node = props[part]
+            if "$ref" in node:
+                node = schema["$defs"][node["$ref"].rsplit("/", 1)[1]]
+            continue
+        # JSON Schema allows unlisted keys unless additionalProperties is false
+        return node.get("additionalProperties", True) is not False
+    return True
 
 
 # --- the test-only Metacontroller stand-in --------------------------------------------
