@@ -6,6 +6,7 @@ agent ServiceAccount.
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -128,3 +129,23 @@ def test_api_server_restart_mid_download_and_an_expired_watch(
     installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "slow", NS)
     composite.sync_until(NS, "slow", lambda r: r is None, deadline=60)
     assert not StoreLayout(agent.base).cache_dir(NS, "slow").exists()
+
+
+def test_a_failed_copy_retries_at_once_when_its_node_copy_is_deleted(
+    installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeDriver
+) -> None:
+    """The one-step retry the Degraded condition and the user guide name: delete the node copy."""
+    cache = modelcache(
+        "later", NS, node_selector={POOL: "agent"}, source={"huggingface": {"repo": "org/later"}}
+    )
+    installed.admin.create(cache)
+    failed = composite.sync_until(NS, "later", phase_is(names.PHASE_FAILED), deadline=60)
+    assert failed is not None and failed.parent is not None
+    ready_condition = next(c for c in failed.parent["status"]["conditions"] if c["type"] == "Ready")
+    assert "the repo does not exist" in ready_condition["message"]
+    hub.add_repo("org/later", {"config.json": b"{}"})  # the cause is fixed; the agent's backoff is long
+    (copy,) = modelcachenodes(installed.admin, NS, "later").values()
+    installed.admin.delete(names.API_VERSION, names.MODELCACHENODE_KIND, copy["metadata"]["name"], NS)
+    started = time.monotonic()
+    composite.sync_until(NS, "later", phase_is(names.PHASE_READY), deadline=30)
+    assert time.monotonic() - started < 20  # well inside the first backoff the agent had scheduled
