@@ -225,8 +225,10 @@ class Watcher:
         on_event: Callable[[str, Obj], None],
         stop: threading.Event,
         backoff: Backoff | None = None,
+        on_relisted: Callable[[], None] | None = None,
     ):
         self.api, self.on_event, self.stop = api, on_event, stop
+        self.on_relisted = on_relisted
         self.backoff = backoff or Backoff()
         self.known: dict[tuple[str, str], Obj] = {}
         self.resource_version: str | None = None
@@ -267,6 +269,8 @@ class Watcher:
             self.known[key_of(obj)] = obj
             self.on_event("SYNC", obj)
         self.resource_version = rv
+        if self.on_relisted is not None:
+            self.on_relisted()
 
     def _apply(self, type_: str, obj: Obj) -> None:
         rv = (obj.get("metadata") or {}).get("resourceVersion")

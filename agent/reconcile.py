@@ -85,7 +85,9 @@ class Agent(Removal):
         self.pool = ThreadPoolExecutor(config.max_parallel_caches, thread_name_prefix="praesto-download")
         self.throttle = st.Throttle(config.progress_seconds)
         self.file_throttle = st.Throttle(min(0.5, config.progress_seconds))
-        self.watcher = Watcher(kube, self._on_watch, self.stop_event, config.watch_backoff)
+        self.watcher = Watcher(
+            kube, self._on_watch, self.stop_event, config.watch_backoff, on_relisted=self._on_relisted
+        )
         self.log = logs.logger("praesto.agent", node=config.node_name)
         self._threads: list[threading.Thread] = []
         # Statuses the API server could not take (restarting, unreachable): written again each tick.
@@ -117,6 +119,10 @@ class Agent(Removal):
         if self.peering is not None:
             self.peering.stop()
 
+    def _on_relisted(self) -> None:
+        """After every (re)list: the store holds no copy that no ModelCacheNode of this node owns."""
+        self.events.put(("sweep", None))
+
     def _on_watch(self, type_: str, obj: Obj) -> None:
         key = key_of(obj)
         with self.lock:
@@ -147,6 +153,8 @@ class Agent(Removal):
                         self._forget(payload)
                     elif kind == "done":
                         dirty.add(self._finish(payload))
+                    elif kind == "sweep":
+                        self._sweep_unowned()
                 except Exception as err:  # this thread must outlive any one event
                     self.log.warning("event handling failed", extra={"event": kind, "error": _short(err)})
             if time.monotonic() >= next_tick:

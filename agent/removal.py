@@ -155,6 +155,32 @@ class Removal:
                 for k, o in self.objects.items()
             )  # fmt: skip
 
+    def _sweep_unowned(self) -> None:
+        """Copies on disk that no ModelCacheNode of this node owns go (same protocol as deletion).
+
+        Left by a node that was unreachable while its ModelCacheNodes were released
+        (hooks/orphans.py) or by a deletion the agent did not see; run after each
+        relist, when `objects` is the API server's whole truth for this node.
+        """
+        if not self.layout.base.is_dir():
+            return
+        with self.lock:
+            owned = {
+                (k[0], str((o.get("spec") or {}).get("modelCacheName", ""))) for k, o in self.objects.items()
+            }
+            running = {(k[0], str((self.objects.get(k) or {}).get("spec", {}).get("modelCacheName", "")))
+                       for k, s in self.states.items() if s.job is not None}  # fmt: skip
+        for ns_dir in self.layout.base.iterdir():
+            if ns_dir.name.startswith(".") or not names.is_dns_label(ns_dir.name) or not ns_dir.is_dir():
+                continue
+            for cache_dir in ns_dir.iterdir():
+                key = (ns_dir.name, cache_dir.name)
+                if not names.is_dns_label(cache_dir.name) or key in owned or key in running:
+                    continue
+                with self.lock:
+                    if eviction.remove_unless_mounted(self.layout, *key):
+                        logs.cache_logger(*key).info("removed a copy no ModelCacheNode owns")
+
     def _forget(self, obj: Obj) -> None:
         """An object vanished without our finalizer (removed by hand): drop what we kept for it."""
         key = key_of(obj)
