@@ -177,6 +177,8 @@ class Removal:
                 key = (ns_dir.name, cache_dir.name)
                 if not names.is_dns_label(cache_dir.name) or key in owned or key in running:
                     continue
+                if not any((cache_dir / f).exists() for f in names.MARKER_FILES):
+                    continue  # not a copy the agent published: not ours to remove
                 with self.lock:
                     if eviction.remove_unless_mounted(self.layout, *key):
                         logs.cache_logger(*key).info("removed a copy no ModelCacheNode owns")
