@@ -12,9 +12,13 @@ import os
 import signal
 
 ENV = "PRAESTO_CRASH_AT"
-# A verified file was made read-only; the journal does not say it is verified yet.
-FILE_READ_ONLY = "file-read-only"
-POINTS = frozenset({FILE_READ_ONLY})
+# In the order a download passes them (engine.py, publish.py):
+STAGING_CREATED = "staging-created"  # staging and the journal's header exist, nothing fetched
+PARTS_JOURNALED = "parts-journaled"  # some parts are fsync'd and journaled
+FILE_READ_ONLY = "file-read-only"  # a verified file was made read-only; the journal does not say so yet
+TREE_MOVED = "tree-moved"  # the verified tree is at the destination; no completion marker yet
+COMPLETE_WRITTEN = "complete-written"  # the marker is written; staging not cleaned up yet
+POINTS = (STAGING_CREATED, PARTS_JOURNALED, FILE_READ_ONLY, TREE_MOVED, COMPLETE_WRITTEN)
 
 
 def crash_point(name: str) -> None:

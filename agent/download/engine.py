@@ -40,7 +40,7 @@ from typing import Protocol
 from urllib.parse import quote
 
 from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, RemoteFile, Result
-from praesto.agent.download.crashpoints import FILE_READ_ONLY, crash_point
+from praesto.agent.download.crashpoints import FILE_READ_ONLY, PARTS_JOURNALED, STAGING_CREATED, crash_point
 from praesto.agent.download.hashing import MemoryBudget, StreamHasher
 from praesto.agent.download.http import MAX_ATTEMPTS, Expired, Redirect, Target, Transient, Transport, backoff
 from praesto.agent.download.journal import Journal
@@ -113,6 +113,7 @@ class Engine:
             shutil.rmtree(self.staging, ignore_errors=True)
         self.tree.mkdir(parents=True, exist_ok=True)
         self.journal.open(fresh=resumed is None)
+        crash_point(STAGING_CREATED)
         need = 0
         for f in self.plan.files:
             staged = self.tree / f.path
@@ -373,6 +374,7 @@ class Engine:
                     if parts and job.fd >= 0:
                         os.fdatasync(job.fd)
                         self.journal.parts_done(job.file.path, parts)
+                        crash_point(PARTS_JOURNALED)
             with self._cond:
                 verified, self._verified_unjournaled = self._verified_unjournaled, []
             self.journal.verified(verified)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from praesto.agent.download.api import Options, Plan
+from praesto.agent.download.crashpoints import COMPLETE_WRITTEN, TREE_MOVED, crash_point
 
 from praesto import names
 
@@ -161,6 +162,7 @@ def publish(plan: Plan, staging: Path, dest: Path, pvc: bool, sha256: dict[str, 
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.rename(tree, dest)
         fsync_dir(dest.parent)
+        crash_point(TREE_MOVED)
     else:
         with contextlib.suppress(FileNotFoundError):
             (dest / names.COMPLETE_FILE).unlink()  # a replaced copy is not complete meanwhile
@@ -177,4 +179,5 @@ def publish(plan: Plan, staging: Path, dest: Path, pvc: bool, sha256: dict[str, 
         _write_synced(dest / names.OWNER_FILE, owner)
     _write_synced(dest / names.COMPLETE_FILE, f"{plan.revision}\n".encode())
     fsync_dir(dest)
+    crash_point(COMPLETE_WRITTEN)
     shutil.rmtree(staging, ignore_errors=True)

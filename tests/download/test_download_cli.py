@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from praesto.agent.download.crashpoints import COMPLETE_WRITTEN, FILE_READ_ONLY, POINTS
 
 from praesto import names
 from tests.download.conftest import MiB, sample_files, tree_of
@@ -149,12 +151,15 @@ def test_wait_returns_when_complete_and_times_out_otherwise(tmp_path: Path) -> N
 WITHOUT_DAC_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 
 
-def test_kill_after_a_file_turned_read_only_resumes_to_a_verified_cache(
-    hub: LocalHub, tmp_path: Path
+@pytest.mark.parametrize("point", POINTS)
+def test_a_kill_at_each_step_resumes_to_a_verified_published_cache(
+    point: str, hub: LocalHub, tmp_path: Path
 ) -> None:
-    """Finding: chmod 0444 came before the "verified" journal entry; a kill between the two left
-    a file the resumed run (uid 65532) could not reopen, retried as SourceUnavailable for ever."""
-    files = {"model.safetensors": os.urandom(4 * MiB)}  # one file in four parts
+    """SIGKILL at every step boundary of the crash-safety protocol (engine.py), then resume.
+
+    `file-read-only` is the stuck-state finding: chmod 0444 came before the "verified" journal
+    entry, and the resumed run (uid 65532) could not reopen the file, retried for ever."""
+    files = {"model.safetensors": os.urandom(4 * MiB), "config.json": b"{}"}
     hub.add_repo("org/model", files)
     hub.faults.rate = 2 * MiB  # per response, one part at a time: parts are journaled before the end
     work = tmp_path / "work"
@@ -165,13 +170,18 @@ def test_kill_after_a_file_turned_read_only_resumes_to_a_verified_cache(
             "--endpoint", hub.endpoint, "--staging-dir", str(stage), "--part-size", "1", "--concurrency", "1",
             "--quiet"]  # fmt: skip
     env = {**os.environ, "HOME": str(work), "HF_HOME": str(work / "hf")}
-    killed = subprocess.run(args, env={**env, "PRAESTO_CRASH_AT": "file-read-only"},
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    killed = subprocess.run(
+        args, env={**env, "PRAESTO_CRASH_AT": point}, capture_output=True, text=True, timeout=60
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    read_only = [p for p in (stage / "tree").rglob("*") if p.is_file() and not p.stat().st_mode & 0o200]
-    assert read_only, "the crash point must leave a verified, read-only, unjournaled file"
-    assert '"parts"' in (stage / ".praesto-journal").read_text(), "its parts must be journaled"
+    if point == FILE_READ_ONLY:
+        read_only = [p for p in (stage / "tree").rglob("*") if p.is_file() and not p.stat().st_mode & 0o200]
+        assert read_only, "the crash point must leave a verified, read-only, unjournaled file"
+    assert not (dest / names.COMPLETE_FILE).exists() or point == COMPLETE_WRITTEN
     hub.faults.rate = 0
     resumed = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
     assert resumed.returncode == 0, resumed.stderr
     assert tree_of(dest) == files
+    manifest = json.loads((dest / names.MANIFEST_FILE).read_text())
+    digests = {f["path"]: f["sha256"] for f in manifest["files"]}
+    assert digests == {p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
