@@ -145,5 +145,8 @@ def test_the_tier_runs_a_version_the_chart_claims(control_plane: ControlPlane) -
     chart = yaml.safe_load((ROOT / "charts" / "praesto" / "Chart.yaml").read_text())
     minimum = chart["kubeVersion"].removeprefix(">=").removesuffix("-0")
     ran = control_plane.version().removeprefix("v")
-    as_tuple = lambda v: tuple(int(p) for p in v.split(".")[:3])  # noqa: E731
-    assert as_tuple(ran) >= as_tuple(minimum)
+    assert _release(ran) >= _release(minimum)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:3])
