@@ -78,6 +78,7 @@ def shortage_message(needed: int, disk: Disk, reserve: int, evictable: int) -> s
     return (
         f"the model needs {format_bytes(needed)} but the node has {format_bytes(disk.free)} free "
         f"with a reserve of {format_bytes(reserve)} (disk {format_bytes(disk.total)}), and evicting every "
-        f"unused cache would free only {format_bytes(evictable)}; free space on the node, lower the agent's "
-        "--reserve, or pin this cache to nodes with a larger disk (spec.nodeSelector)"
+        f"unused cache would free only {format_bytes(evictable)}; free space on the node, lower the chart's "
+        "nodeAgent.reserve (default: the larger of 30Gi and 15% of the disk), or pin this cache to nodes "
+        "with a larger disk (spec.nodeSelector)"
     )

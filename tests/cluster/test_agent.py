@@ -9,6 +9,7 @@ import base64
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -149,3 +150,26 @@ def test_a_failed_copy_retries_at_once_when_its_node_copy_is_deleted(
     started = time.monotonic()
     composite.sync_until(NS, "later", phase_is(names.PHASE_READY), deadline=30)
     assert time.monotonic() - started < 20  # well inside the first backoff the agent had scheduled
+
+
+def test_a_disk_too_small_is_explained_on_the_modelcache(
+    installed: Installed, hub: LocalHub, composite: CompositeDriver, tmp_path: Path
+) -> None:
+    """Finding 9: with the default reserve a small disk never downloads, and only the node copy said why."""
+    opted_in_namespace(installed.admin, "small-disk")
+    ready_node(installed.admin, "small-disk-node", {POOL: "small"})
+    hub.add_repo("org/big", {"model.bin": b"b" * 100_000})
+    with ExitStack() as stack:
+        small = AgentProcess(
+            installed, "small-disk-node", hub.endpoint, tmp_path, extra_args=("--reserve=99%",)
+        )
+        stack.enter_context(small)
+        cache = modelcache(
+            "big", "small-disk", node_selector={POOL: "small"}, source={"huggingface": {"repo": "org/big"}}
+        )
+        installed.admin.create(cache)
+        result = composite.sync_until("small-disk", "big", phase_is(names.PHASE_FAILED), deadline=60)
+    assert result is not None and result.parent is not None
+    message = next(c for c in result.parent["status"]["conditions"] if c["type"] == "Ready")["message"]
+    assert "InsufficientDiskSpace" in message and "free" in message and "reserve" in message
+    assert "nodeAgent.reserve" in message  # the chart key to change, which exists (tests/chart)
