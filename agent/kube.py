@@ -166,8 +166,19 @@ class KubeApi:
     # ---- Events ------------------------------------------------------------
 
     def emit_event(self, obj: Obj, type_: str, reason: str, message: str) -> None:
-        """Best effort: an Event on the ModelCacheNode (kubectl describe shows it)."""
+        """Best effort: an Event on the ModelCacheNode and one on its ModelCache, so both
+        `kubectl describe modelcachenode` and `kubectl describe modelcache` show the transition."""
         ns, name = key_of(obj)
+        involved = [(names.MODELCACHENODE_KIND, name, obj["metadata"].get("uid"), message)]
+        owner = next((r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+        if owner is not None and owner.get("kind") == names.MODELCACHE_KIND:
+            involved.append(
+                (names.MODELCACHE_KIND, owner["name"], owner.get("uid"), f"node {self.node_name}: {message}")
+            )
+        for kind, involved_name, uid, text in involved:
+            self._event(ns, kind, involved_name, uid, type_, reason, text)
+
+    def _event(self, ns: str, kind: str, name: str, uid: Any, type_: str, reason: str, message: str) -> None:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         event = {
             "apiVersion": "v1",
@@ -175,10 +186,10 @@ class KubeApi:
             "metadata": {"name": f"{name[:200]}.{uuid.uuid4().hex[:12]}", "namespace": ns},
             "involvedObject": {
                 "apiVersion": names.API_VERSION,
-                "kind": names.MODELCACHENODE_KIND,
+                "kind": kind,
                 "name": name,
                 "namespace": ns,
-                "uid": obj["metadata"].get("uid"),
+                "uid": uid,
             },
             "type": type_,
             "reason": reason,

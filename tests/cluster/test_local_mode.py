@@ -126,3 +126,12 @@ def test_deleting_the_cache_removes_every_copy_then_the_cache(
     assert modelcachenodes(installed.admin, NS, "tiny") == {}
     for node in NODES:
         assert not StoreLayout(agents[node].base).cache_dir(NS, "tiny").exists()
+
+
+def test_kubectl_describe_modelcache_shows_the_nodes_transitions(installed: Installed) -> None:
+    """The agents record each transition that matters on the ModelCache too (involvedObject = the cache)."""
+    events = client.CoreV1Api(installed.admin.api).list_namespaced_event(
+        NS, field_selector=f"involvedObject.kind={names.MODELCACHE_KIND},involvedObject.name=tiny"
+    )
+    seen = {(e.reason, e.source.host) for e in events.items}
+    assert {("Cached", node) for node in NODES} <= seen, seen
