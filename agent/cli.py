@@ -23,6 +23,7 @@ the files of a mounted Secret in --credentials-dir (the PVC-mode Job), scrubbed 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -157,6 +158,7 @@ def _download(args: argparse.Namespace) -> int:
         if error.reason == "SizeExceedsRequest":
             return EXIT_TOO_LARGE
         return EXIT_TEMPFAIL if error.retryable else EXIT_FAILED
+    _report(resolved.revision, result.plan.total_bytes)
     _say(
         f"complete: {args.dest} at {resolved.revision} ({format_bytes(result.bytes_from_origin)} fetched, "
         f"{format_bytes(result.bytes_deduplicated)} linked, {format_bytes(result.bytes_resumed)} resumed, "
@@ -165,6 +167,17 @@ def _download(args: argparse.Namespace) -> int:
         sys.stdout,
     )
     return EXIT_OK
+
+
+def _report(revision: str, size: int) -> None:
+    """The PVC-mode Job's result for the sync hook: its termination message (hooks/pvc_pod.py)."""
+    path = os.environ.get("PRAESTO_TERMINATION_LOG")
+    if not path:
+        return
+    try:
+        Path(path).write_text(json.dumps({"resolvedRevision": revision, "sizeBytes": size}))
+    except OSError as err:  # a report, not the download: never fail a complete download on it
+        _say(f"warning: could not write {path}: {err}", None)
 
 
 def _wait(args: argparse.Namespace) -> int:

@@ -129,10 +129,12 @@ def consumer_pods(request: Mapping[str, Any], parent: Mapping[str, Any]) -> list
     create demand or count as a consumer.
     """
     namespace = meta(parent).get("namespace")
+    label = names.consumer_label_key(str(meta(parent).get("name")))
     return [
         pod
         for pod in v2.objects(request, "related", v2.POD)
         if meta(pod).get("namespace") == namespace
+        and (meta(pod).get("labels") or {}).get(label) == "true"  # not the download Job's own Pods
         and section(pod, "status").get("phase") not in TERMINAL_POD_PHASES
     ]
 

@@ -25,6 +25,7 @@ from praesto.hooks.common import (
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.local import sync_local
 from praesto.hooks.pvc import sync_pvc
+from praesto.hooks.pvc_pod import JOB_NAME_LABEL
 
 from praesto import names
 from praesto.spec import InvalidSpec, ModelCacheSpec, SpecError, parse_spec
@@ -58,7 +59,21 @@ def customize(request: Any, config: HooksConfig, now: datetime) -> Obj:
     ]
     spec = parent.get("spec")
     storage = spec.get("storage") if isinstance(spec, dict) else None
-    if not (isinstance(storage, dict) and storage.get("storageClassName")):
+    namespace = str(parent_meta.get("namespace") or "")
+    if isinstance(storage, dict) and storage.get("storageClassName"):
+        # PVC mode: the download Job's Pods (why it cannot start, what it downloaded) and,
+        # with workload identity, the ServiceAccount it runs as (hooks/pvc_pod.py).
+        job = names.download_job_name(cache)
+        rules.append(
+            {"apiVersion": "v1", "resource": "pods", "namespace": namespace,
+             "labelSelector": {"matchLabels": {JOB_NAME_LABEL: job}}}
+        )  # fmt: skip
+        if config.downloader_service_account:
+            rules.append(
+                {"apiVersion": "v1", "resource": "serviceaccounts", "namespace": namespace,
+                 "names": [config.downloader_service_account]}
+            )  # fmt: skip
+    else:
         selector = spec.get("nodeSelector") if isinstance(spec, dict) else None
         if selector is None:
             selector = {}

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from praesto.hooks import v2
+from praesto.hooks import pvc_pod, v2
 from praesto.hooks.common import (
     READY,
     Obj,
@@ -33,6 +33,7 @@ from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_job import EXIT_TOO_LARGE, download_job
 
 from praesto import names
+from praesto.quantity import format_bytes
 from praesto.spec import ModelCacheSpec
 
 
@@ -109,6 +110,7 @@ def sync_pvc(
 
     resync = 0.0
     evicted = False
+    downloaded: dict[str, Any] = {}
     if spec.unused_ttl_seconds:
         if consumers:
             # Re-check while in use so lastUsedTime stays fresh even if no event arrives.
@@ -130,6 +132,16 @@ def sync_pvc(
     else:
         children = [persistent_volume_claim(parent, spec), download_job(parent, spec, config)]
         phase, reason, message = _job_state(job)
+        pods = pvc_pod.job_pods(request, str(meta(parent).get("namespace")), names.download_job_name(cache))
+        if phase == names.PHASE_READY:
+            downloaded = pvc_pod.report(pods)
+        elif phase != names.PHASE_FAILED:
+            no_account = pvc_pod.missing_service_account(
+                request, str(meta(parent).get("namespace")), config.downloader_service_account
+            )
+            problem = ("WaitingForServiceAccount", no_account) if no_account else pvc_pod.stuck(pods)
+            if problem is not None:
+                phase, (reason, message) = names.PHASE_PENDING, problem
         if phase != names.PHASE_FAILED and section(pvc or {}, "status").get("phase") == "Lost":
             phase, reason = names.PHASE_FAILED, "VolumeLost"
             message = "the PVC lost its PersistentVolume; delete the PVC to start over"
@@ -143,13 +155,23 @@ def sync_pvc(
         "downloadingNodes": 1 if phase == names.PHASE_DOWNLOADING else 0,
         "failedNodes": 1 if phase == names.PHASE_FAILED else 0,
         "pendingNodes": 1 if phase in (names.PHASE_PENDING, names.PHASE_EVICTED) else 0,
-        "sizeBytes": spec.size_bytes,
+        # the model's real size once the downloader reported it (before: the request)
+        "sizeBytes": downloaded.get("sizeBytes") or before.get("sizeBytes") or spec.size_bytes,
     }
+    if phase == names.PHASE_READY and downloaded.get("sizeBytes"):
+        size = downloaded["sizeBytes"]
+        status["progress"] = {
+            "bytesDone": size,
+            "bytesTotal": size,
+            "summary": f"100% of {format_bytes(size)}",
+        }
     if not evicted:
         status["pvcName"] = names.pvc_name(cache)
         status["downloadJobName"] = names.download_job_name(cache)
     if spec.source.pinned:
         status["resolvedRevision"] = spec.source.revision
+    elif downloaded.get("resolvedRevision") or before.get("resolvedRevision"):
+        status["resolvedRevision"] = downloaded.get("resolvedRevision") or before.get("resolvedRevision")
     if last_used:
         status["lastUsedTime"] = format_time(last_used)
     status["conditions"] = [

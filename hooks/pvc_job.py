@@ -18,6 +18,7 @@ from typing import Any
 
 from praesto.hooks.common import Obj, child_metadata, meta
 from praesto.hooks.config import HooksConfig
+from praesto.hooks.pvc_pod import TERMINATION_LOG
 
 from praesto import names
 from praesto.spec import ModelCacheSpec
@@ -62,6 +63,8 @@ def _env(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list[Obj
     env: list[Obj] = [
         {"name": "HOME", "value": "/tmp"},
         {"name": "HF_HOME", "value": "/tmp/hf"},
+        # the downloader reports the resolved commit and the size here (hooks/pvc_pod.py)
+        {"name": "PRAESTO_TERMINATION_LOG", "value": TERMINATION_LOG},
     ]
     env_from: list[Obj] = []
     if config.hf_endpoint:
@@ -109,6 +112,8 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
         "args": download_args(spec),
         "env": env,
         "resources": overrides.get("resources") or config.downloader_resources,
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {
             **CONTAINER_SECURITY_CONTEXT,
             **(overrides.get("containerSecurityContext") or {}),

@@ -44,6 +44,7 @@ ROLE = group_key("Role", "rbac.authorization.k8s.io/v1")
 ROLEBINDING = group_key("RoleBinding", "rbac.authorization.k8s.io/v1")
 NODE = group_key("Node", "v1")
 POD = group_key("Pod", "v1")
+SERVICE_ACCOUNT = group_key("ServiceAccount", "v1")
 
 CUSTOMIZE_RESPONSE_KEYS = frozenset({"relatedResources"})
 SYNC_RESPONSE_KEYS = frozenset({"status", "children", "resyncAfterSeconds", "finalized"})

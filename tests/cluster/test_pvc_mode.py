@@ -56,11 +56,53 @@ def run_like_the_kubelet(pod: Any, volume_root: Path, hub_endpoint: str) -> subp
 
     env = {e.name: local(e.value) for e in container.env or [] if e.value is not None}
     env["HF_ENDPOINT"] = hub_endpoint  # the cluster's route to the Hub is the local hub here
+    env["PRAESTO_TERMINATION_LOG"] = str(volume_root / "termination-log")  # the kubelet's file for it
     assert container.command == ["praesto-agent"]
     argv = [agent_command(), *[local(a) for a in container.args]]
     return subprocess.run(
         argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=120, check=False
     )
+
+
+def test_a_download_pod_that_cannot_start_is_reported_within_one_sync(
+    installed: Installed, composite: CompositeDriver
+) -> None:
+    """Finding 5: a missing token Secret showed `Downloading` until the Job's 6-hour deadline."""
+    opted_in_namespace(installed.admin, NS)
+    installed.admin.apply(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": CLASS},
+            "provisioner": "nfs.example.com",
+        }
+    )
+    source = {
+        "huggingface": {
+            "repo": "org/private",
+            "token": {"secretRef": {"name": "no-such-secret", "key": "HF_TOKEN"}},
+        }
+    }
+    installed.admin.create(
+        modelcache("nosecret", NS, source=source, storage={"size": "1Gi", "storageClassName": CLASS})
+    )
+    composite.sync(NS, "nosecret")
+    core = client.CoreV1Api(installed.admin.api)
+    pod = job_pod(core, names.download_job_name("nosecret"))
+    container = pod.spec.containers[0]
+    message = 'secret "no-such-secret" not found'  # what the kubelet reports for a missing secretKeyRef
+    waiting = {"reason": "CreateContainerConfigError", "message": message}
+    core.patch_namespaced_pod_status(pod.metadata.name, NS, {"status": {"containerStatuses": [
+        {"name": container.name, "image": container.image, "imageID": "", "ready": False, "restartCount": 0,
+         "state": {"waiting": waiting}}]}})  # fmt: skip
+    result = composite.sync(NS, "nosecret")  # one sync
+    assert result is not None and result.parent is not None
+    ready = next(c for c in result.parent["status"]["conditions"] if c["type"] == "Ready")
+    assert result.parent["status"]["phase"] == names.PHASE_PENDING
+    assert ready["reason"] == "CreateContainerConfigError"
+    assert message in ready["message"] and "create what it names" in ready["message"]
+    installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "nosecret", NS)
+    composite.sync_until(NS, "nosecret", lambda r: r is None, deadline=30)
 
 
 def test_pvc_job_runs_the_downloader_and_the_cache_becomes_ready_then_is_collected(
@@ -96,7 +138,9 @@ def test_pvc_job_runs_the_downloader_and_the_cache_becomes_ready_then_is_collect
     ran = run_like_the_kubelet(pod, tmp_path / "volumes", hub.endpoint)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert (tmp_path / "volumes" / "cache" / names.COMPLETE_FILE).is_file()
-    terminated = {"exitCode": 0, "reason": "Completed"}
+    assert pod.spec.containers[0].termination_message_policy == "FallbackToLogsOnError"
+    report = (tmp_path / "volumes" / "termination-log").read_text()
+    terminated = {"exitCode": 0, "reason": "Completed", "message": report}
     core.patch_namespaced_pod_status(
         pod.metadata.name,
         NS,
@@ -118,8 +162,12 @@ def test_pvc_job_runs_the_downloader_and_the_cache_becomes_ready_then_is_collect
     )
     ready = composite.sync_until(NS, "shared", phase_is(names.PHASE_READY), deadline=60)
     assert ready is not None and ready.parent is not None
-    assert ready.parent["status"]["pvcName"] == names.pvc_name("shared")
-    del commit
+    status = ready.parent["status"]
+    assert status["pvcName"] == names.pvc_name("shared")
+    # What the downloader reported through its termination message, not the request:
+    assert status["resolvedRevision"] == commit
+    assert status["sizeBytes"] == len(b'{"a": 1}') + 20_000
+    assert status["progress"]["summary"].startswith("100% of")
 
     # Deleting the cache: finalize has nothing to wait for, the finalizer goes, and the real
     # garbage collector removes the PVC and the Job (and the Job its Pod).
