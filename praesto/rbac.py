@@ -55,6 +55,8 @@ METACONTROLLER: tuple[Permission, ...] = (
     Permission(names.GROUP, names.MODELCACHENODE_PLURAL, READ + WRITE),
     Permission("", "nodes", ("get", "list", "watch", "update", "patch"), namespaced=False),
     Permission("", "pods", READ),
+    # PVC mode with workload identity relates the downloader's ServiceAccount (hooks/pvc_pod.py).
+    Permission("", "serviceaccounts", READ),
     # Every customize manager (4.15+) runs a namespaces informer, for namespaceSelector rules.
     Permission("", "namespaces", ("list", "watch"), namespaced=False),
     Permission("", "persistentvolumeclaims", READ + WRITE),
