@@ -58,6 +58,22 @@ class RemoteFile:
     version: str | None = None  # object stores: the object version planned (versioned buckets)
     key: str | None = None  # object stores: the object's key in its bucket
 
+    @property
+    def verified_by(self) -> str | None:
+        """The digest the origin published for this file before any byte was fetched, if any.
+
+        Only such a file may come from peers: what verifies it is the origin's word. A file
+        without one (multipart S3 ETags, a store without checksums) is fetched from the
+        origin only, so no peer can choose its bytes.
+        """
+        if self.sha256:
+            return "sha256"
+        if self.git_sha1:
+            return "git-blob-sha1"
+        if self.md5:
+            return "md5"
+        return None
+
     def mismatch(self, sha256: str, second: str | None) -> tuple[str, str] | None:
         """(expected, got) when computed digests contradict the listing; None when they agree.
 

@@ -257,7 +257,8 @@ class Engine:
             pos[0] = offset + len(chunk)
             self._progress(len(chunk), peer=peer)
 
-        if self.options.peers is not None:  # peers first; the origin fetches whatever they did not
+        # Peers first, for files the origin's own digest verifies; the origin fetches the rest.
+        if self.options.peers is not None and job.file.verified_by is not None:
             self.options.peers.fetch(job.file, start, end, lambda o, c: sink(o, c, True), self.options.cancel)
         failures, expired = 0, 0
         target: Target | None = None

@@ -77,6 +77,8 @@ def manifest_for(plan: Plan, sha256: dict[str, str]) -> dict[str, Any]:
     files = []
     for f in plan.files:
         entry: dict[str, Any] = {"path": f.path, "size": f.size, "sha256": sha256[f.path]}
+        # what vouched for the bytes: the origin's digest, or the origin alone (fetched only from it)
+        entry["verifiedBy"] = f.verified_by or "origin-only"
         if f.git_sha1:
             entry["gitBlobSha1"] = f.git_sha1
         if f.etag:  # object stores: exactly which object version was cached
