@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 
 log = logging.getLogger(__name__)
 MODELCACHE_PREFIX = "/hooks/modelcache"
+MAX_HOOK_BYTES = 128 << 20
 
 
 def json_response(body: object, status: int = 200) -> Response:
@@ -82,6 +83,9 @@ def create_app(config: HooksConfig | None = None) -> Flask:
     config = config or HooksConfig.from_env()
     app = Flask("praesto.hooks")
     app.config["PRAESTO_HOOKS_CONFIG"] = config
+    # Hook requests carry a cache's children and related objects (thousands of node copies at
+    # most); a bound keeps a hostile body from exhausting the container's memory.
+    app.config["MAX_CONTENT_LENGTH"] = MAX_HOOK_BYTES
     registry = CollectorRegistry()
     _install_metrics(app, registry)
 

@@ -136,7 +136,7 @@ class PartSource(Protocol):
 @dataclass
 class Options:
     endpoint: str | None = None  # HF_ENDPOINT / mirror
-    token: str | None = None  # held in memory only; never logged
+    token: str | None = field(default=None, repr=False)  # held in memory only; never logged or repr()ed
     # Object stores: settings from a credentials Secret (objcreds.py keys); memory only, never logged.
     credentials: dict[str, str] | None = field(default=None, repr=False)
     credentials_from: str = "the environment"  # where they came from, for messages

@@ -40,7 +40,13 @@ def _json(body: Any, status: int = 200) -> tuple[Response, int]:
     return Response(json.dumps(body, separators=(",", ":")), mimetype="application/json"), status
 
 
+# An AdmissionReview holds at most two objects of etcd's 1.5 MiB limit: anything larger is not
+# from the API server, and reading it would only cost memory (the port is reachable in-cluster).
+MAX_REVIEW_BYTES = 8 << 20
+
+
 def _answer(handler: Callable[[review.Request], dict[str, Any]]) -> tuple[Response, int]:
+    request.max_content_length = MAX_REVIEW_BYTES  # larger bodies get 413 before they are read
     body = request.get_json(silent=True)
     try:
         parsed = review.parse_review(body)

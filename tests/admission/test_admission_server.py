@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import time
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,6 +146,20 @@ def test_malformed_bodies(server: RunningServer) -> None:
     )
     assert status == 200 and answer["response"]["uid"] == "u9" and answer["response"]["allowed"] is False
     assert answer["response"]["status"]["code"] == 400
+
+
+def test_oversized_bodies_are_refused_unread(server: RunningServer) -> None:
+    """Multi-tenant finding 6: no body limit, so one large request could OOM the webhook."""
+    padding = "x" * (9 << 20)  # more than two etcd-sized objects
+    big = json.dumps({"request": {"uid": "u1", "pad": padding}}).encode()
+    try:
+        status, _ = post_json(server, MUTATE, None, raw=big)
+    except urllib.error.URLError as err:  # the server answered 413 and closed before the body was sent
+        cut = isinstance(err.reason, ssl.SSLEOFError | ConnectionResetError | BrokenPipeError)
+        status = 413 if cut else 0
+    assert status == 413
+    status, _answer = post_json(server, MUTATE, None, raw=b"{oops")  # and the server still answers
+    assert status == 400
 
 
 def cache_review(obj: Obj, operation: str = "CREATE", old: Obj | None = None) -> Obj:
