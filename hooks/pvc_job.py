@@ -21,6 +21,7 @@ from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_pod import TERMINATION_LOG
 
 from praesto import names
+from praesto.privileges import privilege_errors
 from praesto.spec import ModelCacheSpec
 
 DEST = "/cache"
@@ -45,6 +46,13 @@ CONTAINER_SECURITY_CONTEXT: Mapping[str, Any] = {
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
+
+
+def _security_context(overrides: Mapping[str, Any]) -> Obj:
+    """The restricted context with the author's tightening applied; never anything that raises
+    privileges (the parser refuses those already: this is the second line)."""
+    merged: Obj = {**CONTAINER_SECURITY_CONTEXT, **overrides}
+    return merged if not privilege_errors(merged) else dict(CONTAINER_SECURITY_CONTEXT)
 
 
 def download_args(spec: ModelCacheSpec) -> list[str]:
@@ -114,10 +122,7 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
         "resources": overrides.get("resources") or config.downloader_resources,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            **CONTAINER_SECURITY_CONTEXT,
-            **(overrides.get("containerSecurityContext") or {}),
-        },
+        "securityContext": _security_context(overrides.get("containerSecurityContext") or {}),
         "volumeMounts": [
             {"name": "cache", "mountPath": DEST},
             {"name": "tmp", "mountPath": "/tmp"},

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from praesto import names
+from praesto.privileges import privilege_errors
 from praesto.quantity import QuantityError, parse_duration, parse_quantity
 
 HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
@@ -377,6 +378,9 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
             errors.append(
                 SpecError(f"spec.downloader.{key}", "must be an object", "see the Kubernetes container spec")
             )
+    context = downloader.get("containerSecurityContext")
+    if isinstance(context, dict):
+        errors.extend(SpecError(f, cause, fix) for f, cause, fix in privilege_errors(context))
     if "image" in downloader and (
         not isinstance(downloader["image"], str) or not downloader["image"].strip()
     ):
