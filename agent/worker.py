@@ -24,6 +24,17 @@ from praesto.spec import Source
 from praesto.store import StoreLayout
 
 CLUSTER_SECRET_ENV = "PRAESTO_CREDENTIALS_SECRET"  # noqa: S105 - chart credentials.secretRef: "namespace/name"
+# chart credentials.namespaces, comma-separated: who may use the cluster's credentials at all
+CLUSTER_CREDENTIALS_NAMESPACES_ENV = "PRAESTO_CREDENTIALS_NAMESPACES"
+
+
+def cluster_credentials_allowed(namespace: str) -> bool:
+    """Whether caches of `namespace` without a secretRef may use the cluster's Secret or identity.
+
+    Every namespace is a possibly hostile tenant: the platform admin opts namespaces in.
+    """
+    allowed = os.environ.get(CLUSTER_CREDENTIALS_NAMESPACES_ENV, "")
+    return namespace in {n.strip() for n in allowed.split(",") if n.strip()}
 
 
 @dataclass(frozen=True)
@@ -158,8 +169,10 @@ class Job:
                 token=token,
                 credentials=credentials,
                 credentials_from=where,
-                # a cache that names its own Secret uses only it, never the cluster's identity
-                identity_allowed=self.ref.source.secret_ref is None,
+                # a cache that names its own Secret uses only it, never the cluster's identity; and
+                # the cluster's serve only the namespaces the platform admin opted in
+                identity_allowed=self.ref.source.secret_ref is None
+                and cluster_credentials_allowed(self.ref.namespace),
                 concurrency=self.options.concurrency,
                 blobs_dir=self.layout.blobs_dir,
                 staging_dir=self.layout.staging_dir(self.ref.namespace, self.ref.cache),
@@ -212,14 +225,24 @@ class Job:
     def _credentials(self) -> tuple[str | None, dict[str, str] | None, str]:
         """(HF token, object-store settings, where from), read per attempt so Secret edits apply.
 
-        The cache's own secretRef wins; else the chart's credentials Secret (env
-        PRAESTO_CREDENTIALS_SECRET, "namespace/name"); else none (workload identity or anonymous).
+        The cache's own secretRef wins; else, for namespaces opted in (chart
+        credentials.namespaces), the chart's credentials Secret (env PRAESTO_CREDENTIALS_SECRET,
+        "namespace/name") or the workload identity; else none (anonymous).
         """
         source, ref = self.ref.source, self.ref.source.secret_ref
         if ref is not None and source.scheme == "hf":
             return self.kube.read_token(self.ref.namespace, ref.name, ref.key), None, ""
         if ref is not None:
             namespace, name = self.ref.namespace, ref.name
+        elif not cluster_credentials_allowed(self.ref.namespace):
+            return (
+                None,
+                None,
+                (
+                    f"no credentials (namespace {self.ref.namespace} is not opted in to the cluster's "
+                    "credentials: the chart's credentials.namespaces; or give the cache its own secretRef)"
+                ),
+            )
         elif "/" in os.environ.get(CLUSTER_SECRET_ENV, ""):
             namespace, name = os.environ[CLUSTER_SECRET_ENV].split("/", 1)
         else:

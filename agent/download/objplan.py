@@ -112,7 +112,7 @@ def translate(error: Exception, uri: str, cfg: StoreConfig, what: str) -> Downlo
                 "WaitingForCredentials",
                 f"{uri} refused anonymous access{detail} and no credential is configured; set "
                 "spec.source.secretRef on the ModelCache, or credentials.secretRef / credentials.identity "
-                "in the chart values",
+                "in the chart values (they serve only the namespaces in credentials.namespaces)",
             )
         return DownloadError(
             "Unauthorized",

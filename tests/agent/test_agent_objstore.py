@@ -111,6 +111,7 @@ def test_wrong_key_is_unauthorized_and_the_chart_secret_is_the_fallback(
     _secret(env, "cluster-creds", {"AWS_ACCESS_KEY_ID": key[0], "AWS_SECRET_ACCESS_KEY": key[1],
                                    "AWS_ENDPOINT_URL": server.endpoint})  # fmt: skip
     monkeypatch.setenv("PRAESTO_CREDENTIALS_SECRET", "team-a/cluster-creds")
+    monkeypatch.setenv("PRAESTO_CREDENTIALS_NAMESPACES", "team-a")  # the platform admin opted team-a in
     _mcn(env, "own", "s3://models/m", "bad")  # the cache's own Secret wins, even when wrong
     _mcn(env, "shared", "s3://models/m", None)  # no secretRef: the chart's credentials Secret
     env.start()
@@ -119,3 +120,21 @@ def test_wrong_key_is_unauthorized_and_the_chart_secret_is_the_fallback(
     assert "wrong-secret-value-xyz" not in str(status) and "wrong-secret-value-xyz" not in env.log.getvalue()
     env.wait_phase("shared", names.PHASE_READY)
     assert env.kube.get(MCN, names.modelcachenode_name("shared", "node-a"), "team-a") is not None
+
+
+def test_the_cluster_secret_serves_only_opted_in_namespaces(
+    env: Env, s3: tuple[S3Server, tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Multi-tenant finding 2: any namespace could download what the organisation's credential reads."""
+    server, key = s3
+    _secret(env, "cluster-creds", {"AWS_ACCESS_KEY_ID": key[0], "AWS_SECRET_ACCESS_KEY": key[1],
+                                   "AWS_ENDPOINT_URL": server.endpoint})  # fmt: skip
+    monkeypatch.setenv("PRAESTO_CREDENTIALS_SECRET", "team-a/cluster-creds")
+    monkeypatch.setenv("PRAESTO_CREDENTIALS_NAMESPACES", "some-other-team")
+    _mcn(env, "borrowed", "s3://models/m", None)
+    env.start()
+    env.wait(
+        lambda: env.status("borrowed").get("phase") == names.PHASE_FAILED, "an anonymous attempt to fail"
+    )
+    reads = {(r.namespace, r.name) for r in env.kube.requests if r.resource == "secrets"}
+    assert ("team-a", "cluster-creds") not in reads  # never even read for this namespace

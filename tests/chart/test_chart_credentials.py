@@ -9,7 +9,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 from praesto.agent.download.objcreds import ENV_CA_FILE, ENV_IDENTITY
-from praesto.agent.worker import CLUSTER_SECRET_ENV
+from praesto.agent.worker import CLUSTER_CREDENTIALS_NAMESPACES_ENV, CLUSTER_SECRET_ENV
 from praesto.hooks.config import HooksConfig
 
 from praesto import rbac
@@ -153,3 +153,10 @@ def test_mirror_ca_bundle_and_proxies_reach_agent_and_job() -> None:
         "HTTPS_PROXY": "http://proxy:3128",
         "NO_PROXY": ".svc,.cluster.local",
     }
+
+
+def test_cluster_credentials_serve_only_the_listed_namespaces() -> None:
+    default = _agent_env(render_objects())
+    assert default[CLUSTER_CREDENTIALS_NAMESPACES_ENV] == ""  # none by default: every namespace is a tenant
+    listed = _agent_env(render_objects({"credentials": {"namespaces": ["ml-prod", "ml-dev"]}}))
+    assert listed[CLUSTER_CREDENTIALS_NAMESPACES_ENV] == "ml-prod,ml-dev"
