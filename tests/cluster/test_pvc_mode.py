@@ -30,6 +30,15 @@ CLASS = "pvc-rwx"
 Obj = dict[str, Any]
 
 
+def pvc_namespace(installed: Installed) -> None:
+    """The opted-in namespace and a ReadWriteMany StorageClass (no provisioner runs: PVCs stay Pending)."""
+    opted_in_namespace(installed.admin, NS)
+    installed.admin.apply(
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": CLASS},
+         "provisioner": "nfs.example.com"}
+    )  # fmt: skip
+
+
 def job_pod(core: client.CoreV1Api, job: str) -> Any:
     found: list[Any] = []
 
@@ -68,15 +77,7 @@ def test_a_download_pod_that_cannot_start_is_reported_within_one_sync(
     installed: Installed, composite: CompositeDriver
 ) -> None:
     """Finding 5: a missing token Secret showed `Downloading` until the Job's 6-hour deadline."""
-    opted_in_namespace(installed.admin, NS)
-    installed.admin.apply(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": CLASS},
-            "provisioner": "nfs.example.com",
-        }
-    )
+    pvc_namespace(installed)
     source = {
         "huggingface": {
             "repo": "org/private",
@@ -108,15 +109,7 @@ def test_a_download_pod_that_cannot_start_is_reported_within_one_sync(
 def test_pvc_job_runs_the_downloader_and_the_cache_becomes_ready_then_is_collected(
     installed: Installed, hub: LocalHub, composite: CompositeDriver, tmp_path: Path
 ) -> None:
-    opted_in_namespace(installed.admin, NS)
-    installed.admin.apply(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": CLASS},
-            "provisioner": "nfs.example.com",
-        }
-    )
+    pvc_namespace(installed)
     commit = hub.add_repo("org/shared", {"config.json": b'{"a": 1}', "weights.bin": b"x" * 20_000})
     cache = modelcache(
         "shared",
