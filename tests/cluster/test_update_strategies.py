@@ -1,0 +1,64 @@
+"""Each child's update strategy, as the CompositeController declares it, against edits made by hand.
+
+InPlace (the token Role): an edit to a field the hook owns is merged back, same object.
+Recreate (the RoleBinding: roleRef is immutable): a changed binding is deleted, then created again.
+OnDelete (the PVC and the download Job): never updated; deleting one by hand is how to retry.
+"""
+
+from __future__ import annotations
+
+from praesto import names
+from tests.cluster.installed import Installed
+from tests.cluster.tenants import modelcache, opted_in_namespace
+from tests.support.controlplane import wait_for
+from tests.support.metacontroller import CompositeDriver
+
+NS = "strategies"
+RBAC = "rbac.authorization.k8s.io/v1"
+
+
+def test_inplace_recreate_and_ondelete(installed: Installed, composite: CompositeDriver) -> None:
+    opted_in_namespace(installed.admin, NS)
+    source = {"huggingface": {"repo": "org/p", "token": {"secretRef": {"name": "hf", "key": "HF_TOKEN"}}}}
+    # A nodeSelector no Node matches: only the grant's Role and RoleBinding are children.
+    installed.admin.create(modelcache("grant", NS, node_selector={"nowhere": "true"}, source=source))
+    composite.sync(NS, "grant")
+    name = names.secret_reader_role_name("grant")
+    role = installed.admin.get(RBAC, "Role", name, NS)
+    binding = installed.admin.get(RBAC, "RoleBinding", name, NS)
+    assert role is not None and binding is not None
+
+    role["rules"][0]["resourceNames"] = ["someone-elses-secret"]
+    installed.admin.resource(RBAC, "Role").replace(body=role, namespace=NS)
+    composite.sync(NS, "grant")
+    restored = installed.admin.get(RBAC, "Role", name, NS)
+    assert restored is not None and restored["metadata"]["uid"] == role["metadata"]["uid"]  # InPlace
+    assert restored["rules"][0]["resourceNames"] == ["hf"]
+
+    binding["subjects"][0]["name"] = "someone-else"
+    installed.admin.resource(RBAC, "RoleBinding").replace(body=binding, namespace=NS)
+    composite.sync(NS, "grant")  # Recreate: deleted now ...
+    wait_for(
+        "the edited binding to go", lambda: installed.admin.get(RBAC, "RoleBinding", name, NS) is None, 30
+    )
+    composite.sync(NS, "grant")  # ... and created again, as the hook wants it
+    again = installed.admin.get(RBAC, "RoleBinding", name, NS)
+    assert again is not None and again["metadata"]["uid"] != binding["metadata"]["uid"]
+    assert again["subjects"][0]["name"] != "someone-else"
+
+    installed.admin.apply(
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "strategies-rwx"},
+         "provisioner": "nfs.example.com"}
+    )  # fmt: skip
+    pvc_source = {"huggingface": {"repo": "org/p"}}
+    storage = {"size": "1Gi", "storageClassName": "strategies-rwx"}
+    installed.admin.create(modelcache("shared", NS, source=pvc_source, storage=storage))
+    composite.sync(NS, "shared")
+    pvc = installed.admin.get("v1", "PersistentVolumeClaim", names.pvc_name("shared"), NS)
+    assert pvc is not None
+    pvc["metadata"]["labels"][names.LABEL_MODEL_CACHE] = "edited"
+    installed.admin.resource("v1", "PersistentVolumeClaim").replace(body=pvc, namespace=NS)
+    result = composite.sync(NS, "shared")
+    kept = installed.admin.get("v1", "PersistentVolumeClaim", names.pvc_name("shared"), NS)
+    assert kept is not None and kept["metadata"]["labels"][names.LABEL_MODEL_CACHE] == "edited"  # OnDelete
+    assert result is not None and not [w for w in result.writes if "PersistentVolumeClaim" in w]
