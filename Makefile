@@ -26,9 +26,11 @@ typecheck: install
 unit: install
 	$(VENV)/bin/pytest -n 2 --ignore=tests/cluster $(PYTEST_ARGS)
 
-## Build the upstream control plane (etcd, kube-apiserver, controller-manager, scheduler) into build/cluster
+## Build the upstream control plane (etcd, kube-apiserver, controller-manager, scheduler) into build/cluster,
+## and the oldest kube-apiserver the chart claims (tests/cluster/compat-1.30)
 cluster-bin:
 	bash scripts/build_cluster.sh
+	bash scripts/build_cluster.sh tests/cluster/compat-1.30
 
 ## The real control-plane tier alone (one control plane, tests in order, no xdist)
 test-cluster: install cluster-bin

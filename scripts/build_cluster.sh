@@ -5,16 +5,19 @@
 # <key> hashes go.mod, go.sum and the command sources. Prints that directory.
 # A cold build takes ~10 minutes on 2 cores; later runs reuse it (and the Go
 # build cache makes a rebuild after a small change quick).
+# Usage: build_cluster.sh [module dir, default tests/cluster]; tests/cluster/compat-1.30
+# builds the oldest release the chart claims (etcd and kube-apiserver only).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-module="$root/tests/cluster"
+module="$root/${1:-tests/cluster}"
 if ! command -v go >/dev/null 2>&1; then
   echo "build_cluster.sh: the Go toolchain is needed to build the control-plane test tier (go 1.26+)" >&2
   exit 3
 fi
 key="$(cd "$module" && cat go.mod go.sum $(find cmd -name '*.go' | sort) "$root/scripts/build_cluster.sh" | sha256sum | cut -c1-16)"
 out="$root/build/cluster/$key"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+binaries=()
+for dir in "$module"/cmd/*/; do binaries+=("$(basename "$dir")"); done
 complete=1
 for b in "${binaries[@]}"; do [ -x "$out/$b" ] || complete=0; done
 if [ "$complete" = 0 ]; then
@@ -33,5 +36,7 @@ if [ "$complete" = 0 ]; then
   (cd "$module" && go build -buildvcs=false -trimpath -ldflags "$ldflags" -o "$out.tmp/" ./cmd/...)
   rm -rf "$out" && mv "$out.tmp" "$out"
 fi
-ln -sfn "$key" "$root/build/cluster/current"
+link=current
+[ "${1:-tests/cluster}" = tests/cluster ] || link="$(basename "$module")"
+ln -sfn "$key" "$root/build/cluster/$link"
 echo "$out"

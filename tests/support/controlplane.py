@@ -71,9 +71,9 @@ class ControlPlaneUnavailable(RuntimeError):
     """The binaries cannot be built here (no Go toolchain): a reason to skip outside CI."""
 
 
-def build_binaries() -> Path:
-    """The directory holding the four binaries, built on first use (cached by content)."""
-    result = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
+def build_binaries(module: str = "tests/cluster") -> Path:
+    """The directory holding the module's binaries, built on first use (cached by content)."""
+    result = subprocess.run(["bash", str(BUILD_SCRIPT), module], capture_output=True, text=True, check=False)
     if result.returncode == 3:
         raise ControlPlaneUnavailable(result.stderr.strip())
     if result.returncode != 0:
@@ -247,12 +247,16 @@ class ControlPlane:
 
     # ---- lifecycle -------------------------------------------------------
 
+    def controllers(self) -> list[str]:
+        """The controller-manager and scheduler, where this build has them (compat builds do not)."""
+        return [n for n in ("kube-controller-manager", "kube-scheduler") if (self.binaries / n).exists()]
+
     def start(self) -> None:
         self.components["etcd"].start()
         self.start_apiserver()
-        for name in ("kube-controller-manager", "kube-scheduler"):
+        for name in self.controllers():
             self.components[name].start()
-        for name in ("kube-controller-manager", "kube-scheduler"):
+        for name in self.controllers():
             self.components[name].check_running()
 
     def start_apiserver(self) -> None:
@@ -289,7 +293,7 @@ class ControlPlane:
             return json.loads(response.read())
 
     def stop(self) -> None:
-        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+        for name in [*reversed(self.controllers()), "kube-apiserver", "etcd"]:
             self.components[name].stop()
 
     def _get(self, path: str) -> int:
@@ -342,10 +346,10 @@ class ControlPlane:
         )
 
 
-def start_control_plane(workdir: Path) -> ControlPlane:
+def start_control_plane(workdir: Path, module: str = "tests/cluster") -> ControlPlane:
     if workdir.exists():
         shutil.rmtree(workdir)
-    plane = ControlPlane(workdir, build_binaries())
+    plane = ControlPlane(workdir, build_binaries(module))
     try:
         plane.start()
     except BaseException:
