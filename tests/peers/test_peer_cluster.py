@@ -97,9 +97,13 @@ def test_a_lying_peer_is_detected_and_the_file_comes_from_the_origin(c: Cluster)
     c.wait_ready("tiny", ["node-b"])
 
     assert c.files("tiny", "node-b") == FILES  # verified against the origin's hashes
-    assert c.hub.bytes_by_path == {SHARD: len(FILES[SHARD])}  # exactly the bad file, again, from the origin
+    # The bad file comes again, whole, from the origin. The lying peer is then dropped for this
+    # download, so files it had not served yet come from the origin too: how many depends on
+    # timing, so only the sum is fixed.
+    assert c.hub.bytes_by_path[SHARD] == len(FILES[SHARD])
     status = c.status("tiny", "node-b")
-    assert status["bytesFromPeers"] >= TOTAL - len(FILES[SHARD])
+    assert status["bytesFromPeers"] > 0
+    assert status["bytesFromPeers"] + sum(c.hub.bytes_by_path.values()) >= TOTAL
     assert "dropped for this download" in c.log.getvalue()
     assert "ChecksumMismatch" not in str(status)
 
