@@ -209,37 +209,31 @@ class ControlPlane:
             ],
             logs / "kube-apiserver.log",
         )
-        controller_manager = self.pki.issue(
-            "controller-manager", common_name="system:kube-controller-manager", client=True
-        )
-        self.components["kube-controller-manager"] = Component(
+        self._client_component(
             "kube-controller-manager",
-            [
-                str(self.binaries / "kube-controller-manager"),
-                f"--kubeconfig={self._kubeconfig('controller-manager', controller_manager)}",
-                "--use-service-account-credentials=true",
-                f"--root-ca-file={self.ca_path}",
-                f"--controllers={CONTROLLERS}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                "--concurrent-gc-syncs=5",
-                "--v=1",
-            ],
-            logs / "kube-controller-manager.log",
+            "system:kube-controller-manager",
+            "--use-service-account-credentials=true",
+            f"--root-ca-file={self.ca_path}",
+            f"--controllers={CONTROLLERS}",
+            "--concurrent-gc-syncs=5",
         )
-        scheduler = self.pki.issue("scheduler", common_name="system:kube-scheduler", client=True)
-        self.components["kube-scheduler"] = Component(
-            "kube-scheduler",
+        self._client_component("kube-scheduler", "system:kube-scheduler")
+
+    def _client_component(self, name: str, user: str, *flags: str) -> None:
+        """A component that reaches the API server with its own client certificate, as kubeadm sets it up."""
+        pair = self.pki.issue(name, common_name=user, client=True)
+        self.components[name] = Component(
+            name,
             [
-                str(self.binaries / "kube-scheduler"),
-                f"--kubeconfig={self._kubeconfig('scheduler', scheduler)}",
+                str(self.binaries / name),
+                f"--kubeconfig={self._kubeconfig(name, pair)}",
+                *flags,
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 "--v=1",
             ],
-            logs / "kube-scheduler.log",
+            self.workdir / "logs" / f"{name}.log",
         )
 
     def _kubeconfig(self, name: str, pair: KeyPair) -> Path:
