@@ -6,14 +6,21 @@ a temp store, the local hub and a kubeconfig holding a TokenRequest token.
 
 from __future__ import annotations
 
+import copy
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tests.cluster.installed import AGENT_SA, Installed
 from tests.support.controlplane import Component
 from tests.support.helm_chart import NAMESPACE
+
+Obj = dict[str, Any]
 
 
 def agent_command() -> str:
@@ -22,6 +29,45 @@ def agent_command() -> str:
     )
     assert found, "praesto-agent is not installed (make install)"
     return found
+
+
+def agent_pod(installed: Installed, node: str) -> Obj:
+    """The Pod the chart's DaemonSet would run on `node`, as its controller makes it.
+
+    There is no kubelet, so it never starts; it exists so that a token bound to it
+    carries the node (`authentication.kubernetes.io/node-name`), exactly the token the
+    kubelet projects into the real agent, which the chart's ValidatingAdmissionPolicy
+    checks.
+    """
+    template = copy.deepcopy(installed.rendered("DaemonSet")["spec"]["template"])
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{AGENT_SA}-{node}",
+            "namespace": NAMESPACE,
+            "labels": template["metadata"].get("labels", {}),
+        },
+        "spec": {**template["spec"], "nodeName": node},
+    }
+    return installed.admin.apply(pod)
+
+
+def bound_to(pod: Obj) -> dict[str, str]:
+    """A TokenRequest boundObjectRef for `pod`."""
+    return {"kind": "Pod", "apiVersion": "v1", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+
+
+def remove_agent_pod(installed: Installed, pod: Obj) -> None:
+    """Delete at once (grace 0): without a kubelet a graceful delete would wait forever."""
+    meta = pod["metadata"]
+    try:
+        client.CoreV1Api(installed.admin.api).delete_namespaced_pod(
+            meta["name"], meta["namespace"], grace_period_seconds=0
+        )
+    except ApiException as err:
+        if err.status != 404:
+            raise
 
 
 @dataclass
@@ -36,7 +82,10 @@ class AgentProcess:
     def __post_init__(self) -> None:
         self.base = self.workdir / "store"
         self.base.mkdir(parents=True, exist_ok=True)
-        kubeconfig = self.installed.plane.token_kubeconfig(NAMESPACE, AGENT_SA)
+        self.pod = agent_pod(self.installed, self.node)
+        kubeconfig = self.installed.plane.token_kubeconfig(
+            NAMESPACE, AGENT_SA, suffix=self.node, bound_object=bound_to(self.pod)
+        )
         argv = [
             agent_command(),
             "run",
@@ -57,6 +106,7 @@ class AgentProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.component.stop()
+        remove_agent_pod(self.installed, self.pod)
 
     def log(self) -> str:
         return self.component.log_path.read_text(errors="replace")

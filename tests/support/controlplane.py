@@ -328,10 +328,10 @@ class ControlPlane:
         response = core.create_namespaced_service_account_token(name, namespace, body)
         return str(response.status.token)
 
-    def token_kubeconfig(self, namespace: str, name: str, **token_args: Any) -> Path:
-        """A kubeconfig authenticating as ServiceAccount `namespace/name`."""
+    def token_kubeconfig(self, namespace: str, name: str, *, suffix: str = "", **token_args: Any) -> Path:
+        """A kubeconfig authenticating as ServiceAccount `namespace/name` (`suffix` keeps several apart)."""
         token = self.service_account_token(namespace, name, **token_args)
-        path = self.workdir / f"sa-{namespace}-{name}.kubeconfig"
+        path = self.workdir / f"sa-{namespace}-{name}{'-' + suffix if suffix else ''}.kubeconfig"
         return write_kubeconfig(path, self.server, self.ca_path, token=token)
 
     def client_as(self, namespace: str, name: str, **token_args: Any) -> client.ApiClient:

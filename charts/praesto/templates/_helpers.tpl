@@ -75,4 +75,6 @@ seccompProfile:
   type: RuntimeDefault
 {{- end }}
 
+{{- /* The node agent's finalizer on ModelCacheNodes: praesto/names.py FINALIZER_NODE_AGENT (a chart test compares). */}}
+{{- define "praesto.agentFinalizer" -}}praesto.io/node-agent{{- end }}
 {{- define "praesto.agentServiceAccount" -}}{{ include "praesto.nodeName" . }}{{- end }}

@@ -1,0 +1,162 @@
+"""Issue 12, finding 5: a compromised node agent reaches only its own node's copies.
+
+The agent's ClusterRole lets it patch every ModelCacheNode; the chart's
+ValidatingAdmissionPolicy narrows that to the copies whose `spec.nodeName` is
+the node in its Pod-bound token, and to their status and its own finalizer. The
+real kube-apiserver evaluates the policy; tokens come from the TokenRequest API
+bound to the Pod the chart's DaemonSet would run on each node, as the kubelet
+projects them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from praesto import names
+from tests.cluster.agents import agent_pod, bound_to, remove_agent_pod
+from tests.cluster.installed import AGENT_SA, Installed
+from tests.cluster.tenants import ready_node
+from tests.support.controlplane import wait_for
+from tests.support.helm_chart import NAMESPACE
+
+Obj = dict[str, Any]
+TENANT = "confined"
+NODE_A, NODE_B = "confine-a", "confine-b"
+
+
+def node_copy(node: str) -> Obj:
+    cache = "shared-model"
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.MODELCACHENODE_KIND,
+        "metadata": {
+            "name": names.modelcachenode_name(cache, node),
+            "namespace": TENANT,
+            "labels": {names.LABEL_NODE: names.node_label_value(node)},
+        },
+        "spec": {
+            "modelCacheName": cache,
+            "nodeName": node,
+            "source": {"uri": "hf://org/tiny", "revision": "main"},
+            "size": "1Gi",
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def copies(installed: Installed) -> Iterator[dict[str, Obj]]:
+    admin = installed.admin
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT}})
+    made = {}
+    for node in (NODE_A, NODE_B):
+        ready_node(admin, node)
+        made[node] = admin.apply(node_copy(node))
+    policy_in_force(installed)
+    yield made
+    for obj in made.values():
+        admin.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], TENANT)
+
+
+def policy_in_force(installed: Installed) -> None:
+    """The API server loads a new policy through an informer: wait until it refuses a probe."""
+    loose = client.CustomObjectsApi(installed.plane.client_as(NAMESPACE, AGENT_SA, suffix="probe"))
+
+    def refuses() -> bool:
+        try:
+            patch_status(loose, NODE_A, {})
+        except ApiException as err:
+            return err.status in (403, 422)
+        return False
+
+    wait_for("the node-agent ValidatingAdmissionPolicy to take effect", refuses, 30)
+
+
+@pytest.fixture(scope="module")
+def agent_a(installed: Installed, copies: dict[str, Obj]) -> Iterator[client.CustomObjectsApi]:
+    """The API as node A's agent sees it: its token is bound to its DaemonSet Pod on node A."""
+    pod = agent_pod(installed, NODE_A)
+    api = installed.plane.client_as(NAMESPACE, AGENT_SA, suffix=NODE_A, bound_object=bound_to(pod))
+    yield client.CustomObjectsApi(api)
+    remove_agent_pod(installed, pod)
+
+
+def patch_status(api: client.CustomObjectsApi, node: str, status: Obj) -> Obj:
+    name = names.modelcachenode_name("shared-model", node)
+    result: Obj = api.patch_namespaced_custom_object_status(
+        names.GROUP, names.VERSION, TENANT, names.MODELCACHENODE_PLURAL, name, {"status": status}
+    )
+    return result
+
+
+def patch_object(api: client.CustomObjectsApi, node: str, body: Obj) -> Obj:
+    name = names.modelcachenode_name("shared-model", node)
+    result: Obj = api.patch_namespaced_custom_object(
+        names.GROUP, names.VERSION, TENANT, names.MODELCACHENODE_PLURAL, name, body
+    )
+    return result
+
+
+def refused(call: Any, *args: Any) -> str:
+    with pytest.raises(ApiException) as info:
+        call(*args)
+    assert info.value.status in (403, 422), info.value.body
+    return str(info.value.body)
+
+
+def test_an_agent_writes_its_own_node_copy_status_and_finalizer(agent_a: client.CustomObjectsApi) -> None:
+    out = patch_status(agent_a, NODE_A, {"phase": "Downloading", "peer": {"address": "10.0.0.1:9103"}})
+    assert out["status"]["phase"] == "Downloading"
+    added = patch_object(agent_a, NODE_A, {"metadata": {"finalizers": [names.FINALIZER_NODE_AGENT]}})
+    assert added["metadata"]["finalizers"] == [names.FINALIZER_NODE_AGENT]
+    removed = patch_object(agent_a, NODE_A, {"metadata": {"finalizers": None}})
+    assert not removed["metadata"].get("finalizers")
+
+
+def test_an_agent_cannot_touch_another_nodes_copy(
+    agent_a: client.CustomObjectsApi, installed: Installed
+) -> None:
+    # The attack: advertise itself as node B's peer, or pin a revision through B's status.
+    body = refused(
+        patch_status, agent_a, NODE_B, {"peer": {"address": "10.6.6.6:9103"}, "resolvedRevision": "f" * 40}
+    )
+    assert f"agent on node {NODE_A} may change only its own node copies" in body
+    assert f"belongs to node {NODE_B}" in body
+    refused(patch_object, agent_a, NODE_B, {"metadata": {"finalizers": [names.FINALIZER_NODE_AGENT]}})
+    status = installed.admin.get(
+        names.API_VERSION,
+        names.MODELCACHENODE_KIND,
+        names.modelcachenode_name("shared-model", NODE_B),
+        TENANT,
+    )
+    assert status is not None and "peer" not in (status.get("status") or {})
+
+
+def test_an_agent_cannot_rewrite_spec_labels_or_other_finalizers(agent_a: client.CustomObjectsApi) -> None:
+    evil = {"uri": "hf://attacker/model", "revision": "main"}
+    assert "may not change a ModelCacheNode's spec" in refused(
+        patch_object, agent_a, NODE_A, {"spec": {"source": evil}}
+    )
+    labels = {"metadata": {"labels": {names.LABEL_NODE: names.node_label_value(NODE_B)}}}
+    assert "only its own finalizer" in refused(patch_object, agent_a, NODE_A, labels)
+    other = {"metadata": {"finalizers": ["example.com/keep-forever"]}}
+    assert "only its own finalizer" in refused(patch_object, agent_a, NODE_A, other)
+
+
+def test_a_token_not_bound_to_a_node_is_refused(installed: Installed, copies: dict[str, Obj]) -> None:
+    # A token minted without a Pod binding (stolen from a Secret, or requested by hand).
+    loose = client.CustomObjectsApi(installed.plane.client_as(NAMESPACE, AGENT_SA, suffix="unbound"))
+    body = refused(patch_status, loose, NODE_A, {"phase": "Ready"})
+    assert "not bound to a Pod on a node" in body
+
+
+def test_the_policy_is_rendered_from_the_shared_names(installed: Installed) -> None:
+    policy = installed.rendered("ValidatingAdmissionPolicy")
+    condition = policy["spec"]["matchConditions"][0]["expression"]
+    assert f"system:serviceaccount:{NAMESPACE}:{AGENT_SA}" in condition
+    assert names.FINALIZER_NODE_AGENT in policy["spec"]["validations"][-1]["expression"]
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["apiGroups"] == [names.GROUP]
