@@ -18,6 +18,7 @@ import praesto
 from praesto.names import is_dns_label
 
 ENV_DOWNLOADER_IMAGE = "PRAESTO_DOWNLOADER_IMAGE"
+ENV_DOWNLOADER_ALLOWED_IMAGES = "PRAESTO_DOWNLOADER_ALLOWED_IMAGES"  # JSON list of refs or "prefix*"
 ENV_DOWNLOADER_RESOURCES = "PRAESTO_DOWNLOADER_RESOURCES"  # JSON ResourceRequirements
 ENV_JOB_BACKOFF_LIMIT = "PRAESTO_JOB_BACKOFF_LIMIT"
 ENV_JOB_ACTIVE_DEADLINE_SECONDS = "PRAESTO_JOB_ACTIVE_DEADLINE_SECONDS"
@@ -65,6 +66,18 @@ class HooksConfig:
     downloader_service_account: str = ""  # credentials.identity: a ServiceAccount in each cache namespace
     downloader_pod_labels: dict[str, str] = field(default_factory=dict)  # e.g. azure.workload.identity/use
     ca_bundle_configmap: tuple[str, str] | None = None  # (name, key), mounted optional in the cache namespace
+    # Images a ModelCache may name in spec.downloader.image besides downloader_image:
+    # exact references, or prefixes ending in "*" (the chart's downloader.allowedImages).
+    allowed_downloader_images: tuple[str, ...] = ()
+
+    def downloader_image_allowed(self, image: str) -> bool:
+        """The downloader Job runs with the cache's Secrets: only images the platform admin chose."""
+        if image == self.downloader_image:
+            return True
+        return any(
+            image.startswith(entry[:-1]) if entry.endswith("*") else image == entry
+            for entry in self.allowed_downloader_images
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> HooksConfig:
@@ -107,6 +120,8 @@ class HooksConfig:
         ):
             if env.get(name):
                 kwargs[key] = _string_map(env, name)
+        if env.get(ENV_DOWNLOADER_ALLOWED_IMAGES):
+            kwargs["allowed_downloader_images"] = _string_list(env, ENV_DOWNLOADER_ALLOWED_IMAGES)
         if env.get(ENV_DOWNLOADER_SERVICE_ACCOUNT):
             kwargs["downloader_service_account"] = env[ENV_DOWNLOADER_SERVICE_ACCOUNT].strip()
         if env.get(ENV_CA_BUNDLE_CONFIGMAP):
@@ -132,6 +147,18 @@ def _string_map(env: Mapping[str, str], name: str) -> dict[str, str]:
     ):
         raise ConfigError(f"{name}: must be a JSON object of strings")
     return value
+
+
+def _string_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    try:
+        value = json.loads(env[name])
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f'{name}: is not JSON ({err.msg}); set a list such as ["registry.example.com/praesto/*"]'
+        ) from None
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(f"{name}: must be a JSON list of non-empty strings")
+    return tuple(v.strip() for v in value)
 
 
 def _integer(env: Mapping[str, str], name: str, minimum: int) -> int:

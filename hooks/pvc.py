@@ -30,7 +30,7 @@ from praesto.hooks.common import (
     section,
 )
 from praesto.hooks.config import HooksConfig
-from praesto.hooks.pvc_job import EXIT_TOO_LARGE, download_job
+from praesto.hooks.pvc_job import EXIT_TOO_LARGE, download_job, image_not_allowed
 
 from praesto import names
 from praesto.quantity import format_bytes
@@ -122,8 +122,18 @@ def sync_pvc(
             if not evicted:
                 resync = max(1.0, (expiry - now).total_seconds())
 
-    if evicted:
-        children: list[Obj] = []
+    # A Job that already exists was allowed when it was made (the spec is immutable): keep it,
+    # so narrowing the allow-list later never deletes a filled volume's Job and its Ready state.
+    not_allowed = image_not_allowed(spec, config) if job is None else None
+    if not_allowed:
+        children: list[Obj] = [persistent_volume_claim(parent, spec)]
+        phase, reason, message = (
+            names.PHASE_FAILED,
+            "DownloaderImageNotAllowed",
+            f"spec.downloader.image: {not_allowed}",
+        )
+    elif evicted:
+        children = []
         phase, reason = names.PHASE_EVICTED, "UnusedTTLExpired"
         message = (
             f"no Pod used the cache for {spec.unused_ttl}; the PVC and Job were removed and "
@@ -167,6 +177,7 @@ def sync_pvc(
         }
     if not evicted:
         status["pvcName"] = names.pvc_name(cache)
+    if any(child["kind"] == "Job" for child in children):
         status["downloadJobName"] = names.download_job_name(cache)
     if spec.source.pinned:
         status["resolvedRevision"] = spec.source.revision

@@ -107,6 +107,20 @@ def _volumes(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list
     return volumes, mounts
 
 
+def image_not_allowed(spec: ModelCacheSpec, config: HooksConfig) -> str | None:
+    """Why spec.downloader.image may not run, or None. The Job mounts the cache's Secret and
+    writes the shared volume, so its image is the platform admin's choice, not the cache author's:
+    the validating webhook refuses it, and the sync hook never emits it (defence in depth)."""
+    image = spec.downloader.get("image")
+    if not image or config.downloader_image_allowed(str(image)):
+        return None
+    return (
+        f"image {str(image)[:200]!r} is not in the chart's allow-list of downloader images; "
+        "omit spec.downloader.image to use the chart's downloader, or ask the platform admin to add it "
+        "to downloader.allowedImages"
+    )
+
+
 def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksConfig) -> Obj:
     cache = str(meta(parent)["name"])
     overrides = spec.downloader

@@ -29,6 +29,8 @@ AGENT: tuple[Permission, ...] = (
     Permission(names.GROUP, names.MODELCACHENODE_PLURAL, ("get", "list", "watch", "patch", "update")),
     Permission(names.GROUP, f"{names.MODELCACHENODE_PLURAL}/status", ("get", "patch", "update")),
     Permission("", "events", ("create", "patch")),
+    # Peers: the serving agent checks the asking agent's Pod-bound token (agent/peers/identity.py).
+    Permission("authentication.k8s.io", "tokenreviews", ("create",), namespaced=False),
 )
 
 # Per-cache grant returned by the sync hook (Role in the cache's namespace, resourceNames = the Secret).
@@ -42,6 +44,8 @@ HOOKS: tuple[Permission, ...] = (
     Permission("storage.k8s.io", "storageclasses", READ, namespaced=False),
     # Node labels only, for the validating webhook's "nodeSelector matches no nodes" warning.
     Permission("", "nodes", READ, namespaced=False),
+    # The validator's check that a ModelCache's author may read the Secret it names.
+    Permission("authorization.k8s.io", "subjectaccessreviews", ("create",), namespaced=False),
 )
 
 # Metacontroller, restricted to what our CompositeController and DecoratorController manage.

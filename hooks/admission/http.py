@@ -73,4 +73,5 @@ def mutate_pod() -> tuple[Response, int]:
 
 @blueprint.post("/admission/validate-modelcache")
 def validate_modelcache() -> tuple[Response, int]:
-    return _answer(lambda r: validate(r, _lookups()))
+    config = current_app.config.get("PRAESTO_HOOKS_CONFIG")
+    return _answer(lambda r: validate(r, _lookups(), config))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 API_VERSION = "admission.k8s.io/v1"
@@ -39,6 +39,33 @@ class Refusal(Exception):
 
 
 @dataclass(frozen=True)
+class UserInfo:
+    """Who made the request (`request.userInfo`), as the API server authenticated them."""
+
+    username: str = ""
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _user_info(raw: Any) -> UserInfo:
+    if not isinstance(raw, dict):
+        return UserInfo()
+    groups = raw.get("groups")
+    extra = raw.get("extra")
+    return UserInfo(
+        username=str(raw.get("username") or ""),
+        uid=str(raw.get("uid") or ""),
+        groups=tuple(str(g) for g in groups) if isinstance(groups, list) else (),
+        extra={
+            str(k): [str(v) for v in values]
+            for k, values in (extra.items() if isinstance(extra, dict) else ())
+            if isinstance(values, list)
+        },
+    )
+
+
+@dataclass(frozen=True)
 class Request:
     """The parts of `AdmissionReview.request` both webhooks use."""
 
@@ -48,6 +75,7 @@ class Request:
     obj: dict[str, Any]
     old: dict[str, Any] | None
     dry_run: bool
+    user: UserInfo = field(default_factory=UserInfo)
 
 
 class MalformedReview(ValueError):
@@ -88,6 +116,7 @@ def parse_review(body: Any) -> Request:
         obj=obj or {},
         old=old,
         dry_run=bool(request.get("dryRun")),
+        user=_user_info(request.get("userInfo")),
     )
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from praesto.hooks.config import HooksConfig
+from praesto.hooks.pvc_job import image_not_allowed
+
 from praesto import names
 from praesto.spec import InvalidSpec, ModelCacheSpec, parse_spec
 
@@ -77,6 +80,50 @@ def _check_storage_class(parsed: ModelCacheSpec, lookups: Lookups) -> None:
         )
 
 
+def _secret_ref_field(spec: Any) -> str:
+    """Where the user wrote the secretRef: the message must point at their own field."""
+    source = spec.get("source") if isinstance(spec, dict) else None
+    hf = source.get("huggingface") if isinstance(source, dict) else None
+    if isinstance(hf, dict) and hf.get("token") is not None:
+        return "spec.source.huggingface.token.secretRef.name"
+    return "spec.source.secretRef.name"
+
+
+def _check_secret_access(
+    request: review.Request, spec: Any, parsed: ModelCacheSpec, lookups: Lookups
+) -> None:
+    """A ModelCache makes Praesto read the Secret it names (the agent by a per-cache grant, the
+    downloader Job by mounting it) and sends it to the source URL the author chose: naming a
+    Secret must need the right to read it, or a user without Secret access could exfiltrate one."""
+    ref = parsed.source.secret_ref
+    if ref is None:
+        return
+    field = _secret_ref_field(spec)
+    try:
+        allowed = lookups.may_get_secret(request.user, request.namespace, ref.name)
+    except LookupUnavailable as error:
+        raise Refusal(
+            field,
+            f"Praesto could not check that you may read Secret {ref.name}: {error}",
+            "retry, or check the praesto-hooks logs",
+            UNAVAILABLE,
+        ) from None
+    if not allowed:
+        raise Refusal(
+            field,
+            f"{request.user.username or 'the requesting user'} may not get Secret {ref.name!r} in "
+            f"namespace {request.namespace}, and a ModelCache uses the Secret it names with Praesto's rights",
+            f"name a Secret you can read, or ask for `get` on secrets/{ref.name} in {request.namespace}",
+            FORBIDDEN,
+        )
+
+
+def _check_downloader_image(parsed: ModelCacheSpec, config: HooksConfig) -> None:
+    problem = image_not_allowed(parsed, config)
+    if problem:
+        raise Refusal("spec.downloader.image", *problem.split("; ", 1), FORBIDDEN)
+
+
 def advice(parsed: ModelCacheSpec, lookups: Lookups) -> list[str]:
     """Non-fatal warnings: things that work but are likely not what the user meant."""
     warnings = []
@@ -106,7 +153,7 @@ def advice(parsed: ModelCacheSpec, lookups: Lookups) -> list[str]:
     return warnings
 
 
-def validate(request: review.Request, lookups: Lookups) -> dict[str, Any]:
+def validate(request: review.Request, lookups: Lookups, config: HooksConfig | None = None) -> dict[str, Any]:
     """AdmissionReview response for a ModelCache CREATE or UPDATE."""
     if request.operation not in ("CREATE", "UPDATE"):
         return review.allow(request.uid)
@@ -127,6 +174,9 @@ def validate(request: review.Request, lookups: Lookups) -> dict[str, Any]:
         _check_name(obj)
         parsed = _parse(spec)
         _check_storage_class(parsed, lookups)
+        if parsed.storage_class_name:  # local mode ignores spec.downloader (a warning says so)
+            _check_downloader_image(parsed, config or HooksConfig())
+        _check_secret_access(request, spec, parsed, lookups)
     except Refusal as refusal:
         return review.deny(request.uid, refusal)
     return review.allow(request.uid, advice(parsed, lookups))

@@ -25,6 +25,7 @@ CONFIG = HooksConfig(
     agent_service_account="praesto-node-agent",
     namespace="praesto-system",
     hf_endpoint="https://hf-mirror.example.com",
+    allowed_downloader_images=("registry.example/praesto:*",),  # pvc-token-and-overrides uses :custom
 )
 
 

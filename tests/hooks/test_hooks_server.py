@@ -19,6 +19,7 @@ ENV = {
     "PRAESTO_AGENT_SERVICE_ACCOUNT": golden.CONFIG.agent_service_account,
     "PRAESTO_NAMESPACE": golden.CONFIG.namespace,
     "PRAESTO_HF_ENDPOINT": golden.CONFIG.hf_endpoint,
+    "PRAESTO_DOWNLOADER_ALLOWED_IMAGES": json.dumps(list(golden.CONFIG.allowed_downloader_images)),
 }
 
 

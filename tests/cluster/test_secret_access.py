@@ -1,0 +1,97 @@
+"""Issue 12, finding 4: naming a Secret in a ModelCache needs the right to read it.
+
+Through the real API server: a tenant ServiceAccount that may create
+ModelCaches but not read Secrets names `prod-db-password`; the validating
+webhook asks the API server (SubjectAccessReview, as the chart's hooks
+ServiceAccount) and refuses. Once the tenant is granted `get` on that Secret,
+the same ModelCache is admitted.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from praesto import names
+from tests.cluster.installed import Installed
+from tests.cluster.tenants import modelcache
+from tests.support.chart_install import ensure_namespace
+from tests.support.controlplane import wait_for
+from tests.support.kube_apply import Kube
+
+TENANT = "secret-access"
+AUTHOR = "model-author"
+SECRET = "prod-db-password"
+RBAC = "rbac.authorization.k8s.io/v1"
+
+
+def role(name: str, rules: list[dict[str, object]]) -> dict[str, object]:
+    return {
+        "apiVersion": RBAC,
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": TENANT},
+        "rules": rules,
+    }
+
+
+def binding(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": RBAC,
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": TENANT},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": AUTHOR, "namespace": TENANT}],
+    }
+
+
+@pytest.fixture(scope="module")
+def author(installed: Installed) -> Kube:
+    admin = installed.admin
+    ensure_namespace(admin, TENANT)
+    admin.apply(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AUTHOR, "namespace": TENANT}}
+    )
+    rules = [{"apiGroups": [names.GROUP], "resources": [names.MODELCACHE_PLURAL], "verbs": ["create", "get"]}]
+    admin.apply(role("author", rules))
+    admin.apply(binding("author"))
+    admin.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": SECRET, "namespace": TENANT},
+            "stringData": {"password": "hunter2"},
+        }
+    )
+    return installed.kube_as(AUTHOR, TENANT)
+
+
+def borrowing(name: str) -> dict[str, object]:
+    token = {"secretRef": {"name": SECRET, "key": "password"}}
+    return modelcache(name, TENANT, source={"huggingface": {"repo": "attacker/exfil", "token": token}})
+
+
+def test_a_secret_the_author_cannot_read_is_refused_then_admitted_once_granted(
+    installed: Installed, author: Kube
+) -> None:
+    with pytest.raises(ApiException) as refused:
+        author.create(borrowing("exfil"))
+    assert refused.value.status == 403
+    body = str(refused.value.body)
+    assert "spec.source.huggingface.token.secretRef.name" in body
+    assert f"system:serviceaccount:{TENANT}:{AUTHOR} may not get Secret '{SECRET}'" in body
+    assert "hunter2" not in body
+
+    read = [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [SECRET], "verbs": ["get"]}]
+    installed.admin.apply(role("read-db-password", read))
+    installed.admin.apply(binding("read-db-password"))
+
+    def admitted() -> bool:
+        try:
+            author.create(borrowing("granted"))
+        except ApiException as err:
+            if err.status != 403:  # 403: the grant has not reached the authorizer yet
+                raise
+            return False
+        return True
+
+    wait_for("the ModelCache to be admitted once the author may read the Secret", admitted, 30)
