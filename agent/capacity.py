@@ -6,6 +6,7 @@ Pure decisions (given sizes and times) plus one `statvfs` edge.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,18 +56,23 @@ class Candidate:
     name: str
     size: int
     last_used: float  # max(last unmount, readiness)
+    over_quota: bool = False  # its namespace holds more on this node than the platform admin's quota
 
 
 def choose_evictions(
     needed: int, disk: Disk, reserve: int, candidates: list[Candidate]
 ) -> list[Candidate] | None:
-    """Least recently used caches whose removal makes `needed` bytes fit above the reserve.
+    """Caches whose removal makes `needed` bytes fit above the reserve.
 
-    [] when it already fits; None when even evicting every candidate is not enough.
+    Namespaces over their quota give first, least recently used first within each
+    group, so one tenant's empty nodeSelector cannot push every other tenant's
+    unused caches off the node. [] when it already fits; None when even evicting
+    every candidate is not enough.
     """
     shortfall = needed + reserve - disk.free
     chosen: list[Candidate] = []
-    for cand in sorted(candidates, key=lambda c: (c.last_used, c.namespace, c.name)):
+    order = sorted(candidates, key=lambda c: (not c.over_quota, c.last_used, c.namespace, c.name))
+    for cand in order:
         if shortfall <= 0:
             break
         chosen.append(cand)
@@ -74,9 +80,20 @@ def choose_evictions(
     return chosen if shortfall <= 0 else None
 
 
-def shortage_message(needed: int, disk: Disk, reserve: int, evictable: int) -> str:
+def over_quota(usage: dict[str, int], limit: Callable[[str], int | None]) -> set[str]:
+    """Namespaces whose caches on this node hold more bytes than their quota."""
+    out = set()
+    for namespace, used in usage.items():
+        cap = limit(namespace)
+        if cap is not None and used > cap:
+            out.add(namespace)
+    return out
+
+
+def shortage_message(needed: int, disk: Disk, reserve: int, evictable: int, in_flight: int = 0) -> str:
+    promised = f" ({format_bytes(in_flight)} of it promised to downloads in flight)" if in_flight > 0 else ""
     return (
-        f"the model needs {format_bytes(needed)} but the node has {format_bytes(disk.free)} free "
+        f"the model needs {format_bytes(needed)} but the node has {format_bytes(disk.free)} free{promised} "
         f"with a reserve of {format_bytes(reserve)} (disk {format_bytes(disk.total)}), and evicting every "
         f"unused cache would free only {format_bytes(evictable)}; free space on the node, lower the chart's "
         "nodeAgent.reserve (default: the larger of 30Gi and 15% of the disk), or pin this cache to nodes "

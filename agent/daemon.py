@@ -14,14 +14,14 @@ from pathlib import Path
 from types import FrameType
 
 from kubernetes import client, config
-from praesto.agent import capacity, logs
+from praesto.agent import baselock, capacity, logs
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.auth import SecretError
 from praesto.agent.peers.config import add_peer_arguments, build_peering, check_peer_arguments
 from praesto.agent.reconcile import Agent, AgentConfig
 
-from praesto import names
+from praesto import names, quota
 from praesto.quantity import QuantityError
 from praesto.store import StoreLayout
 
@@ -81,6 +81,10 @@ def check_arguments(args: argparse.Namespace) -> str | None:
         capacity.check_reserve(args.reserve)
     except QuantityError as err:
         return f"--reserve: {err}; use e.g. 50Gi or 15%"
+    try:
+        quota.from_env()
+    except quota.QuotaError as err:
+        return f"{err} (env {quota.ENV})"
     return check_peer_arguments(args)
 
 
@@ -99,6 +103,7 @@ def build(args: argparse.Namespace, api: client.ApiClient) -> Agent:
         concurrency=args.concurrency,
         max_parallel_caches=args.max_parallel_caches,
         reserve=args.reserve,
+        quotas=quota.from_env(),
     )
     peering = build_peering(args, api, StoreLayout(cfg.base_path))
     return Agent(cfg, KubeApi(api, args.node_name), AgentMetrics.create(), peering=peering)
@@ -131,7 +136,13 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    agent.start()
-    stopped.wait()
+    try:
+        agent.start()
+    except (baselock.BasePathInUse, OSError) as err:
+        log.error(str(err))
+        return 1
+    while not stopped.wait(1.0):
+        if agent.fatal:  # e.g. the base path appeared, but another agent had locked it first
+            break
     agent.stop()
-    return 0
+    return 1 if agent.fatal else 0

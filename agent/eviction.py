@@ -104,6 +104,30 @@ def remove_all(layout: StoreLayout, namespace: str, name: str) -> None:
         ns_dir.rmdir()  # only when empty
 
 
+def drop_unowned_requests(layout: StoreLayout, owned: set[tuple[str, str]]) -> int:
+    """Remove the CSI driver's hydration requests for caches this node holds no ModelCacheNode of.
+
+    A Pod that mounts a cache not assigned to this node (or one deleted since) leaves a
+    request nobody will ever answer; called after a relist, when `owned` is the whole truth.
+    Malformed requests go too. Returns how many were removed.
+    """
+    if not layout.requests_dir.is_dir():
+        return 0
+    dropped = 0
+    for path in layout.requests_dir.glob("*.json"):
+        data = store.read_json(path) if not path.is_symlink() else None
+        ns, name = (data or {}).get("namespace"), (data or {}).get("name")
+        valid = (
+            isinstance(ns, str) and isinstance(name, str) and path.name == store.cache_key(ns, name) + ".json"
+        )
+        if valid and (ns, name) in owned:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            dropped += 1
+    return dropped
+
+
 def gc_blobs(layout: StoreLayout) -> int:
     """Drop content-addressed copies no cache links to any more (link count 1); bytes freed."""
     freed = 0

@@ -21,17 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes.client.rest import ApiException
-from praesto.agent import eviction, logs
+from praesto.agent import baselock, eviction, logs
 from praesto.agent import status as st
 from praesto.agent.download import api as dlapi
 from praesto.agent.kube import Backoff, KubeApi, Obj, Watcher, is_transient, key_of
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.peering import REASON_WAITING_FOR_PEER, Peering
 from praesto.agent.removal import Removal
+from praesto.agent.reservations import Reservations
 from praesto.agent.worker import CacheRef, CacheState, Downloader, Job, Outcome, Planner, progress_record
 
 from praesto import names, store
 from praesto.quantity import QuantityError, format_bytes, parse_duration, parse_quantity
+from praesto.quota import Quotas
 from praesto.spec import InvalidSpec, source_from_node_spec
 from praesto.store import StoreLayout
 
@@ -52,6 +54,7 @@ class AgentConfig:
     retry_max: float = 600.0
     last_used_refresh: float = 60.0  # while mounted, lastUsedTime moves at most this often
     watch_backoff: Backoff = field(default_factory=Backoff)
+    quotas: Quotas = field(default_factory=Quotas)  # chart namespaceQuota: who gives room first
 
 
 _EVENT_PHASES = (names.PHASE_READY, names.PHASE_FAILED, names.PHASE_EVICTED)
@@ -74,6 +77,8 @@ class Agent(Removal):
         self.metrics = metrics or AgentMetrics.create()
         self.layout = StoreLayout(config.base_path)
         self.reserve = config.reserve
+        self.reservations = Reservations()  # disk promised to downloads in flight (worker.make_room)
+        self.quotas = config.quotas
         self.planner: Planner = planner or plan
         self.downloader: Downloader = downloader or download
         self.peering = peering  # peer-to-peer (praesto.agent.peers); None: origin only
@@ -92,10 +97,14 @@ class Agent(Removal):
         self._threads: list[threading.Thread] = []
         # Statuses the API server could not take (restarting, unreachable): written again each tick.
         self._unsent: dict[Key, tuple[Any, ...]] = {}
+        self._base_lock: int | None = None  # fd holding <base>/.praesto/agent.lock (baselock)
+        self.fatal: str | None = None  # why the agent stopped on its own (another agent holds the store)
 
     # ---- lifecycle --------------------------------------------------------
 
     def start(self) -> Agent:
+        """Raises baselock.BasePathInUse when another agent holds this base path."""
+        self._hold_base_lock()
         if self.peering is not None:
             self.peering.start()
         for target, name in ((self.watcher.run, "praesto-watch"), (self._loop, "praesto-reconcile")):
@@ -118,6 +127,15 @@ class Agent(Removal):
         self.pool.shutdown(wait=True, cancel_futures=True)
         if self.peering is not None:
             self.peering.stop()
+        if self._base_lock is not None:
+            baselock.release(self._base_lock)
+            self._base_lock = None
+
+    def _hold_base_lock(self) -> bool:
+        """Lock the store once it exists; False while it does not (the agent then writes nothing to it)."""
+        if self._base_lock is None and self.layout.base.is_dir():
+            self._base_lock = baselock.acquire(self.layout)
+        return self._base_lock is not None
 
     def _on_relisted(self) -> None:
         """After every (re)list: the store holds no copy that no ModelCacheNode of this node owns."""
@@ -138,6 +156,13 @@ class Agent(Removal):
     def _loop(self) -> None:
         next_tick = 0.0
         while not self.stop_event.is_set():
+            try:
+                self._hold_base_lock()  # a base path created after start: lock it before touching it
+            except (baselock.BasePathInUse, OSError) as err:
+                self.fatal = str(err)
+                self.log.error(self.fatal)
+                self.stop_event.set()
+                return
             try:
                 items = [self.events.get(timeout=self.config.tick_seconds)]
             except queue.Empty:
@@ -267,8 +292,10 @@ class Agent(Removal):
         previous = (obj.get("status") or {}).get("conditions")
         if ref.size_bytes is not None and size > ref.size_bytes:
             msg = (
-                f"the model is {format_bytes(size)}, more than spec.size {format_bytes(ref.size_bytes)}; "
-                "it is cached whole; raise storage.size on the ModelCache to match"
+                f"the copy on this node is {format_bytes(size)}, more than spec.size "
+                f"{format_bytes(ref.size_bytes)}; it was already complete here (pre-baked, or cached before "
+                "storage.size became a limit) and is served, but a new download this large is refused; "
+                "raise storage.size on the ModelCache to match"
             )
             return st.condition(
                 st.SIZE_WITHIN_REQUEST, False, st.REASON_SIZE_EXCEEDS_REQUEST, msg, self.clock(), previous

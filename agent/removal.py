@@ -15,9 +15,11 @@ from praesto.agent import capacity, eviction, logs
 from praesto.agent import status as st
 from praesto.agent.kube import KubeApi, Obj, key_of
 from praesto.agent.metrics import AgentMetrics
+from praesto.agent.reservations import Reservations
 from praesto.agent.worker import CacheRef, CacheState, Job, Room, progress_record
 
 from praesto import names, store
+from praesto.quota import Quotas
 from praesto.store import StoreLayout
 
 Key = tuple[str, str]
@@ -32,6 +34,8 @@ class Removal:
     kube: KubeApi
     clock: Callable[[], float]
     reserve: str | None
+    reservations: Reservations
+    quotas: Quotas
 
     def _set(
         self,
@@ -56,12 +60,29 @@ class Removal:
     # ---- room and eviction --------------------------------------------------
 
     def _room(self) -> Room:
-        return Room(self.reserve, self.lock, self._candidates, self._evict)
+        return Room(self.reserve, self.lock, self._candidates, self._evict, self.reservations)
+
+    def _usage(self) -> dict[str, int]:
+        """Bytes each namespace's complete copies hold on this node (from their manifests)."""
+        usage: dict[str, int] = {}
+        seen: set[tuple[str, str]] = set()
+        for key, obj in self.objects.items():
+            ns, cache = key[0], str((obj.get("spec") or {}).get("modelCacheName", ""))
+            if (ns, cache) in seen or not names.is_dns_label(cache) or not self.layout.is_complete(ns, cache):
+                continue
+            seen.add((ns, cache))
+            usage[ns] = usage.get(ns, 0) + eviction.cache_size(self.layout, ns, cache)
+        return usage
 
     def _candidates(self, asking: CacheRef) -> list[capacity.Candidate]:
-        """Ready caches of this node with no mount and no download running, except the one asking."""
+        """Ready caches of this node with no mount and no download running, except the one asking.
+
+        Each says whether its namespace holds more here than its quota (chart
+        namespaceQuota), so room is taken from those namespaces first.
+        """
         out = []
         with self.lock:
+            over = capacity.over_quota(self._usage(), self.quotas.limit) if self.quotas.enabled else set()
             for key, obj in self.objects.items():
                 ns, cache = key[0], (obj.get("spec") or {}).get("modelCacheName", "")
                 if (ns, cache) == (asking.namespace, asking.cache) or not names.is_dns_label(str(cache)):
@@ -71,9 +92,8 @@ class Removal:
                 if not self.layout.is_complete(ns, cache) or store.mounts_for(self.layout, ns, cache):
                     continue
                 last = eviction.last_activity(self.layout, ns, cache) or 0.0
-                out.append(
-                    capacity.Candidate(ns, cache, eviction.freeable_bytes(self.layout, ns, cache), last)
-                )
+                size = eviction.freeable_bytes(self.layout, ns, cache)
+                out.append(capacity.Candidate(ns, cache, size, last, over_quota=ns in over))
         return out
 
     def _evict(self, namespace: str, cache: str, cause: str) -> bool:
@@ -182,6 +202,11 @@ class Removal:
                 with self.lock:
                     if eviction.remove_unless_mounted(self.layout, *key):
                         logs.cache_logger(*key).info("removed a copy no ModelCacheNode owns")
+        dropped = eviction.drop_unowned_requests(self.layout, owned)
+        if dropped:
+            logs.logger("praesto.agent").info(
+                "dropped hydration requests no ModelCacheNode of this node owns", extra={"count": dropped}
+            )
 
     def _forget(self, obj: Obj) -> None:
         """An object vanished without our finalizer (removed by hand): drop what we kept for it."""

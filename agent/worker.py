@@ -17,6 +17,7 @@ from praesto.agent import capacity, eviction, logs
 from praesto.agent.download import api as dlapi
 from praesto.agent.download.objcreds import settings_from_secret
 from praesto.agent.kube import KubeApi, SecretUnavailable
+from praesto.agent.reservations import Reservations
 
 from praesto import store
 from praesto.quantity import format_bytes
@@ -84,12 +85,13 @@ Peering = Callable[[CacheRef, dlapi.Plan, dlapi.Options], None]  # may set optio
 
 @dataclass
 class Room:
-    """What capacity planning needs from the agent: the reserve and who may be evicted."""
+    """What capacity planning needs from the agent: the reserve, who may be evicted, what is promised."""
 
     reserve: str | None
     lock: threading.RLock
     candidates: Callable[[CacheRef], list[capacity.Candidate]]
     evict: Callable[[str, str, str], bool]  # (namespace, cache, cause) -> evicted
+    reservations: Reservations = field(default_factory=Reservations)  # shared by every job of one agent
 
 
 def staged_bytes(path: Path) -> int:
@@ -108,30 +110,62 @@ def make_room(ref: CacheRef, plan: dlapi.Plan, layout: StoreLayout, room: Room) 
     """Evict least recently used unused caches until the model fits above the reserve.
 
     Raises InsufficientDiskSpace (with the numbers) when even that is not enough.
+    On success the model's bytes are reserved (`room.reservations`) until the job
+    releases them, so a download planned meanwhile counts them as already spent.
     """
+    key = (ref.namespace, ref.cache)
+
+    def written(k: tuple[str, str]) -> int:
+        return staged_bytes(layout.staging_dir(*k))
+
     with room.lock:
         disk = capacity.disk_usage(layout.base)
         reserve = capacity.reserve_bytes(room.reserve, disk.total)
-        needed = max(0, plan.total_bytes - staged_bytes(layout.staging_dir(ref.namespace, ref.cache)))
+        needed = max(0, plan.total_bytes - written(key))
+        in_flight = room.reservations.outstanding(written, excluding=key)
         candidates = room.candidates(ref)
-        chosen = capacity.choose_evictions(needed, disk, reserve, candidates)
+        chosen = capacity.choose_evictions(needed, _minus(disk, in_flight), reserve, candidates)
         if chosen is None:
             evictable = sum(c.size for c in candidates)
             raise dlapi.DownloadError(
-                "InsufficientDiskSpace", capacity.shortage_message(needed, disk, reserve, evictable)
+                "InsufficientDiskSpace",
+                capacity.shortage_message(needed, disk, reserve, evictable, in_flight),
             )
         evicted = [(c.namespace, c.name) for c in chosen if room.evict(c.namespace, c.name, "capacity")]
         if len(evicted) < len(chosen):  # a mount appeared meanwhile: check again with what is left
             disk = capacity.disk_usage(layout.base)
-            if capacity.choose_evictions(needed, disk, reserve, []) is None:
+            if capacity.choose_evictions(needed, _minus(disk, in_flight), reserve, []) is None:
                 raise dlapi.DownloadError(
                     "InsufficientDiskSpace",
-                    capacity.shortage_message(needed, disk, reserve, 0)
+                    capacity.shortage_message(needed, disk, reserve, 0, in_flight)
                     + " (a cache chosen for eviction is in use)",
                 )
         if evicted:
             eviction.gc_blobs(layout)
+        room.reservations.reserve(key, plan.total_bytes)
         return evicted
+
+
+def _minus(disk: capacity.Disk, promised: int) -> capacity.Disk:
+    return capacity.Disk(disk.total, disk.free - promised)
+
+
+def check_request(ref: CacheRef, plan: dlapi.Plan) -> None:
+    """Node mode: spec.storage.size is a limit, checked before any byte is written or evicted.
+
+    Otherwise one cache (on every node, with an empty nodeSelector) could take far
+    more than its owner declared, and the webhook's namespace quota would count
+    nothing real.
+    """
+    limit = ref.size_bytes
+    if limit is not None and plan.total_bytes > limit:
+        raise dlapi.DownloadError(
+            "SizeExceedsRequest",
+            f"the model is {format_bytes(plan.total_bytes)} ({plan.total_bytes} bytes), more than "
+            f"spec.storage.size {format_bytes(limit)} ({limit} bytes), the most one node copy may take; "
+            "nothing was written; raise storage.size on the ModelCache (delete and create it again) to at "
+            f"least {format_bytes(plan.total_bytes)}, or narrow it with allowPatterns/ignorePatterns",
+        )
 
 
 class Job:
@@ -184,6 +218,7 @@ class Job:
                 "planned",
                 extra={"revision": plan.revision, "files": len(plan.files), "bytes": plan.total_bytes},
             )
+            check_request(self.ref, plan)
             out.evicted = make_room(self.ref, plan, self.layout, self.room)
             if self.peering is not None:
                 self.peering(self.ref, plan, options)
@@ -220,6 +255,9 @@ class Job:
                 out.error = dlapi.DownloadError(
                     "SourceUnavailable", f"download failed unexpectedly: {type(err).__name__}", retryable=True
                 )
+        finally:
+            with self.room.lock:  # however it ended, its promise no longer holds back other plans
+                self.room.reservations.release((self.ref.namespace, self.ref.cache))
         return out
 
     def _credentials(self) -> tuple[str | None, dict[str, str] | None, str]:
