@@ -28,6 +28,31 @@ blueprint = Blueprint("praesto_admission", __name__)
 # Flask config keys: tests and embedders may inject lookups or the image.
 CONFIG_LOOKUPS = "PRAESTO_LOOKUPS"
 CONFIG_IMAGE = "PRAESTO_IMAGE"
+# Set by `praesto-hooks --client-ca-file`: only the API server (its webhook client
+# certificate, verified by gunicorn's TLS layer) may ask the admission endpoints anything.
+CONFIG_REQUIRE_CLIENT_CERT = "PRAESTO_REQUIRE_CLIENT_CERT"
+
+
+def _peer_certificate() -> Any:
+    """The verified client certificate of this connection, or None (plain HTTP, or none sent)."""
+    sock = request.environ.get("gunicorn.socket")
+    getpeercert = getattr(sock, "getpeercert", None)
+    return getpeercert() if getpeercert is not None else None
+
+
+@blueprint.before_request
+def _require_api_server() -> tuple[Response, int] | None:
+    """A forged AdmissionReview would otherwise read any namespace's caches through our answers
+    (existence, source, failure text): without the API server's certificate, nothing is said."""
+    if current_app.config.get(CONFIG_REQUIRE_CLIENT_CERT) and not _peer_certificate():
+        return _json(
+            {
+                "error": "a client certificate is required: the admission endpoints answer only the "
+                "Kubernetes API server (webhooks.clientAuth in the chart)"
+            },
+            403,
+        )
+    return None
 
 
 def _lookups() -> Lookups:

@@ -54,7 +54,9 @@ def install_chart(control_plane: ControlPlane, workdir: Path) -> Iterator[Instal
     admin = Kube(control_plane.admin())
     install_crds(admin, [*sorted(CRD_DIR.glob("*.yaml")), METACONTROLLER_CRDS])
     ensure_namespace(admin, NAMESPACE)
-    objects = render_for_cluster(workdir / "chart", VALUES)
+    client_ca = control_plane.webhook_client_ca.cert_path
+    values = {**VALUES, "webhooks": {**VALUES["webhooks"], "clientAuth": {"caBundle": client_ca.read_text()}}}
+    objects = render_for_cluster(workdir / "chart", values)
     apply_rendered(admin, objects, webhook_url="", webhook_ca=b"", skip_kinds=WEBHOOK_KINDS)
     deployment = one(objects, "Deployment", HOOKS_SA)
     env = {
@@ -63,10 +65,11 @@ def install_chart(control_plane: ControlPlane, workdir: Path) -> Iterator[Instal
     }
     managed = ("--bind", "--workers", "--certfile", "--keyfile")  # hooks_server sets these itself
     args = [
-        a
+        a.replace("/webhook-client-ca/ca.crt", str(client_ca))  # the chart's ConfigMap mount, here
         for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         if not a.startswith(managed)
     ]
+    assert f"--client-ca-file={client_ca}" in args, args
     with hooks_server(workdir / "hooks", tls=True, env=env, threads=4, extra_args=tuple(args)) as server:
         assert server.ca_path is not None
         webhooks = [o for o in objects if o["kind"] in WEBHOOK_KINDS]

@@ -27,6 +27,7 @@ from tests.cluster.tenants import (
 from tests.support.chart_install import ensure_namespace
 from tests.support.helm_chart import NAMESPACE
 from tests.support.kube_apply import Kube
+from tests.support.server import post_json
 
 POOL = "test.praesto.io/pool"
 
@@ -139,3 +140,28 @@ def test_a_cache_the_watch_has_not_delivered_yet_is_read_directly(installed: Ins
         assert ("admission-race", "late") not in lookups.modelcaches.items  # it came from the direct read
     finally:
         lookups.stop()
+
+
+def test_a_forged_admission_review_without_the_api_servers_certificate_learns_nothing(
+    installed: Installed, tenant: str
+) -> None:
+    # Issue 12, finding 6: any Pod could post an AdmissionReview naming another team's
+    # namespace and read from the answer whether a cache exists, its source and failure.
+    forged = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "forged",
+            "operation": "CREATE",
+            "namespace": tenant,
+            "object": pod("probe", tenant, "tinyllama"),
+        },
+    }
+    for path in ("/admission/mutate-pod", "/admission/validate-modelcache"):
+        status, body = post_json(installed.hooks, path, forged)
+        assert status == 403, body
+        assert "client certificate is required" in str(body)
+        assert "tinyllama" not in str(body) and "org/tiny" not in str(body)
+    # The hooks Metacontroller calls (no client certificate) still answer on the same port.
+    status, _ = post_json(installed.hooks, "/hooks/modelcache/customize", {"parent": {}})
+    assert status != 403

@@ -169,6 +169,17 @@ class ControlPlane:
         self.admin_kubeconfig = write_kubeconfig(
             self.workdir / "admin.kubeconfig", self.server, self.ca_path, pair=self._admin_pair
         )
+        # The API server presents this client certificate to every webhook (WebhookAdmission
+        # kubeConfigFile, user "*"), signed by a CA of its own, as an admin sets it up for a
+        # webhook that checks its caller (praesto-hooks --client-ca-file).
+        self.webhook_client_ca = CertificateAuthority(
+            self.workdir / "pki-webhook-client", "webhook-client-ca"
+        )
+        admission_config = self._webhook_admission_config(
+            self.webhook_client_ca.issue(
+                "kube-apiserver-webhook-client", common_name="kube-apiserver", client=True
+            )
+        )
         etcd_port, etcd_peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{etcd_port}"
         logs = self.workdir / "logs"
@@ -201,6 +212,7 @@ class ControlPlane:
                 f"--service-account-signing-key-file={self.sa_key.key_path}",
                 "--authorization-mode=Node,RBAC",
                 f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
+                f"--admission-control-config-file={admission_config}",
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--allow-privileged=true",
                 "--profiling=false",
@@ -218,6 +230,33 @@ class ControlPlane:
             "--concurrent-gc-syncs=5",
         )
         self._client_component("kube-scheduler", "system:kube-scheduler")
+
+    def _webhook_admission_config(self, pair: KeyPair) -> Path:
+        kubeconfig = self.workdir / "webhook-client.kubeconfig"
+        user = {"client-certificate": str(pair.cert_path), "client-key": str(pair.key_path)}
+        kubeconfig.write_text(
+            yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "users": [{"name": "*", "user": user}]})
+        )
+        webhook = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(kubeconfig),
+        }
+        plugins = [
+            {"name": name, "configuration": webhook}
+            for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+        ]
+        path = self.workdir / "admission-config.yaml"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "AdmissionConfiguration",
+                    "plugins": plugins,
+                }
+            )
+        )
+        return path
 
     def _client_component(self, name: str, user: str, *flags: str) -> None:
         """A component that reaches the API server with its own client certificate, as kubeadm sets it up."""
