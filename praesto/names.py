@@ -144,6 +144,11 @@ def secret_reader_role_name(cache_name: str) -> str:
     return _bounded_name("praesto-secret-reader-", cache_name)
 
 
+# Peers (agent/peers/identity.py): the audience of the agent Pod's projected peer token, and the
+# TokenReview extra the API server adds to a Pod-bound token naming the Pod's node.
+PEER_TOKEN_AUDIENCE = "praesto-peer"  # noqa: S105 - an audience name, not a secret
+TOKEN_EXTRA_NODE_NAME = "authentication.kubernetes.io/node-name"  # noqa: S105 - a key name
+
 # `praesto-agent download` exit code for SizeExceedsRequest; the PVC-mode Job's podFailurePolicy
 # fails the Job on it at once and the sync hook reports it (issue 7).
 DOWNLOAD_EXIT_TOO_LARGE = 3

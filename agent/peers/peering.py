@@ -25,10 +25,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from praesto.agent.download.api import DownloadCancelled, Options, Plan
+from praesto.agent.peers.auth import Credentials
+from praesto.agent.peers.identity import Gate, Identities
 from praesto.agent.peers.server import Limits, PeerServer
 from praesto.agent.peers.source import PeerSource, Tuning
 from praesto.agent.worker import CacheRef
@@ -46,6 +49,8 @@ Report = Callable[[CacheRef, str], None]
 class PeerConfig:
     address: str  # host:port other agents reach this one on (status.peer.address); "" = where it binds
     secret: bytes = field(repr=False)
+    token_file: Path  # this agent Pod's projected peer token (audience names.PEER_TOKEN_AUDIENCE)
+    service_account: str  # "<namespace>/<name>" of the agent ServiceAccount: the only peers accepted
     bind: tuple[str, int] = ("0.0.0.0", 0)  # where the server listens
     limits: Limits = field(default_factory=Limits)
     tuning: Tuning = field(default_factory=Tuning)
@@ -62,7 +67,9 @@ class Peering:
         self.config = config
         self.custom = client.CustomObjectsApi(api)
         self.node_name = node_name
-        self.server = PeerServer(layout, config.secret, config.bind, config.limits)
+        self.credentials = Credentials(node_name, config.secret, config.token_file)
+        self.gate = Gate(config.secret, Identities(api, config.service_account))
+        self.server = PeerServer(layout, self.gate, config.bind, config.limits)
         self.address = config.address or self.server.address
 
     def start(self) -> None:
@@ -134,7 +141,7 @@ class Peering:
 
     def _source(self, ref: CacheRef, plan: Plan, addresses: list[str]) -> PeerSource:
         tuning = dataclasses.replace(self.config.tuning, stall_seconds=self.config.stall_seconds)
-        return PeerSource(addresses, self.config.secret, ref.namespace, ref.cache, plan.revision, tuning)
+        return PeerSource(addresses, self.credentials, ref.namespace, ref.cache, plan.revision, tuning)
 
     def _others(self, ref: CacheRef) -> list[Obj]:
         """Other nodes' ModelCacheNodes of this cache; [] when the API cannot say (origin then)."""

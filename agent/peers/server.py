@@ -9,10 +9,20 @@ While this node is still downloading the revision asked for, files of its plan
 are served from staging, but only ranges its resume journal records as written
 and fsync'd (inflight.py); others answer 425 (Too Early) with Retry-After and
 the bytes written so far, never 404, so a follower waits instead of giving up.
-Every request must carry a signature (auth.py) or gets 401. A node-wide cap on
-concurrent uploads (503 + Retry-After beyond it) and on bytes/s keep a node's
-disk and NIC for its own Pods. Bytes go out with
-`os.sendfile` straight from the page cache.
+    GET /v1/caches/<namespace>/<cache>/<resolvedRevision>/parts
+
+says what this node can serve of that revision (`{"complete": true}`, or the
+part size and, per file, "all" or the journaled part indices), so askers can
+pick parts from every peer that has them (swarm.py).
+
+Every request passes `identity.Gate` first: a signature bound to the request
+and a per-node token (401), and a ModelCacheNode of the cache on the asking
+node (403). A node-wide cap on concurrent uploads (503 + Retry-After beyond it)
+and on bytes/s keep a node's disk and NIC for its own Pods. Connections are
+capped too (`Limits.max_connections`: beyond it a connection gets 503 and is
+closed at once, without a thread) and every socket has an idle timeout
+(`Limits.idle_seconds`), so idle or trickling clients cannot pin threads.
+Bytes go out with `sendfile` straight from the page cache.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from praesto.agent.peers import auth
+from praesto.agent.peers.identity import Gate, Refused
 from praesto.agent.peers.inflight import InFlight
 
 from praesto import names
@@ -40,6 +50,7 @@ log = logging.getLogger("praesto.peers")
 
 PREFIX = "/v1/caches/"
 _ROUTE = re.compile(r"^/v1/caches/([^/]+)/([^/]+)/([^/]+)/files/(.+)$")
+_PARTS = re.compile(r"^/v1/caches/([^/]+)/([^/]+)/([^/]+)/parts$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 SENDFILE_CHUNK = 4 << 20
 NOT_YET = 425  # Too Early: a download in flight here has not written that range yet
@@ -51,10 +62,17 @@ def file_path(namespace: str, cache: str, revision: str, quoted_path: str) -> st
     return f"{PREFIX}{namespace}/{cache}/{revision}/files/{quoted_path}"
 
 
+def parts_path(namespace: str, cache: str, revision: str) -> str:
+    """The request path for what a peer holds of one revision."""
+    return f"{PREFIX}{namespace}/{cache}/{revision}/parts"
+
+
 @dataclass(frozen=True)
 class Limits:
     max_uploads: int = 8  # concurrent file responses; more get 503
     rate: int = 0  # bytes/s over all uploads of this node; 0 = unlimited
+    max_connections: int = 128  # open connections; more are answered 503 and closed, no thread
+    idle_seconds: float = 30.0  # a socket that sends or takes nothing this long is closed
 
 
 class RateLimiter:
@@ -83,24 +101,25 @@ class RateLimiter:
 
 
 class PeerServer(ThreadingHTTPServer):
-    """`PeerServer(layout, secret, (host, port))`, then `start()`; `stop()` also cuts open transfers."""
+    """`PeerServer(layout, gate, (host, port))`, then `start()`; `stop()` also cuts open transfers."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 64
 
     def __init__(
-        self, layout: StoreLayout, secret: bytes, address: tuple[str, int], limits: Limits | None = None
+        self, layout: StoreLayout, gate: Gate, address: tuple[str, int], limits: Limits | None = None
     ) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
         self.layout = layout
-        self.secret = secret
+        self.gate = gate
         self.limits = limits or Limits()
         self.uploads = threading.BoundedSemaphore(max(1, self.limits.max_uploads))
         self.rate = RateLimiter(self.limits.rate)
         self.bytes_served = 0
         self.not_yet = 0  # 425 answers: asks for ranges of an in-flight download not written yet
+        self.refused_connections = 0  # over max_connections
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._manifests: dict[str, tuple[tuple[int, int, int], dict[str, dict[str, Any]], str]] = {}
@@ -129,9 +148,34 @@ class PeerServer(ThreadingHTTPServer):
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
 
-    def track(self, conn: socket.socket, alive: bool) -> None:
+    @property
+    def connections(self) -> int:
         with self._lock:
-            (self._open.add if alive else self._open.discard)(conn)
+            return len(self._open)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection, up to `max_connections`; beyond, 503 and close in this thread."""
+        with self._lock:
+            full = len(self._open) >= self.limits.max_connections
+            if full:
+                self.refused_connections += 1
+            else:
+                self._open.add(request)
+        if not full:
+            super().process_request(request, client_address)
+            return
+        body = b'{"error": "connection limit reached on this node; try another peer"}'
+        head = "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        with contextlib.suppress(OSError):
+            request.settimeout(0)
+            request.send(head.encode() + body)
+        super().shutdown_request(request)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
 
     def count_not_yet(self) -> None:
         with self._lock:
@@ -178,24 +222,32 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.server.track(self.connection, True)
+        self.connection.settimeout(self.server.limits.idle_seconds)  # every read and write
 
     def finish(self) -> None:
-        self.server.track(self.connection, False)
         with contextlib.suppress(OSError):
             super().finish()
 
     def do_GET(self) -> None:
         raw = urlsplit(self.path).path
-        if not auth.verify(self.server.secret, self.headers.get("Authorization"), "GET", raw):
-            return self._error(
-                401,
-                "Authorization: missing, expired or wrongly signed; peers sign with the chart's peer secret",
+        try:
+            node = self.server.gate.authenticate(
+                "GET", raw, self.headers.get("Range"), self.headers.get("Authorization")
             )
-        match = _ROUTE.match(raw)
-        if match is None:
-            return self._error(404, f"{raw}: not a peer file path ({PREFIX}<ns>/<cache>/<rev>/files/<path>)")
-        namespace, cache, revision, path = (unquote(g) for g in match.groups())
+            match = _ROUTE.match(raw) or _PARTS.match(raw)
+            if match is None:
+                raise Refused(
+                    404, f"{raw}: not a peer path ({PREFIX}<ns>/<cache>/<rev>/files/<path> or .../parts)"
+                )
+            namespace, cache, revision = (unquote(g) for g in match.groups()[:3])
+            if not (names.is_dns_label(namespace) and names.is_dns_label(cache)):
+                raise Refused(404, f"{namespace}/{cache}: not a cache name")
+            self.server.gate.authorise(node, namespace, cache)
+        except Refused as refused:
+            return self._error(refused.status, refused.message, retry_after="1" * (refused.status == 503))
+        if match.re is _PARTS:
+            return self._parts(namespace, cache, revision)
+        path = unquote(match.group(4))
         found = self.server.manifest_files(namespace, cache)
         complete = found is not None and found[1] == revision
         if found is not None and complete:
@@ -224,6 +276,35 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_file(root, entry, in_flight=not complete)
         finally:
             self.server.uploads.release()
+
+    def _parts(self, namespace: str, cache: str, revision: str) -> None:
+        """What of `revision` this node can serve now: all of it, or journaled parts per file."""
+        found = self.server.manifest_files(namespace, cache)
+        answer: dict[str, Any]
+        if found is not None and found[1] == revision:
+            answer = {"complete": True}
+        else:
+            flight = self.server.inflight.flight(namespace, cache, revision)
+            if flight is None:
+                self._error(404, f"cache {namespace}/{cache} at {revision[:12]} is not on this node")
+                return
+            written = self.server.inflight.written(flight)
+            files: dict[str, Any] = {}
+            if written is not None:
+                files = dict.fromkeys(written.verified, "all")
+                files.update({p: sorted(i) for p, i in written.parts.items() if p not in written.verified})
+            answer = {
+                "complete": False,
+                "partSize": written.part_size if written is not None else 0,
+                "written": written.bytes if written is not None else 0,
+                "files": files,
+            }
+        body = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _not_yet(self, path: str, written: int) -> None:
         """425: this node is still downloading and has not written that range yet; ask again later."""
@@ -270,18 +351,20 @@ class _Handler(BaseHTTPRequestHandler):
             os.close(fd)
 
     def _sendfile(self, fd: int, start: int, end: int) -> None:
-        out = self.connection.fileno()
+        """socket.sendfile: zero-copy, and it honours the socket's idle timeout (a raw os.sendfile
+        on a socket with a timeout, which is non-blocking underneath, would fail with EAGAIN)."""
         offset = start
         try:
-            while offset < end:
-                want = self.server.rate.take(min(SENDFILE_CHUNK, end - offset))
-                sent = os.sendfile(out, fd, offset, want)
-                if sent == 0:
-                    break
-                offset += sent
-                self.server.served(sent)
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                while offset < end:
+                    want = self.server.rate.take(min(SENDFILE_CHUNK, end - offset))
+                    sent = self.connection.sendfile(handle, offset, want)
+                    if sent == 0:
+                        break
+                    offset += sent
+                    self.server.served(sent)
         except OSError:
-            pass  # the client went away, or we are stopping
+            pass  # the client went away or stopped reading (idle timeout), or we are stopping
         if offset < end:
             self.close_connection = True
 

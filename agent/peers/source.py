@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from praesto.agent.download.api import DownloadCancelled, DownloadError, RemoteFile, Sink
 from praesto.agent.download.http import Expired, Redirect, Target, Transient, Transport, retry_after
@@ -56,7 +56,17 @@ class NotYet(Exception):
 
 
 class _PeerTransport(Transport):
-    """`Transport` that tells 425 "not yet" apart from every other refusal (which drops the peer)."""
+    """`Transport` that signs each attempt afresh (method, path, Range, new nonce) and tells 425
+    "not yet" apart from every other refusal (which drops the peer)."""
+
+    def __init__(self, credentials: auth.Credentials, timeout: float) -> None:
+        super().__init__("http://peer.invalid", None, timeout=timeout)
+        self.credentials = credentials
+
+    def _headers(self, url: str, authorized: bool, extra: dict[str, str]) -> dict[str, str]:
+        headers = super()._headers(url, authorized, extra)
+        headers["Authorization"] = self.credentials.header("GET", urlsplit(url).path, extra.get("Range"))
+        return headers
 
     def request(
         self, method: str, url: str, *, authorized: bool, headers: dict[str, str] | None = None
@@ -72,16 +82,15 @@ class PeerSource:
     def __init__(
         self,
         addresses: list[str],
-        secret: bytes,
+        credentials: auth.Credentials,
         namespace: str,
         cache: str,
         revision: str,
         tuning: Tuning | None = None,
     ) -> None:
         self.tuning = tuning or Tuning()
-        self.secret = secret
         self.prefix = (namespace, cache, revision)
-        self.transport = _PeerTransport("http://peer.invalid", None, timeout=self.tuning.timeout)
+        self.transport = _PeerTransport(credentials, self.tuning.timeout)
         self.alive = list(dict.fromkeys(addresses))
         self.dropped: dict[str, str] = {}  # address -> why
         self._lock = threading.Lock()
@@ -155,9 +164,8 @@ class PeerSource:
             got[0] += len(chunk)
 
         path = file_path(*self.prefix, quote(file.path))
-        headers = {"Authorization": auth.sign(self.secret, "GET", path)}
         try:
-            self.transport.fetch(Target(f"http://{peer}{path}", False), pos, end, counted, cancel, headers)
+            self.transport.fetch(Target(f"http://{peer}{path}", False), pos, end, counted, cancel)
         except _Slow:
             self._strike(peer)
         except Transient as err:

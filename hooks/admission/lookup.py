@@ -57,6 +57,9 @@ class Lookups(Protocol):
     def get_modelcache(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ModelCache object, None when it does not exist; raises LookupUnavailable."""
 
+    def modelcaches_in(self, namespace: str) -> list[dict[str, Any]]:
+        """Every ModelCache of `namespace` (for its quota); raises LookupUnavailable."""
+
     def storageclass_exists(self, name: str) -> bool:
         """Raises LookupUnavailable."""
 
@@ -85,6 +88,10 @@ class StaticLookups:
     def get_modelcache(self, namespace: str, name: str) -> dict[str, Any] | None:
         self._check()
         return self.modelcaches.get((namespace, name))
+
+    def modelcaches_in(self, namespace: str) -> list[dict[str, Any]]:
+        self._check()
+        return [obj for (ns, _), obj in self.modelcaches.items() if ns == namespace]
 
     def storageclass_exists(self, name: str) -> bool:
         self._check()
@@ -338,6 +345,11 @@ class WatchedLookups:
             ) from None
         return _slim_modelcache(obj)
 
+    def modelcaches_in(self, namespace: str) -> list[dict[str, Any]]:
+        """From the watch only: a quota decision must not cost an API request per create."""
+        self.modelcaches.check(self.cold_wait)
+        return [dict(obj) for (ns, _), obj in list(self.modelcaches.items.items()) if ns == namespace]
+
     def storageclass_exists(self, name: str) -> bool:
         self.storageclasses.check(self.cold_wait)
         return ("", name) in self.storageclasses.items
@@ -390,6 +402,9 @@ class DisabledLookups:
         self.reason = reason
 
     def get_modelcache(self, namespace: str, name: str) -> dict[str, Any] | None:
+        raise LookupUnavailable(self.reason)
+
+    def modelcaches_in(self, namespace: str) -> list[dict[str, Any]]:
         raise LookupUnavailable(self.reason)
 
     def storageclass_exists(self, name: str) -> bool:

@@ -14,9 +14,10 @@ from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_job import image_not_allowed
 
 from praesto import names
+from praesto.quota import Quotas
 from praesto.spec import InvalidSpec, ModelCacheSpec, parse_spec
 
-from . import review
+from . import quota, review
 from .lookup import Lookups, LookupUnavailable
 from .review import BAD_REQUEST, FORBIDDEN, UNAVAILABLE, Refusal, sub
 
@@ -153,7 +154,9 @@ def advice(parsed: ModelCacheSpec, lookups: Lookups) -> list[str]:
     return warnings
 
 
-def validate(request: review.Request, lookups: Lookups, config: HooksConfig | None = None) -> dict[str, Any]:
+def validate(
+    request: review.Request, lookups: Lookups, config: HooksConfig | None = None, quotas: Quotas | None = None
+) -> dict[str, Any]:
     """AdmissionReview response for a ModelCache CREATE or UPDATE."""
     if request.operation not in ("CREATE", "UPDATE"):
         return review.allow(request.uid)
@@ -177,6 +180,7 @@ def validate(request: review.Request, lookups: Lookups, config: HooksConfig | No
         if parsed.storage_class_name:  # local mode ignores spec.downloader (a warning says so)
             _check_downloader_image(parsed, config or HooksConfig())
         _check_secret_access(request, spec, parsed, lookups)
+        quota.check(request.namespace, str(sub(obj, "metadata").get("name") or ""), parsed, lookups, quotas)
     except Refusal as refusal:
         return review.deny(request.uid, refusal)
     return review.allow(request.uid, advice(parsed, lookups))

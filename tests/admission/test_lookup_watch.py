@@ -158,3 +158,18 @@ def test_shared_lookups_without_any_kube_config(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     with pytest.raises(LookupUnavailable, match="no Kubernetes client configuration"):
         lookup_module.shared_lookups().storageclass_exists("x")
+
+
+def test_a_namespaces_caches_for_its_quota_come_from_the_watch(
+    lookups: WatchedLookups,
+    kube: KubeEmulator,  # noqa: F811
+) -> None:
+    seeded = sorted(c["metadata"]["name"] for c in CACHES[:3] if c["metadata"]["namespace"] == NS)
+    assert sorted(c["metadata"]["name"] for c in lookups.modelcaches_in(NS)) == seeded
+    kube.create(modelcache("quota-late", None, namespace="other-team"))
+    kube.create(modelcache("quota-new", None))
+    eventually(
+        lambda: "quota-new" in {c["metadata"]["name"] for c in lookups.modelcaches_in(NS)}, "the new cache"
+    )
+    assert all(c["metadata"]["namespace"] == NS for c in lookups.modelcaches_in(NS))
+    assert lookups.modelcaches_in(NS)[0]["spec"]["storage"]["size"] == "1Gi"

@@ -14,6 +14,7 @@ from praesto.agent import cli as agent_cli
 from praesto.agent import daemon
 from praesto.agent.peers.config import build_peering
 
+from praesto import names
 from praesto.store import StoreLayout
 from tests.support.helm_chart import (
     CHART_DIR,
@@ -50,16 +51,34 @@ def test_agent_gets_pod_ip_port_and_the_secret_no_other_container_does(tmp_path:
     volume = next(v for v in spec["volumes"] if v.get("secret", {}).get("secretName") == PEER_SECRET)
     mount = next(m for m in agent["volumeMounts"] if m["name"] == volume["name"])
     assert mount["readOnly"] is True
+    # the node identity: a Pod-bound token for the peer audience only, in the agent container only
+    projected = next(v for v in spec["volumes"] if v["name"] == "peer-token")["projected"]["sources"]
+    assert projected == [
+        {
+            "serviceAccountToken": {
+                "path": "token",
+                "audience": names.PEER_TOKEN_AUDIENCE,
+                "expirationSeconds": 3600,
+            }
+        }
+    ]
+    token_mount = next(m for m in agent["volumeMounts"] if m["name"] == "peer-token")
+    assert token_mount["readOnly"] is True
     for other in containers.values():
-        assert volume["name"] not in {m["name"] for m in other.get("volumeMounts", [])}
+        mounted = {m["name"] for m in other.get("volumeMounts", [])}
+        assert volume["name"] not in mounted and "peer-token" not in mounted
+    assert f"--peer-service-account={NAMESPACE}/{spec['serviceAccountName']}" in agent["args"]
 
     # the real agent parser accepts the flags, and they build a working peer config
     (tmp_path / "peer").mkdir()
     secret_file = tmp_path / "peer" / "secret"
     secret_file.write_bytes(value)
+    token_file = tmp_path / "peer" / "token"
+    token_file.write_text("header.payload.signature")
     env = {"NODE_NAME": "w1", "POD_IP": "127.0.0.1"}
     expanded = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in agent["args"]]
     expanded = [a.replace(mount["mountPath"] + "/secret", str(secret_file)) for a in expanded]
+    expanded = [a.replace(token_mount["mountPath"] + "/token", str(token_file)) for a in expanded]
     args = agent_cli.build_parser(with_run=True).parse_args(expanded)
     assert daemon.check_arguments(args) is None
     assert (args.peer_port, args.peer_address, args.peer_max_uploads) == (9200, "127.0.0.1", 3)
@@ -68,6 +87,7 @@ def test_agent_gets_pod_ip_port_and_the_secret_no_other_container_does(tmp_path:
     try:
         assert peering.address == "127.0.0.1:9200"
         assert peering.config.limits.rate == 200 << 20 and peering.config.secret == value
+        assert peering.credentials.token() == "header.payload.signature"
     finally:
         peering.server.server_close()
 

@@ -29,9 +29,9 @@ from praesto import names
 from praesto.spec import Source
 from praesto.store import StoreLayout
 from tests.agent.harness import rbac_violations
+from tests.peers.conftest import ASKER, SECRET, Peers
 from tests.support.peer_cluster import Cluster, cluster
 
-SECRET = b"s3cret-shared-by-every-agent-0123"
 REV = "b" * 40
 PART = 1 << 16
 BIG = os.urandom(3 * PART + 100)  # four parts
@@ -43,6 +43,8 @@ class Leader:
     server: PeerServer
     journal: Journal
     plan: Plan
+    peers: Peers
+    token_file: Path
 
 
 def _remote(path: str, data: bytes) -> RemoteFile:
@@ -50,7 +52,7 @@ def _remote(path: str, data: bytes) -> RemoteFile:
 
 
 @pytest.fixture
-def leader(tmp_path: Path) -> Iterator[Leader]:
+def leader(tmp_path: Path, peers: Peers) -> Iterator[Leader]:
     """A node mid-download: the big file's parts 0 and 2 journaled, nothing verified yet."""
     layout = StoreLayout(tmp_path / "store")
     staging = layout.staging_dir("team-a", "m")
@@ -62,21 +64,24 @@ def leader(tmp_path: Path) -> Iterator[Leader]:
     journal.open(fresh=True)
     journal.parts_done("big.bin", [0, 2])
     plan = Plan(Source("hf", "org/m", "main"), REV, (_remote("big.bin", BIG), _remote("config.json", SMALL)))
-    server = PeerServer(layout, SECRET, ("127.0.0.1", 0)).start()
+    server = PeerServer(layout, peers.gate(), ("127.0.0.1", 0)).start()
     server.inflight.register("team-a", "m", plan, staging)
+    token_file = tmp_path / "peer-token"
+    token_file.write_text(peers.token(ASKER))
     try:
-        yield Leader(server, journal, plan)
+        yield Leader(server, journal, plan, peers, token_file)
     finally:
         journal.close()
         server.stop()
 
 
-def get(srv: PeerServer, path: str, span: tuple[int, int] | None = None) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
+def get(leader: Leader, path: str, span: tuple[int, int] | None = None) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", leader.server.server_port, timeout=10)
     try:
-        headers = {"Authorization": auth.sign(SECRET, "GET", path)}
+        headers = {}
         if span is not None:
             headers["Range"] = f"bytes={span[0]}-{span[1] - 1}"
+        headers["Authorization"] = leader.peers.header(path, headers.get("Range"))
         conn.request("GET", path, headers=headers)
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
@@ -89,32 +94,32 @@ def url(path: str, rev: str = REV) -> str:
 
 
 def test_journaled_parts_are_served_while_the_download_runs(leader: Leader) -> None:
-    status, _, body = get(leader.server, url("big.bin"), (0, PART))
+    status, _, body = get(leader, url("big.bin"), (0, PART))
     assert (status, body) == (206, BIG[:PART])
-    status, _, body = get(leader.server, url("big.bin"), (2 * PART + 5, 3 * PART))
+    status, _, body = get(leader, url("big.bin"), (2 * PART + 5, 3 * PART))
     assert (status, body) == (206, BIG[2 * PART + 5 : 3 * PART])
 
 
 def test_a_range_not_written_yet_answers_not_yet_with_the_bytes_written(leader: Leader) -> None:
     for span in [(PART, 2 * PART), (0, 2 * PART), (3 * PART, len(BIG))]:
-        status, headers, body = get(leader.server, url("big.bin"), span)
+        status, headers, body = get(leader, url("big.bin"), span)
         assert status == NOT_YET == 425, span
         assert headers["retry-after"] == "1"
         assert headers[WRITTEN_HEADER.lower()] == str(2 * PART)
         assert b"not written yet" in body
-    status, headers, _ = get(leader.server, url("config.json"))  # single-part: only once verified
+    status, headers, _ = get(leader, url("config.json"))  # single-part: only once verified
     assert status == 425
     leader.journal.verified([("config.json", hashlib.sha256(SMALL).hexdigest())])
-    assert get(leader.server, url("config.json"))[::2] == (200, SMALL)
-    assert get(leader.server, url("big.bin"), (PART, 2 * PART))[0] == 425
+    assert get(leader, url("config.json"))[::2] == (200, SMALL)
+    assert get(leader, url("big.bin"), (PART, 2 * PART))[0] == 425
 
 
 def test_files_outside_the_plan_and_other_revisions_are_refused(leader: Leader) -> None:
-    status, _, body = get(leader.server, url("unplanned.bin"))
+    status, _, body = get(leader, url("unplanned.bin"))
     assert status == 404 and b"not in the plan" in body
-    assert get(leader.server, url("../../etc/passwd"))[0] == 404
-    assert get(leader.server, url(".praesto-journal"))[0] == 404
-    status, _, body = get(leader.server, url("big.bin", rev="c" * 40), (0, PART))
+    assert get(leader, url("../../etc/passwd"))[0] == 404
+    assert get(leader, url(".praesto-journal"))[0] == 404
+    status, _, body = get(leader, url("big.bin", rev="c" * 40), (0, PART))
     assert status == 404 and b"not complete" in body
     conn = http.client.HTTPConnection("127.0.0.1", leader.server.server_port, timeout=10)
     conn.request("GET", url("big.bin"), headers={"Range": f"bytes=0-{PART - 1}"})
@@ -125,7 +130,8 @@ def test_files_outside_the_plan_and_other_revisions_are_refused(leader: Leader) 
 
 def _source(leader: Leader, stall: float) -> PeerSource:
     tuning = Tuning(min_seconds=10.0, timeout=5.0, stall_seconds=stall, not_yet_pause=0.05)
-    return PeerSource([leader.server.address], SECRET, "team-a", "m", REV, tuning)
+    credentials = auth.Credentials(ASKER, SECRET, leader.token_file)
+    return PeerSource([leader.server.address], credentials, "team-a", "m", REV, tuning)
 
 
 def test_a_follower_waits_for_a_part_to_be_written_then_copies_it(leader: Leader) -> None:

@@ -1,4 +1,4 @@
-"""The peer server over real HTTP: signatures, manifest-only paths, Range, upload caps."""
+"""The peer server over real HTTP: identities, signatures, manifest-only paths, Range, caps, idle timeouts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import hashlib
 import http.client
 import json
 import os
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,8 +18,8 @@ from praesto.agent.peers.server import Limits, PeerServer, file_path
 
 from praesto import names
 from praesto.store import StoreLayout
+from tests.peers.conftest import ASKER, SECRET, Peers
 
-SECRET = b"s3cret-shared-by-every-agent-0123"
 REV = "a" * 40
 DATA = os.urandom(100_000)
 FILES = {"model.bin": DATA, "sub/dir/tok en.json": b'{"x": 1}', "empty.txt": b""}
@@ -36,11 +38,13 @@ def make_cache(layout: StoreLayout, namespace: str = "team-a", cache: str = "m")
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[PeerServer]:
+def server(tmp_path: Path, peers: Peers) -> Iterator[PeerServer]:
     layout = StoreLayout(tmp_path / "store")
     make_cache(layout)
+    make_cache(layout, "team-b", "secret-model")  # another tenant's cache on the same node
     (tmp_path / "secret-outside.txt").write_text("never served")
-    srv = PeerServer(layout, SECRET, ("127.0.0.1", 0), Limits(max_uploads=2)).start()
+    srv = PeerServer(layout, peers.gate(), ("127.0.0.1", 0), Limits(max_uploads=2)).start()
+    srv.peers = peers  # type: ignore[attr-defined]
     try:
         yield srv
     finally:
@@ -48,13 +52,14 @@ def server(tmp_path: Path) -> Iterator[PeerServer]:
 
 
 def get(
-    srv: PeerServer, path: str, headers: dict[str, str] | None = None, *, secret: bytes | None = SECRET
+    srv: PeerServer, path: str, headers: dict[str, str] | None = None, *, signed: bool = True
 ) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
     try:
         sent = dict(headers or {})
-        if secret is not None:
-            sent.setdefault("Authorization", auth.sign(secret, "GET", path))
+        if signed:
+            peers: Peers = srv.peers  # type: ignore[attr-defined]
+            sent.setdefault("Authorization", peers.header(path, sent.get("Range")))
         conn.request("GET", path, headers=sent)
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
@@ -78,36 +83,132 @@ def test_signed_request_gets_the_whole_file(server: PeerServer) -> None:
 
 # Headers are made when the test runs (not at import), so signatures are fresh
 # and the test ids are the same in every xdist worker.
-BAD_HEADERS: dict[str, Callable[[], str | None]] = {
-    "missing": lambda: None,
-    "bearer": lambda: "Bearer abc",
-    "no-signature": lambda: "Praesto 123",
-    "time-not-a-number": lambda: "Praesto notanumber." + "0" * 64,
-    "other-clusters-secret": lambda: auth.sign(b"another-clusters-secret-xxxxxxxx", "GET", url("model.bin")),
-    "signed-for-another-path": lambda: auth.sign(SECRET, "GET", url("empty.txt")),
-    "signed-for-another-method": lambda: auth.sign(SECRET, "HEAD", url("model.bin")),
-    "long-expired": lambda: auth.sign(SECRET, "GET", url("model.bin"), now=1_000_000),
+MODEL = url("model.bin")
+BAD_HEADERS: dict[str, Callable[[Peers], str | None]] = {
+    "missing": lambda p: None,
+    "bearer": lambda p: "Bearer abc",
+    "old-scheme": lambda p: "Praesto 123." + "0" * 64,
+    "fields-missing": lambda p: p.header(MODEL).rsplit(" ", 1)[0],
+    "time-not-a-number": lambda p: p.header(MODEL).replace(" ", " x", 2).replace(" x", " ", 1),
+    "other-clusters-secret": lambda p: p.header(MODEL, secret=b"another-clusters-secret-xxxxxxxx"),
+    "signed-for-another-path": lambda p: p.header(url("empty.txt")),
+    "signed-for-a-range": lambda p: p.header(MODEL, "bytes=0-99"),
+    "signed-for-another-method": lambda p: auth.sign(SECRET, p.token(), ASKER, "HEAD", MODEL),
+    "long-expired": lambda p: auth.sign(SECRET, p.token(), ASKER, "GET", MODEL, now=1_000_000),
+    "token-the-api-server-does-not-know": lambda p: auth.sign(
+        SECRET, "forged.jwt.token", ASKER, "GET", MODEL
+    ),
+    "token-of-another-service-account": lambda p: auth.sign(
+        SECRET, p.token(user="system:serviceaccount:team-x:default"), ASKER, "GET", MODEL
+    ),
+    "token-bound-to-no-pod": lambda p: auth.sign(SECRET, p.token(bound=False), ASKER, "GET", MODEL),
+    "token-of-another-node": lambda p: auth.sign(SECRET, p.token("node-z"), ASKER, "GET", MODEL),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_HEADERS))
-def test_unauthenticated_or_badly_signed_is_401(server: PeerServer, case: str) -> None:
-    header = BAD_HEADERS[case]()
-    status, _, body = get(
-        server, url("model.bin"), {"Authorization": header} if header else None, secret=None
-    )
-    assert status == 401
-    assert DATA[:100] not in body and "peer secret" in json.loads(body)["error"]
+def test_unauthenticated_or_badly_signed_is_401(server: PeerServer, peers: Peers, case: str) -> None:
+    header = BAD_HEADERS[case](peers)
+    status, _, body = get(server, MODEL, {"Authorization": header} if header else None, signed=False)
+    assert status == 401, case
+    error = json.loads(body)["error"]
+    assert DATA[:100] not in body and error.startswith("Authorization:")
+    assert not any(token in error for token in peers.kube.tokens)  # tokens never echoed
     assert server.bytes_served == 0
 
 
+def test_a_captured_request_cannot_be_replayed(server: PeerServer, peers: Peers) -> None:
+    """Issue 12: a signature bound only to method, path and time could be replayed for 60 s."""
+    header = peers.header(MODEL, "bytes=0-99")
+    assert get(server, MODEL, {"Authorization": header, "Range": "bytes=0-99"}, signed=False)[0] == 206
+    status, _, body = get(server, MODEL, {"Authorization": header, "Range": "bytes=0-99"}, signed=False)
+    assert status == 401 and b"already used" in body
+    status, _, body = get(server, MODEL, {"Authorization": header, "Range": "bytes=0-"}, signed=False)
+    assert status == 401 and b"Range" in body  # nor stretched to more bytes
+    eventually(lambda: server.bytes_served == 100)
+
+
+def test_a_node_reads_only_caches_placed_on_it(server: PeerServer, peers: Peers) -> None:
+    """Issue 12: one secret shared by all agents read every tenant's cache from every node."""
+    other_tenant = file_path("team-b", "secret-model", REV, "model.bin")
+    status, _, body = get(server, other_tenant)
+    assert status == 403 and b"holds no copy of team-b/secret-model" in body
+    peers.place("secret-model", "node-c", "team-b")  # another node's copy grants nothing to node-b
+    assert get(server, other_tenant)[0] == 403
+    assert get(server, MODEL)[0] == 200  # its own copy's cache: served
+    peers.place("secret-model", ASKER, "team-b")
+    deadline = time.monotonic() + 10  # a refusal is remembered for a moment only
+    while (status := get(server, other_tenant)[0]) == 403 and time.monotonic() < deadline:
+        threading.Event().wait(0.1)
+    assert status == 200
+    eventually(lambda: server.bytes_served == 2 * len(DATA))  # counted just after the last byte left
+
+
+def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        threading.Event().wait(0.02)
+
+
+def test_token_reviews_are_remembered_by_hash_not_repeated(server: PeerServer, peers: Peers) -> None:
+    for _ in range(5):
+        assert get(server, url("empty.txt"))[0] == 200
+    assert server.gate.identities.reviews == 1
+    reviewed = [r for r in peers.kube.requests if r.resource == "tokenreviews"]
+    assert len(reviewed) == 1
+    assert not any(peers.tokens[ASKER] in key for key in server.gate.identities._reviews)
+
+
 def test_signatures_allow_clock_skew_within_the_window() -> None:
-    path = url("model.bin")
-    assert auth.verify(SECRET, auth.sign(SECRET, "GET", path, now=1000), "GET", path, now=1000 + auth.SKEW)
-    assert not auth.verify(
-        SECRET, auth.sign(SECRET, "GET", path, now=1000), "GET", path, now=1001 + auth.SKEW
-    )
-    assert auth.verify(SECRET, auth.sign(SECRET, "GET", path, now=1000 + auth.SKEW), "GET", path, now=1000)
+    token, path = "t.o.k", url("model.bin")
+    assert auth.check(SECRET, signed(auth.sign(SECRET, token, ASKER, "GET", path, now=1000)), "GET", path, None,
+                      now=1000 + auth.SKEW) is None  # fmt: skip
+    late = auth.check(SECRET, signed(auth.sign(SECRET, token, ASKER, "GET", path, now=1000)), "GET", path, None,
+                      now=1001 + auth.SKEW)  # fmt: skip
+    assert late is not None and "clock" in late
+    early = auth.sign(SECRET, token, ASKER, "GET", path, now=1000 + auth.SKEW)
+    assert auth.check(SECRET, signed(early), "GET", path, None, now=1000) is None
+
+
+def signed(header: str) -> auth.Signed:
+    parsed = auth.parse(header)
+    assert parsed is not None
+    return parsed
+
+
+def test_idle_and_excess_connections_hold_no_threads(tmp_path: Path, peers: Peers) -> None:
+    """Issue 12: 300 idle unauthenticated sockets held 300 threads, forever."""
+    layout = StoreLayout(tmp_path / "store")
+    make_cache(layout)
+    limits = Limits(max_connections=8, idle_seconds=0.5)
+    srv = PeerServer(layout, peers.gate(), ("127.0.0.1", 0), limits).start()
+    before = threading.active_count()
+    socks = [socket.create_connection(("127.0.0.1", srv.server_port), timeout=10) for _ in range(60)]
+    try:
+        refused = 0
+        for sock in socks[8:]:  # beyond the cap: answered 503 and closed at once, no thread
+            answer = sock.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer, answer
+            refused += 1
+        assert refused == 52 and srv.refused_connections == 52
+        assert threading.active_count() <= before + 8
+        deadline = time.monotonic() + 10
+        while srv.connections and time.monotonic() < deadline:  # idle ones are closed by the server
+            threading.Event().wait(0.05)
+        assert srv.connections == 0
+        for sock in socks[:8]:
+            assert sock.recv(4096) == b""  # EOF: the server hung up
+        assert get_with(srv, peers, url("empty.txt"))[0] == 200  # and it still serves
+    finally:
+        for sock in socks:
+            sock.close()
+        srv.stop()
+
+
+def get_with(srv: PeerServer, peers: Peers, path: str) -> tuple[int, dict[str, str], bytes]:
+    srv.peers = peers  # type: ignore[attr-defined]
+    return get(srv, path)
 
 
 @pytest.mark.parametrize(
@@ -121,8 +222,8 @@ def test_signatures_allow_clock_skew_within_the_window() -> None:
         url("sub/../model.bin"),
         url("/etc/passwd"),
         url("model.bin", rev="b" * 40),
-        url("model.bin", cache="other"),
         file_path("..", "..", REV, "secret-outside.txt"),
+        file_path("team-a", "m", REV, "..%2f..%2fteam-b/secret-model/model.bin"),
         "/v1/caches/team-a/m/" + REV + "/model.bin",
         "/secret-outside.txt",
     ],
@@ -163,32 +264,28 @@ def test_unsatisfiable_ranges_are_416(server: PeerServer, header: str) -> None:
     assert status == 416 and headers["content-range"] == f"bytes */{len(DATA)}"
 
 
-def test_upload_cap_answers_busy_with_retry_after(tmp_path: Path) -> None:
+def test_upload_cap_answers_busy_with_retry_after(tmp_path: Path, peers: Peers) -> None:
     layout = StoreLayout(tmp_path / "store")
     make_cache(layout)
-    srv = PeerServer(layout, SECRET, ("127.0.0.1", 0), Limits(max_uploads=1, rate=20_000)).start()
+    srv = PeerServer(layout, peers.gate(), ("127.0.0.1", 0), Limits(max_uploads=1, rate=20_000)).start()
     try:
         first = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
-        first.request(
-            "GET", url("model.bin"), headers={"Authorization": auth.sign(SECRET, "GET", url("model.bin"))}
-        )
+        first.request("GET", MODEL, headers={"Authorization": peers.header(MODEL)})
         resp = first.getresponse()
         assert resp.status == 200 and resp.read(100) == DATA[:100]  # in flight, paced at 20 kB/s
-        status, headers, _ = get(srv, url("empty.txt"))
+        status, headers, _ = get_with(srv, peers, url("empty.txt"))
         assert (status, headers["retry-after"]) == (503, "1")
         first.close()
     finally:
         srv.stop()
 
 
-def test_stop_cuts_transfers_in_flight(tmp_path: Path) -> None:
+def test_stop_cuts_transfers_in_flight(tmp_path: Path, peers: Peers) -> None:
     layout = StoreLayout(tmp_path / "store")
     make_cache(layout)
-    srv = PeerServer(layout, SECRET, ("127.0.0.1", 0), Limits(rate=20_000)).start()
+    srv = PeerServer(layout, peers.gate(), ("127.0.0.1", 0), Limits(rate=20_000)).start()
     conn = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
-    conn.request(
-        "GET", url("model.bin"), headers={"Authorization": auth.sign(SECRET, "GET", url("model.bin"))}
-    )
+    conn.request("GET", MODEL, headers={"Authorization": peers.header(MODEL)})
     resp = conn.getresponse()
     got = resp.read(100)
     stopper = threading.Thread(target=srv.stop)

@@ -24,7 +24,9 @@ needs no event loop, and gives the semantics the product code relies on:
   object goes away when the last one is removed;
 * namespaced and cluster-scoped resources (nodes, storageclasses, ...);
 * a request log (method, path, verb, resource, namespace, name) for RBAC
-  assertions, and fault injection (`fail_next`).
+  assertions, and fault injection (`fail_next`);
+* TokenReview answered from `tokens` (the peer agents' identities; the real
+  API server's answers for Pod-bound tokens are tested in tests/cluster).
 
 Sync API for tests: `create`, `get`, `list`, `patch`, `delete`, `requests`,
 `api_client()`. Use as a context manager or through the `kube` fixture.
@@ -105,6 +107,8 @@ class KubeEmulator(Store):
         self._watches: list[_Watch] = []
         self._faults: list[tuple[int, int, Callable[[RequestRecord], bool]]] = []
         self._log: list[RequestRecord] = []
+        # TokenReview: token -> status.user ({username, extra}) and the audiences it was made for.
+        self.tokens: dict[str, tuple[Obj, tuple[str, ...]]] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -148,6 +152,21 @@ class KubeEmulator(Store):
 
     def api_client(self) -> kubernetes.client.ApiClient:
         return kubernetes.client.ApiClient(self.configuration())
+
+    def _review(self, body: Any) -> Obj:
+        """A TokenReview answered from `tokens`, audiences intersected as the API server does."""
+        spec = (body or {}).get("spec") or {}
+        user, made_for = self.tokens.get(str(spec.get("token")), ({}, ()))
+        audiences = [a for a in spec.get("audiences") or [] if a in made_for]
+        status: Obj = {"authenticated": False}
+        if user and audiences:
+            status = {"authenticated": True, "user": user, "audiences": audiences}
+        return {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": spec,
+            "status": status,
+        }
 
     @property
     def requests(self) -> list[RequestRecord]:
@@ -293,6 +312,13 @@ class _Handler(BaseHTTPRequestHandler):
             fault = self.api._take_fault(record)
             if fault is not None:
                 raise ApiError(fault, "InternalError", "injected fault")
+            if (record.group, record.resource, record.verb) == (
+                "authentication.k8s.io",
+                "tokenreviews",
+                "create",
+            ):
+                self._send(201, self.api._review(body))
+                return
             if info is None:
                 raise ApiError(
                     404, "NotFound", f"the server could not find the requested resource ({self.path})"

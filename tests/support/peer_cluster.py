@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from tests.support.kube import KubeEmulator
 
 MCN = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
 NAMESPACE = "team-a"
+AGENT_SERVICE_ACCOUNT = "praesto-system/praesto-node-agent"
 Obj = dict[str, Any]
 
 
@@ -43,6 +45,10 @@ class Node:
     @property
     def layout(self) -> StoreLayout:
         return StoreLayout(self.base)
+
+    @property
+    def token_file(self) -> Path:
+        return self.base / "peer-token"
 
     @property
     def peering(self) -> Peering:
@@ -66,6 +72,7 @@ class Cluster:
         limits: Limits | None = None,
         tuning: Tuning | None = None,
         secret: bytes | None = None,
+        user: str | None = None,
         stall_seconds: float = 10.0,
         peers: bool = True,
         concurrency: int = 4,
@@ -73,10 +80,13 @@ class Cluster:
         node = self.nodes.get(name) or Node(name, self.tmp / name, f"127.0.0.{len(self.nodes) + 2}")
         node.base.mkdir(exist_ok=True)
         self.nodes[name] = node
+        node.token_file.write_text(self.token_for(name, user=user))
         api = self.kube.api_client()
         peer = PeerConfig(
             address="",
             secret=secret or self.secret,
+            token_file=node.token_file,
+            service_account=AGENT_SERVICE_ACCOUNT,
             bind=(node.host, 0),
             limits=limits or Limits(),
             tuning=tuning or Tuning(min_seconds=20.0),
@@ -95,6 +105,9 @@ class Cluster:
             peering=Peering(peer, api, name, node.layout) if peers else None,
         ).start()
         return node
+
+    def token_for(self, node: str, *, user: str | None = None) -> str:
+        return peer_token(self.kube, node, user=user)
 
     def stop(self) -> None:
         for node in self.nodes.values():
@@ -149,6 +162,18 @@ class Cluster:
             for p in sorted(root.rglob("*"))
             if p.is_file() and not p.name.startswith(".praesto")
         }
+
+
+def peer_token(kube: KubeEmulator, node: str, *, user: str | None = None, bound: bool = True) -> str:
+    """A token the emulator's TokenReview accepts with the peer audience, as a Pod-bound token of
+    the agent ServiceAccount on `node` reviews (or one of `user`, or one bound to no Pod)."""
+    token = secrets.token_urlsafe(32)
+    namespace, _, sa = AGENT_SERVICE_ACCOUNT.partition("/")
+    identity: Obj = {"username": user or f"system:serviceaccount:{namespace}:{sa}"}
+    if bound:
+        identity["extra"] = {names.TOKEN_EXTRA_NODE_NAME: [node]}
+    kube.tokens[token] = (identity, (names.PEER_TOKEN_AUDIENCE,))
+    return token
 
 
 @contextmanager
