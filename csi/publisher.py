@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 import grpc
 from praesto.csi import mounts
 from praesto.csi.recovery import CacheLocator, Recovery, rebuild_records
+from praesto.csi.storefs import CsiStore
 from praesto.csi.volume import CsiError, PublishRequest
 from praesto.csi.waiting import waiting_answer
 
@@ -61,6 +62,7 @@ class Publisher:
         mountinfo: os.PathLike[str] | str = mounts.MOUNTINFO,
     ) -> None:
         self.layout = layout
+        self.fs = CsiStore(layout)  # every write under <base>/.praesto: through dir fds, no symlink followed
         self.node_name = node_name
         self.unassigned_after = unassigned_after
         self._clock = clock
@@ -82,11 +84,11 @@ class Publisher:
         return locator
 
     def _record_at(self, target: str) -> store.MountRecord | None:
-        return next((r for r in store.all_mounts(self.layout) if r.target_path == target), None)
+        return next((r for r in self.fs.all_mounts() if r.target_path == target), None)
 
     def recover(self) -> Recovery:
         """Settle mount records against the mount table (call before serving)."""
-        result = rebuild_records(self.layout, self._entries())
+        result = rebuild_records(self.fs, self._entries())
         for record in result.adopted:
             log.warning(
                 "adopted unrecorded mount of %s/%s at %s", record.namespace, record.name, record.target_path
@@ -120,19 +122,18 @@ class Publisher:
                     raise self._not_ready(req)
                 # Record first: the agent never evicts a cache with a record, so
                 # it cannot pull the directory away while we mount it.
-                store.record_mount(
-                    self.layout,
+                self.fs.record_mount(
                     store.MountRecord(req.volume_id, req.namespace, req.name, req.target_path, time.time()),
                 )
                 # ...and look again: the agent takes the marker away before it checks the
                 # records, so a removal that began before our record is visible here.
                 if not self.layout.is_complete(req.namespace, req.name):
-                    store.drop_mount(self.layout, req.volume_id)
+                    self.fs.drop_mount(req.volume_id)
                     raise self._not_ready(req)
                 try:
                     self._mount(req, fd)
                 except BaseException:
-                    store.drop_mount(self.layout, req.volume_id)
+                    self.fs.drop_mount(req.volume_id)
                     raise
             finally:
                 os.close(fd)
@@ -148,8 +149,8 @@ class Publisher:
         at_target = self._record_at(req.target_path)
         if not stacked:
             if at_target is not None:  # a record whose mount is gone
-                store.drop_mount(self.layout, at_target.volume_id)
-            same_id = store.find_mount(self.layout, req.volume_id)
+                self.fs.drop_mount(at_target.volume_id)
+            same_id = self.fs.find_mount(req.volume_id)
             if same_id is not None and same_id.target_path != req.target_path:
                 if mounts.mounts_at(entries, same_id.target_path):
                     raise CsiError(
@@ -157,7 +158,7 @@ class Publisher:
                         f"volume_id: {req.volume_id!r} is already published at {same_id.target_path!r} on "
                         f"node {self.node_name}; {names.CSI_DRIVER_NAME} publishes an ephemeral volume once",
                     )
-                store.drop_mount(self.layout, same_id.volume_id)
+                self.fs.drop_mount(same_id.volume_id)
             return False
         shown = locator.cache_of(stacked[-1])
         other_volume = at_target is not None and at_target.volume_id != req.volume_id
@@ -179,8 +180,7 @@ class Publisher:
                 mounts.MS_REMOUNT | mounts.MS_BIND | mounts.MS_RDONLY | mounts.MS_NOSUID | mounts.MS_NODEV,
             )
         if at_target is None:
-            store.record_mount(
-                self.layout,
+            self.fs.record_mount(
                 store.MountRecord(req.volume_id, req.namespace, req.name, req.target_path, time.time()),
             )
         return True
@@ -219,12 +219,12 @@ class Publisher:
         mounts.bind_read_only(f"/proc/self/fd/{fd}", req.target_path)
 
     def _not_ready(self, req: PublishRequest) -> CsiError:
-        store.request_hydration(self.layout, req.namespace, req.name)
+        self.fs.request_hydration(req.namespace, req.name)
         key = (req.namespace, req.name)
         now = self._clock()
         with self._asked_guard:
             first = self._asked.setdefault(key, now)
-        progress = store.read_progress(self.layout, req.namespace, req.name)
+        progress = self.fs.read_progress(req.namespace, req.name)
         answer = waiting_answer(
             req.namespace, req.name, self.node_name, progress, now - first, self.unassigned_after
         )
@@ -256,9 +256,9 @@ class Publisher:
                         "model cache, remove them and the kubelet's retry will finish",
                     ) from exc
                 raise
-            record = store.find_mount(self.layout, volume_id)
+            record = self.fs.find_mount(volume_id)
             if record is None or record.target_path != target:
                 record = self._record_at(target)  # adopted after a restart under a stand-in id
             if record is not None:
-                store.drop_mount(self.layout, record.volume_id)
+                self.fs.drop_mount(record.volume_id)
                 log.info("unpublished %s/%s from %s", record.namespace, record.name, target)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from praesto.csi.mounts import MountInfo, fs_location, is_within
+from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 
@@ -70,24 +71,22 @@ class Recovery:
     dropped: list[store.MountRecord] = field(default_factory=list)
 
 
-def rebuild_records(
-    layout: store.StoreLayout, entries: Sequence[MountInfo], now: float | None = None
-) -> Recovery:
+def rebuild_records(fs: CsiStore, entries: Sequence[MountInfo], now: float | None = None) -> Recovery:
     """Make the mount records match the mount table: drop the gone, adopt the unrecorded."""
     result = Recovery()
-    locator = CacheLocator.of(entries, str(layout.base))
+    locator = CacheLocator.of(entries, str(fs.layout.base))
     shown = locator.cache_mounts(entries) if locator is not None else {}
     kept_targets: set[str] = set()
-    for record in store.all_mounts(layout):
+    for record in fs.all_mounts():
         if shown.get(record.target_path) == (record.namespace, record.name):
             kept_targets.add(record.target_path)
         else:
-            store.drop_mount(layout, record.volume_id, now)
+            fs.drop_mount(record.volume_id, now)
             result.dropped.append(record)
     when = time.time() if now is None else now
     for target, (namespace, name) in sorted(shown.items()):
         if target not in kept_targets:
             record = store.MountRecord(recovered_volume_id(target), namespace, name, target, when)
-            store.record_mount(layout, record)
+            fs.record_mount(record)
             result.adopted.append(record)
     return result

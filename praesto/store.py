@@ -127,7 +127,8 @@ def record_mount(layout: StoreLayout, record: MountRecord) -> None:
     write_json_atomic(layout.mounts_dir / record.file_name, asdict(record))
 
 
-def _record_from(data: dict[str, Any] | None) -> MountRecord | None:
+def record_from(data: dict[str, Any] | None) -> MountRecord | None:
+    """A mount record parsed from its JSON, None when malformed (shared with the CSI driver's reader)."""
     if not data:
         return None
     try:
@@ -143,13 +144,13 @@ def _record_from(data: dict[str, Any] | None) -> MountRecord | None:
 
 
 def find_mount(layout: StoreLayout, volume_id: str) -> MountRecord | None:
-    return _record_from(read_json(layout.mounts_dir / (names.short_hash(volume_id, 32) + ".json")))
+    return record_from(read_json(layout.mounts_dir / (names.short_hash(volume_id, 32) + ".json")))
 
 
 def drop_mount(layout: StoreLayout, volume_id: str, now: float | None = None) -> MountRecord | None:
     """Forget a mount and stamp its cache's last-used time; unknown ids are fine."""
     path = layout.mounts_dir / (names.short_hash(volume_id, 32) + ".json")
-    record = _record_from(read_json(path))
+    record = record_from(read_json(path))
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     if record is not None:
@@ -160,7 +161,7 @@ def drop_mount(layout: StoreLayout, volume_id: str, now: float | None = None) ->
 def all_mounts(layout: StoreLayout) -> list[MountRecord]:
     if not layout.mounts_dir.is_dir():
         return []
-    records = (_record_from(read_json(p)) for p in sorted(layout.mounts_dir.glob("*.json")))
+    records = (record_from(read_json(p)) for p in sorted(layout.mounts_dir.glob("*.json")))
     return [r for r in records if r is not None]
 
 
@@ -226,7 +227,11 @@ def write_progress(layout: StoreLayout, namespace: str, name: str, progress: Pro
 
 
 def read_progress(layout: StoreLayout, namespace: str, name: str) -> Progress | None:
-    data = read_json(layout.progress_dir / (cache_key(namespace, name) + ".json"))
+    return progress_from(read_json(layout.progress_dir / (cache_key(namespace, name) + ".json")))
+
+
+def progress_from(data: dict[str, Any] | None) -> Progress | None:
+    """A progress record parsed from its JSON, None when malformed (shared with the CSI driver's reader)."""
     if not data:
         return None
     try:

@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import pytest
 from praesto.agent import eviction
+from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from tests.support.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, mounts_under, publish_request
@@ -29,7 +30,7 @@ def test_removal_between_the_marker_check_and_the_record_refuses_the_mount(
     driver: InProcessDriver, layout: store.StoreLayout, pods: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_cache(layout, NS, CACHE)
-    record = store.record_mount
+    record = CsiStore.record_mount
     removed: list[bool] = []
 
     def agent_deletes_first(*args: Any, **kwargs: Any) -> None:
@@ -37,7 +38,7 @@ def test_removal_between_the_marker_check_and_the_record_refuses_the_mount(
         removed.append(eviction.remove_unless_mounted(layout, NS, CACHE))
         record(*args, **kwargs)
 
-    monkeypatch.setattr(store, "record_mount", agent_deletes_first)
+    monkeypatch.setattr(CsiStore, "record_mount", agent_deletes_first)
     target = pods / "pod-1" / "models"
     with pytest.raises(grpc.RpcError) as err:
         driver.client.publish(publish_request("vol-1", str(target)))
