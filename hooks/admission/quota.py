@@ -38,9 +38,11 @@ def declared_bytes(caches: list[dict[str, Any]], excluding: str) -> tuple[int, i
         if (obj.get("metadata") or {}).get("name") == excluding:
             continue
         size = ((obj.get("spec") or {}).get("storage") or {}).get("size")
+        if not isinstance(size, (str, int)):
+            continue
         try:
             total += parse_quantity(size)
-        except (QuantityError, TypeError):
+        except QuantityError:
             continue  # the webhook refused it at create; nothing the namespace can hold
         count += 1
     return total, count
