@@ -6,8 +6,10 @@ sizeBytes, lastUsedTime (RFC 3339), message, observedGeneration and conditions:
 * `Ready`: True (reason `Cached`) or False with the reason why not: `Pending`,
   `Downloading`, a downloader reason (`RepoNotFound`, `Unauthorized`, ...),
   `BasePathMissing`, `WaitingForSecret`, `InvalidSpec` or `Evicted`;
-* `SizeWithinRequest`: False with reason `SizeExceedsRequest` when the model is
-  larger than `spec.size` (a warning; the model is still cached whole).
+* `SizeWithinRequest`: False with reason `SizeExceedsRequest` when a copy already
+  complete on the node is larger than `spec.size` (pre-baked, or cached before the
+  limit); a download that large is refused before writing (`Ready` False, reason
+  `SizeExceedsRequest`).
 """
 
 from __future__ import annotations

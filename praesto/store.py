@@ -13,7 +13,10 @@ both DNS labels, so they never contain `_` or start with `.`):
     <base>/.praesto/progress/<ns>_<name>.json   agent tells the CSI driver how far it got
 
 The agent is the only writer of cache directories, staging, blobs and progress;
-the CSI driver is the only writer of mount records, `used` stamps and requests.
+the CSI driver is the only writer of mount records, `used` stamps and requests,
+which it writes through `praesto.csi.storefs` (directory fds, no symlink followed:
+it runs as root, the agent does not). The agent may remove answered requests and
+a deleted cache's `used` stamp, and holds `.praesto/agent.lock` while it runs.
 Every write is a whole-file atomic replace, so a reader never sees half a record.
 """
 
