@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from praesto.csi.server import EndpointError, serve
+from praesto.csi.volume import CsiError
 
 from praesto import names
 
@@ -62,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     except EndpointError as err:
         print(f"praesto-csi: {err}", file=sys.stderr)
         return 2
+    except CsiError as err:  # e.g. a store directory that is a symlink (storefs.UnsafeStore)
+        print(f"praesto-csi: {err.message}", file=sys.stderr)
+        return 1
     return 0
 
 

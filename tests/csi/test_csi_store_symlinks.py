@@ -163,3 +163,19 @@ def test_the_agent_can_clear_what_it_must_and_plant_nothing_in_mount_records(nod
     assert store.pending_hydration_requests(layout) == []
     assert store.last_used(layout, "team-a", "llm") is None
     assert [r.volume_id for r in fs.all_mounts()] == ["csi-1"]
+
+
+def test_the_driver_refuses_to_start_on_a_tampered_store(base: Path, outside: Path) -> None:
+    layout = store.StoreLayout(base)
+    layout.internal.mkdir()
+    layout.mounts_dir.symlink_to(outside)
+    sockets = Path(tempfile.mkdtemp(prefix="csi-", dir="/tmp"))
+    try:
+        argv = [sys.executable, "-m", "praesto.csi.cli", "--base-path", str(base), "--node-name", "n1",
+                "--endpoint", f"unix://{sockets}/csi.sock"]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    assert done.returncode == 1, done.stderr
+    assert str(layout.mounts_dir) in done.stderr and "remove it" in done.stderr
+    assert list(outside.iterdir()) == []
