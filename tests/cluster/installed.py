@@ -23,7 +23,11 @@ from tests.support.kube_apply import Kube
 from tests.support.server import RunningServer, hooks_server
 
 Obj = dict[str, Any]
-VALUES: Obj = {"webhooks": {"certManager": {"enabled": False}}}
+QUOTA_NAMESPACE = "quota-team"  # the one namespace the tier's chart values give a quota (test_quota.py)
+VALUES: Obj = {
+    "webhooks": {"certManager": {"enabled": False}},
+    "namespaceQuota": {"namespaces": {QUOTA_NAMESPACE: "3Gi"}},
+}
 HOOKS_SA = f"{RELEASE}-hooks"
 AGENT_SA = f"{RELEASE}-node-agent"
 METACONTROLLER_SA = f"{RELEASE}-metacontroller"
