@@ -108,3 +108,25 @@ def test_requests_for_caches_this_node_does_not_hold_are_dropped(env: Env) -> No
         lambda: sorted(p.name for p in env.layout.requests_dir.glob("*.json")) == [],
         "requests nobody will answer to go",
     )
+
+
+def test_a_base_path_created_later_is_locked_before_the_agent_touches_it(tmp_path: Path) -> None:
+    for env in env_context(tmp_path, tmp_path / "later"):
+        _base_appears_later(env, tmp_path / "prepared")
+
+
+def _base_appears_later(env: Env, prepared: Path) -> None:
+    (prepared / store.INTERNAL_DIR).mkdir(parents=True)
+    holder = baselock.acquire(store.StoreLayout(prepared))  # another agent got there first
+    agent = env.start()
+    prepared.rename(env.base)  # the node's base path appears, already locked
+    env.wait(lambda: agent.fatal is not None, "the agent to give up the store")
+    assert agent.fatal is not None
+    assert str(env.base) in agent.fatal and f"pid {os.getpid()}" in agent.fatal
+    agent.stop()
+    baselock.release(holder)
+
+    agent = env.start()  # nobody holds it now: this agent does, and says so in the lock file
+    lock = baselock.lock_path(env.layout)
+    env.wait(lambda: lock.read_text().strip() == str(os.getpid()), "the agent to lock the store")
+    assert agent.fatal is None
