@@ -20,6 +20,7 @@ from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.auth import SecretError
 from praesto.agent.peers.config import add_peer_arguments, build_peering, check_peer_arguments
 from praesto.agent.reconcile import Agent, AgentConfig
+from praesto.agent.warmup import StartupTaint
 
 from praesto import names, quota
 from praesto.quantity import QuantityError
@@ -66,6 +67,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="kubeconfig for development; in-cluster config otherwise",
     )
     add("--log-format", choices=("json",), default="json", help=argparse.SUPPRESS)
+    add("--startup-taint-key", default=os.environ.get("PRAESTO_STARTUP_TAINT_KEY", names.DEFAULT_STARTUP_TAINT_KEY),
+        help="taint this node may have joined with; lifted once its warmNewNodes caches are on disk "
+        "(empty: never touch the Node) (default %(default)s)")  # fmt: skip
+    add("--startup-taint-deadline", type=float, default=float(_env_int("PRAESTO_STARTUP_TAINT_DEADLINE", 1800)),
+        help="seconds after the Node's creation when the taint is lifted anyway, with Events (default %(default)s)")  # fmt: skip
     add_peer_arguments(parser)
 
 
@@ -75,6 +81,10 @@ def check_arguments(args: argparse.Namespace) -> str | None:
         return "--node-name: Required value; set it or NODE_NAME (fieldRef spec.nodeName in the DaemonSet)"
     if args.concurrency < 1 or args.max_parallel_caches < 1:
         return "--concurrency and --max-parallel-caches must be at least 1"
+    if args.startup_taint_deadline <= 0:
+        return (
+            f"--startup-taint-deadline: {args.startup_taint_deadline:g} must be positive seconds, e.g. 1800"
+        )
     if not 0 <= args.metrics_port <= 65535:
         return f"--metrics-port: {args.metrics_port} is not a port; use 1-65535, or 0 to disable"
     try:
@@ -119,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
         log.error(problem)
         return 2
     try:
-        agent = build(args, api_client(args.kubeconfig))
+        api = api_client(args.kubeconfig)
+        agent = build(args, api)
     except SecretError as err:
         log.error(str(err))
         return 2
@@ -141,8 +152,17 @@ def run(args: argparse.Namespace) -> int:
     except (baselock.BasePathInUse, OSError) as err:
         log.error(str(err))
         return 1
+    taint = None
+    if args.startup_taint_key:
+        complete = agent.layout.is_complete
+        taint = StartupTaint(
+            api, agent.kube, args.node_name, args.startup_taint_key, args.startup_taint_deadline, complete
+        )
+        taint.start()
     while not stopped.wait(1.0):
         if agent.fatal:  # e.g. the base path appeared, but another agent had locked it first
             break
+    if taint is not None:
+        taint.stop()
     agent.stop()
     return 1 if agent.fatal else 0

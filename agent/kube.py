@@ -179,18 +179,18 @@ class KubeApi:
             self._event(ns, kind, involved_name, uid, type_, reason, text)
 
     def _event(self, ns: str, kind: str, name: str, uid: Any, type_: str, reason: str, message: str) -> None:
+        involved = {"apiVersion": names.API_VERSION, "kind": kind, "name": name, "namespace": ns, "uid": uid}
+        self.event(ns, involved, type_, reason, message)
+
+    def event(self, ns: str, involved: Obj, type_: str, reason: str, message: str) -> None:
+        """Best effort: an Event in `ns` about `involved` (an involvedObject: Node, Pod, ModelCache...)."""
+        name = str(involved.get("name") or "")
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": f"{name[:200]}.{uuid.uuid4().hex[:12]}", "namespace": ns},
-            "involvedObject": {
-                "apiVersion": names.API_VERSION,
-                "kind": kind,
-                "name": name,
-                "namespace": ns,
-                "uid": uid,
-            },
+            "involvedObject": involved,
             "type": type_,
             "reason": reason,
             "message": message[:1000],
@@ -265,7 +265,7 @@ class Watcher:
                 delay = self.backoff.next()
                 log.warning(
                     "watch failed; retrying",
-                    extra={"node": self.api.node_name, "error": _short(err), "retryIn": delay},
+                    extra={"node": self.api.node_name, "error": short_error(err), "retryIn": delay},
                 )
                 self.stop.wait(delay)
 
@@ -296,7 +296,8 @@ class Watcher:
         self.on_event(type_, obj)
 
 
-def _short(err: Exception) -> str:
+def short_error(err: Exception) -> str:
+    """One line for logs and status: never an API response body (it may echo a Secret's name or data)."""
     if isinstance(err, ApiException):
         return f"HTTP {err.status} {err.reason}"
     return f"{type(err).__name__}: {str(err)[:200]}"

@@ -46,6 +46,9 @@ ANNOTATION_SCHEDULING = "praesto.io/scheduling"
 DEFAULT_MOUNT_PATH = "/models"
 
 FINALIZER_NODE_AGENT = "praesto.io/node-agent"
+# The taint a node joins with until its warmNewNodes caches are on disk (agent/warmup.py);
+# the chart's nodeAgent.startupTaint.key defaults to it.
+DEFAULT_STARTUP_TAINT_KEY = "praesto.io/warming"
 
 # Phases
 PHASE_PENDING = "Pending"
@@ -152,3 +155,14 @@ TOKEN_EXTRA_NODE_NAME = "authentication.kubernetes.io/node-name"  # noqa: S105 -
 # `praesto-agent download` exit code for SizeExceedsRequest; the PVC-mode Job's podFailurePolicy
 # fails the Job on it at once and the sync hook reports it (issue 7).
 DOWNLOAD_EXIT_TOO_LARGE = 3
+
+# Cluster-wide origin budget (agent/budget): Leases in the release namespace, one per slot
+# (`praesto-origin-<i>`, and `praesto-origin-host-<hash>-<i>` per source host) plus one per host
+# carrying the shared Retry-After (`praesto-origin-host-<hash>`). The chart's policy lets the
+# agent write only Leases with this prefix, and only in its own node's name.
+ORIGIN_LEASE_PREFIX = "praesto-origin-"
+LABEL_ORIGIN_BUDGET = "praesto.io/origin-budget"  # value: "slot" or "host"
+ANNOTATION_ORIGIN_HOST = "praesto.io/origin-host"
+ANNOTATION_RETRY_AFTER_UNTIL = "praesto.io/retry-after-until"  # RFC 3339: no origin request before
+ANNOTATION_RETRY_AFTER_BY = "praesto.io/retry-after-by"  # the node that was told to wait
+REASON_WAITING_FOR_ORIGIN_BUDGET = "WaitingForOriginBudget"

@@ -31,6 +31,10 @@ AGENT: tuple[Permission, ...] = (
     Permission("", "events", ("create", "patch")),
     # Peers: the serving agent checks the asking agent's Pod-bound token (agent/peers/identity.py).
     Permission("authentication.k8s.io", "tokenreviews", ("create",), namespaced=False),
+    # Warm before schedulable (agent/warmup.py): the warmNewNodes caches selecting this node, and
+    # lifting the startup taint from its own Node (the chart's ValidatingAdmissionPolicy allows no more).
+    Permission(names.GROUP, names.MODELCACHE_PLURAL, ("list",)),
+    Permission("", "nodes", ("get", "patch"), namespaced=False),
 )
 
 # Per-cache grant returned by the sync hook (Role in the cache's namespace, resourceNames = the Secret).

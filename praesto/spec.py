@@ -97,6 +97,7 @@ class ModelCacheSpec:
     unused_ttl: str | None = None
     unused_ttl_seconds: float | None = None
     downloader: dict[str, Any] = field(default_factory=dict)
+    warm_new_nodes: bool = False  # spec.warmNewNodes: new nodes stay tainted until this copy is Ready
 
     @property
     def mode(self) -> str:
@@ -349,6 +350,9 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
         storage_class = sc if isinstance(sc, str) else ""
 
     node_selector = _parse_node_selector(spec.get("nodeSelector"), errors)
+    warm = spec.get("warmNewNodes", False)
+    if not isinstance(warm, bool):
+        errors.append(SpecError("spec.warmNewNodes", "must be true or false", "set warmNewNodes: true", warm))
 
     ttl, ttl_seconds = None, None
     eviction = spec.get("eviction")
@@ -405,6 +409,7 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
         unused_ttl=ttl,
         unused_ttl_seconds=ttl_seconds,
         downloader=dict(downloader),
+        warm_new_nodes=warm is True,
     )
 
 

@@ -122,7 +122,8 @@ def _check_secret_access(
 def _check_downloader_image(parsed: ModelCacheSpec, config: HooksConfig) -> None:
     problem = image_not_allowed(parsed, config)
     if problem:
-        raise Refusal("spec.downloader.image", *problem.split("; ", 1), FORBIDDEN)
+        cause, _, fix = problem.partition("; ")
+        raise Refusal("spec.downloader.image", cause, fix, FORBIDDEN)
 
 
 def advice(parsed: ModelCacheSpec, lookups: Lookups) -> list[str]:

@@ -331,7 +331,11 @@ def test_node_daemonset_mounts_and_privileges() -> None:
     values = VALUE_SETS["custom-basepath-nodeselector"]
     pod = one(render_objects(values), "DaemonSet")["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {names.LABEL_CACHE_NODE: "true"}
-    assert pod["tolerations"] == values["nodeAgent"]["tolerations"]
+    # the admin's tolerations, plus the startup taint the agent itself lifts (agent/warmup.py)
+    startup = {"key": names.DEFAULT_STARTUP_TAINT_KEY, "operator": "Exists"}
+    assert pod["tolerations"] == [*values["nodeAgent"]["tolerations"], startup]
+    agent = next(c for c in pod["containers"] if c["name"] == "agent")
+    assert f"--startup-taint-key={names.DEFAULT_STARTUP_TAINT_KEY}" in agent["args"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["store"]["hostPath"] == {"path": "/mnt/fast-ssd/praesto", "type": "Directory"}
     assert volumes["kubelet-dir"]["hostPath"]["path"] == "/var/lib/k0s/kubelet"

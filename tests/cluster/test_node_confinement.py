@@ -155,8 +155,42 @@ def test_a_token_not_bound_to_a_node_is_refused(installed: Installed, copies: di
 
 
 def test_the_policy_is_rendered_from_the_shared_names(installed: Installed) -> None:
-    policy = installed.rendered("ValidatingAdmissionPolicy")
+    policy = installed.rendered("ValidatingAdmissionPolicy", f"{AGENT_SA}-own-node")
     condition = policy["spec"]["matchConditions"][0]["expression"]
     assert f"system:serviceaccount:{NAMESPACE}:{AGENT_SA}" in condition
     assert names.FINALIZER_NODE_AGENT in policy["spec"]["validations"][-1]["expression"]
     assert policy["spec"]["matchConstraints"]["resourceRules"][0]["apiGroups"] == [names.GROUP]
+
+
+def test_an_agent_may_only_lift_the_startup_taint_from_its_own_node(
+    agent_a: client.CustomObjectsApi, installed: Installed
+) -> None:
+    # Issue 15: the agent lifts the startup taint (agent/warmup.py); RBAC grants nodes patch cluster-wide.
+    startup = {"key": names.DEFAULT_STARTUP_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+    other = {"key": "example.com/dedicated", "value": "gpu", "effect": "NoSchedule"}
+    admin = client.CoreV1Api(installed.admin.api)
+    for node in (NODE_A, NODE_B):
+        admin.patch_node(node, {"spec": {"taints": [startup, other]}})
+    as_agent = client.CoreV1Api(agent_a.api_client)
+
+    body = refused(as_agent.patch_node, NODE_B, {"spec": {"taints": [other]}})
+    assert f"only the Node its token is bound to ({NODE_A}), not {NODE_B}" in body
+    assert "only remove the startup taint" in refused(
+        as_agent.patch_node, NODE_A, {"spec": {"taints": [startup]}}
+    )
+    added = [startup, other, {"key": "x", "effect": "NoSchedule"}]
+    assert "only remove the startup taint" in refused(
+        as_agent.patch_node, NODE_A, {"spec": {"taints": added}}
+    )
+    label = {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}
+    assert "may not change a Node's labels" in refused(as_agent.patch_node, NODE_A, label)
+    assert "may not change a Node's labels" in refused(
+        as_agent.patch_node, NODE_A, {"spec": {"unschedulable": True}}
+    )
+
+    lifted = as_agent.patch_node(NODE_A, {"spec": {"taints": [other]}})
+    assert [t.key for t in lifted.spec.taints] == ["example.com/dedicated"]
+    assert [t.key for t in admin.read_node(NODE_B).spec.taints] == [
+        names.DEFAULT_STARTUP_TAINT_KEY,
+        "example.com/dedicated",
+    ]

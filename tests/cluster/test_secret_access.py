@@ -25,7 +25,7 @@ SECRET = "prod-db-password"
 RBAC = "rbac.authorization.k8s.io/v1"
 
 
-def role(name: str, rules: list[dict[str, object]]) -> dict[str, object]:
+def role(name: str, rules: list[dict[str, list[str]]]) -> dict[str, object]:
     return {
         "apiVersion": RBAC,
         "kind": "Role",

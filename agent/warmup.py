@@ -1,0 +1,213 @@
+"""Warm before schedulable: lift the node's startup taint once its warm-required caches are on disk.
+
+A node that joins with the startup taint (`nodeAgent.startupTaint.key`, set by
+the admin through the node pool or the kubelet's `--register-with-taints`)
+takes no Pods that do not tolerate it. The agent on that node lifts the taint
+once every local-mode ModelCache with `spec.warmNewNodes: true` whose
+nodeSelector selects the node is complete in this node's store, or at the
+deadline (counted from the Node's creation) with Events naming the caches that
+were not ready. Which caches are required is read from the ModelCaches
+themselves (list, read-only), not from the ModelCacheNodes: those are created
+by Metacontroller some time after the node joins, and lifting the taint before
+they exist would defeat the point.
+
+The decision is pure (`decide`); `StartupTaint` is the thin edge that reads the
+Node and the ModelCaches, patches the Node, and writes Events. The chart's
+ValidatingAdmissionPolicy lets the agent change nothing on a Node but remove
+this one taint from its own Node.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client
+from praesto.agent.kube import KubeApi, short_error
+
+from praesto import names
+from praesto.spec import InvalidSpec, parse_spec
+
+Obj = dict[str, Any]
+Key = tuple[str, str]  # (namespace, name)
+log = logging.getLogger("praesto.agent.warmup")
+
+REASON_WARM = "ModelsWarm"
+REASON_DEADLINE = "WarmDeadlineExceeded"
+
+
+@dataclass(frozen=True)
+class Decision:
+    lift: bool
+    reason: str = ""  # REASON_WARM or REASON_DEADLINE when lifting
+    waiting_for: tuple[Key, ...] = ()  # required caches not complete here
+
+
+def has_taint(node: Mapping[str, Any], key: str) -> bool:
+    return any(t.get("key") == key for t in (node.get("spec") or {}).get("taints") or ())
+
+
+def without_taint(node: Mapping[str, Any], key: str) -> list[Obj]:
+    return [dict(t) for t in (node.get("spec") or {}).get("taints") or () if t.get("key") != key]
+
+
+def warm_required(caches: Iterable[Mapping[str, Any]], node_labels: Mapping[str, str]) -> list[Key]:
+    """Local-mode caches with warmNewNodes whose nodeSelector selects a node with these labels.
+
+    A cache whose spec does not parse is skipped: the sync hook reports it as Failed, and
+    no copy of it will ever be made here, so waiting for it would only hold the node.
+    """
+    out: list[Key] = []
+    for cache in caches:
+        meta = cache.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        try:
+            spec = parse_spec(cache.get("spec"))
+        except InvalidSpec:
+            continue
+        if not spec.warm_new_nodes or spec.mode != names.MODE_NODE:
+            continue
+        if all(node_labels.get(k) == v for k, v in spec.node_selector.items()):
+            out.append((str(meta.get("namespace")), str(meta.get("name"))))
+    return sorted(out)
+
+
+def decide(
+    required: Iterable[Key], complete: Callable[[str, str], bool], age_seconds: float, deadline_seconds: float
+) -> Decision:
+    waiting = tuple(key for key in required if not complete(*key))
+    if not waiting:
+        return Decision(True, REASON_WARM)
+    if age_seconds >= deadline_seconds:
+        return Decision(True, REASON_DEADLINE, waiting)
+    return Decision(False, waiting_for=waiting)
+
+
+def node_age_seconds(node: Mapping[str, Any], now: float) -> float:
+    created = (node.get("metadata") or {}).get("creationTimestamp")
+    if isinstance(created, datetime):
+        return now - created.timestamp()
+    if isinstance(created, str) and created:
+        return now - datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+    return 0.0
+
+
+class StartupTaint:
+    """Polls until this node's startup taint is gone (lifted by us or by anyone), then stops."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        kube: KubeApi,
+        node_name: str,
+        key: str,
+        deadline_seconds: float,
+        complete: Callable[[str, str], bool],
+        interval: float = 2.0,
+    ) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.kube = kube
+        self.node_name = node_name
+        self.key = key
+        self.deadline_seconds = deadline_seconds
+        self.complete = complete
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="startup-taint", daemon=True)
+        self.lifted: Decision | None = None
+        self._announced: tuple[Key, ...] | None = None
+        self._last_problem = ""
+
+    def start(self) -> StartupTaint:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.step():
+                    return
+            except Exception as err:  # the API server may be away; the taint waits, the agent works on
+                problem = short_error(err)
+                if problem != self._last_problem:  # said once per distinct problem, not every tick
+                    self._last_problem = problem
+                    log.warning("startup taint: %s; retrying every %gs", problem, self.interval)
+            self._stop.wait(self.interval)
+
+    def step(self) -> bool:
+        """One look; True when there is nothing left to do (no taint on the node)."""
+        node: Obj = self.api.sanitize_for_serialization(self.core.read_node(self.node_name))
+        if not has_taint(node, self.key):
+            return True
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        caches = self.custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.MODELCACHE_PLURAL)
+        required = warm_required(caches.get("items") or [], labels)
+        decision = decide(required, self.complete, node_age_seconds(node, time.time()), self.deadline_seconds)
+        if not decision.lift:
+            if decision.waiting_for != self._announced:
+                self._announced = decision.waiting_for
+                log.info(
+                    "startup taint kept: waiting for %d warm-required cache(s)",
+                    len(decision.waiting_for),
+                    extra={"caches": [f"{ns}/{n}" for ns, n in decision.waiting_for]},
+                )
+            return False
+        self._lift(node, decision)
+        return True
+
+    def _lift(self, node: Obj, decision: Decision) -> None:
+        body = {
+            "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+            "spec": {"taints": without_taint(node, self.key) or None},
+        }
+        self.core.patch_node(self.node_name, body)  # 409 on a concurrent change: the next step retries
+        self.lifted = decision
+        if decision.reason == REASON_WARM:
+            message = f"every warm-required model cache is on disk; removed the startup taint {self.key}"
+            self._node_event(node, "Normal", message, decision.reason)
+            log.info(message)
+            return
+        waiting = ", ".join(names.ready_label_key(ns, n) for ns, n in decision.waiting_for)
+        message = (
+            f"removed the startup taint {self.key} at the deadline of {self.deadline_seconds:g}s with "
+            f"{len(decision.waiting_for)} warm-required cache(s) not ready (Node labels they would get: "
+            f"{waiting}); Pods may start before their model is on disk. Raise "
+            "nodeAgent.startupTaint.deadlineSeconds or see each ModelCache's Events"
+        )
+        self._node_event(node, "Warning", message, decision.reason)
+        log.warning(message)
+        for namespace, cache in decision.waiting_for:  # tenant names stay in their own namespace
+            self.kube.event(
+                namespace,
+                {
+                    "apiVersion": names.API_VERSION,
+                    "kind": names.MODELCACHE_KIND,
+                    "name": cache,
+                    "namespace": namespace,
+                },
+                "Warning",
+                decision.reason,
+                f"node {self.node_name} stopped waiting for this cache after {self.deadline_seconds:g}s and "
+                "now takes Pods; check this cache's status for why its copy there is not Ready",
+            )
+
+    def _node_event(self, node: Obj, type_: str, message: str, reason: str) -> None:
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": self.node_name,
+            "uid": node["metadata"].get("uid"),
+        }
+        self.kube.event("default", involved, type_, reason, message)
