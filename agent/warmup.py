@@ -38,7 +38,7 @@ Key = tuple[str, str]  # (namespace, name)
 log = logging.getLogger("praesto.agent.warmup")
 
 REASON_WARM = "ModelsWarm"
-REASON_DEADLINE = "WarmDeadlineExceeded"
+REASON_DEADLINE = names.REASON_WARM_DEADLINE
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,18 @@ class StartupTaint:
         )
         self._node_event(node, "Warning", message, decision.reason)
         log.warning(message)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for namespace, cache in decision.waiting_for:  # tenant names stay in their own namespace
+            # the copy's record, which the sync hook turns into the WarmBeforeSchedulable condition
+            copy = names.modelcachenode_name(cache, self.node_name)
+            try:
+                self.kube.patch_status(
+                    namespace, copy, {"startupTaint": {"reason": decision.reason, "time": stamp}}
+                )
+            except Exception as err:  # the Events below still say it
+                log.warning(
+                    "startup taint: could not record it on %s/%s: %s", namespace, copy, short_error(err)
+                )
             self.kube.event(
                 namespace,
                 {

@@ -196,7 +196,36 @@ def aggregate(
         out["conditions"].append(_degraded(before, failures, count, retry, now, gen))
     if size:
         out["conditions"].append(size_condition(before, spec, size, now, out["observedGeneration"]))
+    if spec.warm_new_nodes:
+        out["conditions"].append(_warm_condition(before, by_node, now, gen))
     return out
+
+
+def _warm_condition(
+    before: Mapping[str, Any], by_node: Mapping[str, Mapping[str, Any]], now: datetime, gen: int
+) -> Obj:
+    """warmNewNodes: False while some node took Pods before its copy was Ready (the taint's deadline passed)."""
+    late = sorted(
+        node
+        for node, status in by_node.items()
+        if section(status, "startupTaint").get("reason") == names.REASON_WARM_DEADLINE
+        and node_phase(status) != names.PHASE_READY
+    )
+    if not late:
+        message = "nodes joining with the startup taint take Pods only once this cache is on disk there"
+        return condition(
+            before, names.CONDITION_WARM_BEFORE_SCHEDULABLE, True, "NodesWaitForCache", message, now, gen
+        )
+    listed = ", ".join(late[:MAX_LISTED_FAILURES]) + (
+        f" and {len(late) - MAX_LISTED_FAILURES} more" if len(late) > MAX_LISTED_FAILURES else ""
+    )
+    message = (
+        f"{listed} took Pods before this cache was on disk there: the startup taint's deadline passed "
+        "(nodeAgent.startupTaint.deadlineSeconds); see the Degraded condition for why those copies are not Ready"
+    )
+    return condition(
+        before, names.CONDITION_WARM_BEFORE_SCHEDULABLE, False, names.REASON_WARM_DEADLINE, message, now, gen
+    )
 
 
 def _degraded(

@@ -49,6 +49,10 @@ FINALIZER_NODE_AGENT = "praesto.io/node-agent"
 # The taint a node joins with until its warmNewNodes caches are on disk (agent/warmup.py);
 # the chart's nodeAgent.startupTaint.key defaults to it.
 DEFAULT_STARTUP_TAINT_KEY = "praesto.io/warming"
+# Reason the agent records (ModelCacheNode status.startupTaint) when the deadline lifted the taint
+# before the copy was Ready; the sync hook turns it into the WarmBeforeSchedulable condition.
+REASON_WARM_DEADLINE = "WarmDeadlineExceeded"
+CONDITION_WARM_BEFORE_SCHEDULABLE = "WarmBeforeSchedulable"
 
 # Phases
 PHASE_PENDING = "Pending"

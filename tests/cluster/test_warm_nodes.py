@@ -152,13 +152,35 @@ def test_the_deadline_lifts_the_taint_with_warnings_naming_the_missing_cache(
     start_agent(stack, installed, hub, tmp_path / "warm-late", "warm-late", "--startup-taint-deadline=3")
     wait_for("the deadline to lift the startup taint", lambda: not tainted(installed, "warm-late"), 60)
 
-    node_events = [
-        e for e in events(installed, "default", "Node", "warm-late") if e.reason == REASON_DEADLINE
-    ]
-    assert node_events and node_events[0].type == "Warning"
+    def recorded(namespace: str, kind: str, name: str) -> list[Any]:
+        found: list[Any] = []
+
+        def present() -> bool:
+            found[:] = [e for e in events(installed, namespace, kind, name) if e.reason == REASON_DEADLINE]
+            return bool(found)
+
+        wait_for(f"a {REASON_DEADLINE} Event on {kind} {name}", present, 30)
+        return found
+
+    node_events = recorded("default", "Node", "warm-late")
+    assert node_events[0].type == "Warning"
     assert names.ready_label_key(NS, "never-ready") in node_events[0].message
     assert "never-ready" not in node_events[0].message  # tenant names stay off cluster-scoped objects
-    cache_events = [
-        e for e in events(installed, NS, names.MODELCACHE_KIND, "never-ready") if e.reason == REASON_DEADLINE
-    ]
-    assert cache_events and "node warm-late stopped waiting for this cache" in cache_events[0].message
+    cache_events = recorded(NS, names.MODELCACHE_KIND, "never-ready")
+    assert "node warm-late stopped waiting for this cache" in cache_events[0].message
+
+    def warm_condition(result: Any) -> bool:
+        conditions = ((result and result.parent or {}).get("status") or {}).get("conditions") or []
+        found = [c for c in conditions if c["type"] == names.CONDITION_WARM_BEFORE_SCHEDULABLE]
+        return bool(found) and found[0]["status"] == "False"
+
+    result = composite.sync_until(NS, "never-ready", warm_condition, deadline=30)
+    assert result is not None and result.parent is not None
+    warm = next(
+        c
+        for c in result.parent["status"]["conditions"]
+        if c["type"] == names.CONDITION_WARM_BEFORE_SCHEDULABLE
+    )
+    assert warm["reason"] == REASON_DEADLINE and warm["message"].startswith(
+        "warm-late took Pods before this cache"
+    )
