@@ -15,6 +15,7 @@ from types import FrameType
 
 from kubernetes import client, config
 from praesto.agent import baselock, capacity, logs
+from praesto.agent.budget.config import add_budget_arguments, build_budget, check_budget_arguments
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.auth import SecretError
@@ -73,6 +74,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--startup-taint-deadline", type=float, default=float(_env_int("PRAESTO_STARTUP_TAINT_DEADLINE", 1800)),
         help="seconds after the Node's creation when the taint is lifted anyway, with Events (default %(default)s)")  # fmt: skip
     add_peer_arguments(parser)
+    add_budget_arguments(parser)
 
 
 def check_arguments(args: argparse.Namespace) -> str | None:
@@ -95,7 +97,7 @@ def check_arguments(args: argparse.Namespace) -> str | None:
         quota.from_env()
     except quota.QuotaError as err:
         return f"{err} (env {quota.ENV})"
-    return check_peer_arguments(args)
+    return check_peer_arguments(args) or check_budget_arguments(args)
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -116,7 +118,8 @@ def build(args: argparse.Namespace, api: client.ApiClient) -> Agent:
         quotas=quota.from_env(),
     )
     peering = build_peering(args, api, StoreLayout(cfg.base_path))
-    return Agent(cfg, KubeApi(api, args.node_name), AgentMetrics.create(), peering=peering)
+    budget = build_budget(args, api)
+    return Agent(cfg, KubeApi(api, args.node_name), AgentMetrics.create(), peering=peering, budget=budget)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,6 @@ Hydration requests from the CSI driver bring an Evicted cache back.
 
 from __future__ import annotations
 
-import functools
 import queue
 import threading
 import time
@@ -23,6 +22,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from praesto.agent import baselock, eviction, logs
 from praesto.agent import status as st
+from praesto.agent.budget.gate import OriginBudget
 from praesto.agent.download import api as dlapi
 from praesto.agent.kube import Backoff, KubeApi, Obj, Watcher, is_transient, key_of
 from praesto.agent.metrics import AgentMetrics
@@ -70,6 +70,7 @@ class Agent(Removal):
         planner: Planner | None = None,
         downloader: Downloader | None = None,
         peering: Peering | None = None,
+        budget: OriginBudget | None = None,
     ):
         from praesto.agent.download import download, plan  # the real downloader unless a caller injects one
 
@@ -82,6 +83,9 @@ class Agent(Removal):
         self.planner: Planner = planner or plan
         self.downloader: Downloader = downloader or download
         self.peering = peering  # peer-to-peer (praesto.agent.peers); None: origin only
+        self.budget = budget  # cluster-wide origin budget (praesto.agent.budget); None: ungated
+        if budget is not None:  # each download gives its share of the origin slots back when it ends
+            self.downloader = budget.releasing(self.downloader)
         self.objects: dict[Key, Obj] = {}
         self.states: dict[Key, CacheState] = {}
         self.lock = threading.RLock()  # objects, states and every store mutation
@@ -127,6 +131,8 @@ class Agent(Removal):
         self.pool.shutdown(wait=True, cancel_futures=True)
         if self.peering is not None:
             self.peering.stop()
+        if self.budget is not None:
+            self.budget.stop()
         if self._base_lock is not None:
             baselock.release(self._base_lock)
             self._base_lock = None
@@ -309,7 +315,7 @@ class Agent(Removal):
         job = Job(
             ref, self.layout, self.kube, options, self._room(), self._on_started, self._on_progress,
             self.planner, self.downloader,
-            None if self.peering is None else functools.partial(self.peering.attach, report=self._waiting_for_peer),
+            None if self.peering is None and self.budget is None else self._attach,
         )  # fmt: skip
         with self.lock:
             state.job, state.evicted = job, False
@@ -396,11 +402,24 @@ class Agent(Removal):
             self._set(obj, names.PHASE_FAILED, err.reason, message)
         return ref.key
 
+    def _attach(self, ref: CacheRef, plan: dlapi.Plan, options: dlapi.Options) -> None:
+        """Before the bytes: the origin budget gates the origin (options.origin), peers (options.peers) not."""
+        if self.budget is not None:
+            self.budget.attach(ref, plan, options, report=self._waiting_for_origin)
+        if self.peering is not None:
+            self.peering.attach(ref, plan, options, report=self._waiting_for_peer)
+
     def _waiting_for_peer(self, ref: CacheRef, message: str) -> None:
         with self.lock:
             obj = self.objects.get(ref.key)
         if obj is not None:
             self._set(obj, names.PHASE_PENDING, REASON_WAITING_FOR_PEER, message)
+
+    def _waiting_for_origin(self, ref: CacheRef, message: str) -> None:
+        with self.lock:
+            obj = self.objects.get(ref.key)
+        if obj is not None:
+            self._set(obj, names.PHASE_PENDING, names.REASON_WAITING_FOR_ORIGIN_BUDGET, message)
 
     def _schedule_retry(self, state: CacheState, factor: float) -> float:
         delay = min(self.config.retry_max, self.config.retry_initial * factor * 2.0**state.attempts)

@@ -11,9 +11,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from praesto.spec import Source
+
+if TYPE_CHECKING:
+    from praesto.agent.download.engine import ByteSource
 
 REASONS = (
     "RepoNotFound",
@@ -133,6 +136,16 @@ class PartSource(Protocol):
     def blame(self, file: RemoteFile) -> bool: ...
 
 
+class OriginGate(Protocol):
+    """What stands between a download and its origin (the cluster-wide budget, agent/budget).
+
+    `wrap` gets the origin's byte source (`engine.ByteSource`) and returns one that
+    waits for the budget before each request; peers are never behind it.
+    """
+
+    def wrap(self, source: ByteSource) -> ByteSource: ...
+
+
 @dataclass
 class Options:
     endpoint: str | None = None  # HF_ENDPOINT / mirror
@@ -154,3 +167,4 @@ class Options:
     memory_budget: int = 32 << 20  # out-of-order bytes held for in-order hashing before re-reading
     checkpoint_seconds: float = 1.0  # how often completed parts are fsync'd and journaled
     peers: PartSource | None = None  # other nodes' copies, tried before the origin per range
+    origin: OriginGate | None = None  # the cluster's origin budget (praesto.agent.budget); None: ungated

@@ -55,6 +55,8 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
         engine = Engine(plan, staging, endpoint_of(options), options)
     else:
         engine = objfetch.engine_for(plan, staging, options)
+    if options.origin is not None:  # the cluster-wide origin budget gates origin bytes, never peers
+        engine.transport = options.origin.wrap(engine.transport)
     try:
         try:
             engine.prepare()

@@ -1,0 +1,73 @@
+"""`praesto-agent run` flags for the cluster-wide origin budget (chart `originBudget`), and building it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from kubernetes import client
+from praesto.agent.budget.gate import BudgetConfig, OriginBudget
+from praesto.agent.budget.leases import LeaseApi
+
+from praesto import names
+from praesto.quantity import QuantityError, parse_quantity
+
+
+def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    add = parser.add_argument
+    add("--origin-budget-namespace", default=env("PRAESTO_ORIGIN_BUDGET_NAMESPACE", ""),
+        help="namespace of the origin budget's Leases (the release's); empty disables the budget")  # fmt: skip
+    add("--origin-budget-max-nodes", type=int, default=int(env("PRAESTO_ORIGIN_BUDGET_MAX_NODES", "0") or 0),
+        help="nodes that may pull from the origin at once, cluster-wide; 0 is no limit (default %(default)s)")  # fmt: skip
+    add("--origin-budget-per-host", type=int, default=int(env("PRAESTO_ORIGIN_BUDGET_PER_HOST", "0") or 0),
+        help="nodes that may pull from one source host at once; 0 is no limit (default %(default)s)")  # fmt: skip
+    add("--origin-budget-bytes-per-second", default=env("PRAESTO_ORIGIN_BUDGET_BYTES_PER_SECOND", "0"),
+        help="the cluster's origin bytes/s, a quantity (1Gi); each slot holder gets an equal share; 0 is none")  # fmt: skip
+    add("--origin-budget-lease-seconds", type=int, default=int(env("PRAESTO_ORIGIN_BUDGET_LEASE_SECONDS", "30") or 30),
+        help="a slot whose holder stops renewing it frees after this long (default %(default)s)")  # fmt: skip
+    add("--origin-budget-poll-seconds", type=float, default=float(env("PRAESTO_ORIGIN_BUDGET_POLL_SECONDS", "2") or 2),
+        help="how often a waiting node looks at the slots again (default %(default)s)")  # fmt: skip
+
+
+def check_budget_arguments(args: argparse.Namespace) -> str | None:
+    """The first problem with the origin budget flags, with its fix, or None."""
+    if not args.origin_budget_namespace:
+        return None
+    if not names.is_dns_label(args.origin_budget_namespace):
+        return f"--origin-budget-namespace: {args.origin_budget_namespace!r} is not a namespace name"
+    if args.origin_budget_max_nodes < 0 or args.origin_budget_per_host < 0:
+        return "--origin-budget-max-nodes and --origin-budget-per-host: must be 0 (no limit) or more"
+    if args.origin_budget_lease_seconds < 3:
+        return f"--origin-budget-lease-seconds: {args.origin_budget_lease_seconds} is under 3; use e.g. 30"
+    if not args.origin_budget_poll_seconds > 0:
+        return "--origin-budget-poll-seconds: must be more than 0 seconds"
+    try:
+        rate = parse_quantity(str(args.origin_budget_bytes_per_second))
+    except QuantityError as err:
+        return (
+            f"--origin-budget-bytes-per-second: {err}; use bytes/s as a quantity such as 1Gi, or 0 for none"
+        )
+    if rate < 0:
+        return "--origin-budget-bytes-per-second: must be 0 (none) or more"
+    if rate and not args.origin_budget_max_nodes:
+        return (
+            "--origin-budget-bytes-per-second needs --origin-budget-max-nodes: each of that many "
+            "nodes gets an equal share of the rate (chart originBudget.maxNodes)"
+        )
+    return None
+
+
+def build_budget(args: argparse.Namespace, api: client.ApiClient) -> OriginBudget | None:
+    """The agent's origin budget, or None when the chart did not enable it."""
+    if not args.origin_budget_namespace:
+        return None
+    config = BudgetConfig(
+        namespace=args.origin_budget_namespace,
+        max_nodes=args.origin_budget_max_nodes,
+        per_host=args.origin_budget_per_host,
+        bytes_per_second=int(parse_quantity(str(args.origin_budget_bytes_per_second))),
+        lease_seconds=args.origin_budget_lease_seconds,
+        poll_seconds=args.origin_budget_poll_seconds,
+    )
+    return OriginBudget(config, LeaseApi(api, config.namespace), args.node_name)

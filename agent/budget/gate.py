@@ -1,0 +1,344 @@
+"""The cluster-wide origin budget on one node: slots held while its downloads pull from the origin.
+
+Why Leases and no new service: every agent already talks to the API server, and
+a Lease is a lock with an expiry (a crashed agent's slot frees itself) whose
+writes are guarded by resourceVersion. Slots live in the release namespace
+(`praesto-origin-<i>` for `maxNodes`, `praesto-origin-host-<hash>-<i>` for
+`perHost`); the holder is the node's name. A node takes one slot (per group) for
+all its downloads together: the budget counts nodes, not downloads.
+
+Where it gates: at the origin's byte source (`GatedSource`, set on the download
+through `Options.origin`), before the first origin request of a download, not
+before the download. So a node waiting for the budget still copies from peers
+whatever they can give, and a download that peers serve entirely never takes a
+slot. Metadata calls (resolving the revision and listing files: a few small API
+requests) are not counted. The slot is renewed while any download of the node
+uses it and given back when the last one ends, failed or not.
+
+Retry-After: an origin answering 429/503 with Retry-After makes the node that got
+it write "no request before T" on the host's Lease (`praesto.io/retry-after-until`);
+every node reads it (at most every `cooldown_refresh` seconds) before its origin
+requests to that host, so one node's 429 slows every node's next attempt.
+
+Waiting is reported on the ModelCacheNode (`WaitingForOriginBudget`, naming the
+limit, the holding nodes and the chart value to raise) and is never an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from praesto.agent.budget import slots
+from praesto.agent.budget.leases import LeaseApi
+from praesto.agent.budget.slots import GLOBAL, Cooldown, Pace
+from praesto.agent.download.api import DownloadCancelled, Options, Plan, Result
+from praesto.agent.download.hfplan import endpoint_of
+from praesto.agent.download.http import Target, Transient
+from praesto.agent.worker import CacheRef, Downloader
+
+if TYPE_CHECKING:
+    from praesto.agent.download.engine import ByteSource
+
+log = logging.getLogger("praesto.agent.budget")
+Report = Callable[[CacheRef, str], None]
+Sink = Callable[[int, memoryview], None]
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    namespace: str  # the release namespace: where the Leases live
+    max_nodes: int = 0  # nodes pulling from any origin at once; 0: no cluster-wide limit
+    per_host: int = 0  # nodes pulling from one source host at once; 0: no per-host limit
+    bytes_per_second: int = 0  # the cluster's origin rate, shared as max_nodes equal parts; 0: none
+    lease_seconds: int = 30  # a holder that stops renewing loses its slot after this long
+    poll_seconds: float = 2.0  # how often a waiting node looks at the slots again
+    cooldown_refresh: float = 1.0  # how stale a node's view of a host's Retry-After may be
+
+
+def origin_host(plan: Plan, options: Options) -> str:
+    """What `perHost` and Retry-After count by: the Hub endpoint's host, or the bucket of an object store."""
+    if plan.source.scheme == "hf":
+        return urlsplit(endpoint_of(options)).netloc
+    return f"{plan.source.scheme}://{plan.source.location.split('/', 1)[0]}"
+
+
+class OriginBudget:
+    def __init__(
+        self, config: BudgetConfig, leases: LeaseApi, node: str, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.config, self.leases, self.node, self.clock = config, leases, node, clock
+        self.pace = Pace(slots.share(config.bytes_per_second, config.max_nodes))
+        self._lock = threading.Lock()  # the maps below
+        self._taking = threading.Lock()  # one acquisition at a time: never two slots of a group
+        self._held: dict[str, tuple[str, float]] = {}  # group -> (slot Lease name, last renewed)
+        self._users: dict[str, int] = {}  # group -> downloads of this node using it
+        self._cooldowns: dict[str, tuple[float, Cooldown | None]] = {}  # host -> (read at, what)
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    # ---- the agent's hooks ---------------------------------------------------------
+    def attach(self, ref: CacheRef, plan: Plan, options: Options, *, report: Report) -> None:
+        """Before a download: its origin requests go through this budget (`Options.origin`)."""
+        options.origin = OriginUse(self, origin_host(plan, options), lambda m: report(ref, m), options.cancel)
+
+    def releasing(self, downloader: Downloader) -> Downloader:
+        """`downloader`, giving the download's share of the slots back however it ends."""
+
+        def run(plan: Plan, dest: Path, options: Options) -> Result:
+            try:
+                return downloader(plan, dest, options)
+            finally:
+                if isinstance(options.origin, OriginUse):
+                    options.origin.done()
+
+        return run
+
+    def stop(self) -> None:
+        """Give every slot back at once (agent shutdown), rather than letting them expire."""
+        self._stop.set()
+        with self._lock:
+            held, self._held = dict(self._held), {}
+        for name, _ in held.values():
+            self._give_back(name)
+
+    # ---- slots ---------------------------------------------------------------------
+    def groups(self, host: str) -> list[str]:
+        return [g for g, n in ((GLOBAL, self.config.max_nodes), (host, self.config.per_host)) if n > 0]
+
+    def hold(self, host: str, cancel: threading.Event, report: Callable[[str], None], *, join: bool) -> None:
+        """Return once this node holds every slot `host` needs; `join` counts one more download using them."""
+        groups = self.groups(host)
+        said = ""
+        while True:
+            with self._lock:
+                missing = [g for g in groups if g not in self._held]
+                if not missing:
+                    if join:
+                        for g in groups:
+                            self._users[g] = self._users.get(g, 0) + 1
+                    return
+            if cancel.is_set():
+                raise DownloadCancelled()
+            if not self._taking.acquire(timeout=self.config.poll_seconds):
+                continue
+            try:
+                waiting = self._take(missing)
+            except Exception as err:  # the API unreachable: wait and look again, say why
+                waiting = f"cannot reach the origin budget's Leases ({type(err).__name__}); pulling nothing from the origin until it can"
+            finally:
+                self._taking.release()
+            if not waiting:  # taken, or another node wrote first: look again at once
+                continue
+            if waiting != said:
+                log.info("%s", waiting)
+                report(waiting)
+                said = waiting
+            if cancel.wait(self.config.poll_seconds * (0.75 + random.random() / 2)):  # noqa: S311 - jitter
+                raise DownloadCancelled()
+
+    def leave(self, host: str) -> None:
+        """One download stopped using the origin; the last one gives the slots back."""
+        free: list[str] = []
+        with self._lock:
+            for g in self.groups(host):
+                self._users[g] = self._users.get(g, 0) - 1
+                if self._users[g] <= 0:
+                    self._users.pop(g)
+                    if g in self._held:
+                        free.append(self._held.pop(g)[0])
+        for name in free:
+            self._give_back(name)
+
+    def _count(self, group: str) -> tuple[int, str]:
+        if group == GLOBAL:
+            return self.config.max_nodes, "originBudget.maxNodes"
+        return self.config.per_host, "originBudget.perHost"
+
+    def _take(self, missing: list[str]) -> str | None:
+        """One attempt at every missing slot: None when all taken, '' to look again at once
+        (another node wrote first), else why this node waits. Never keeps some while waiting."""
+        leases, now = self.leases.list(), self.clock()
+        got: list[tuple[str, str]] = []
+        outcome: str | None = None
+        for group in missing:
+            count, value = self._count(group)
+            group_leases = {name: leases.get(name) for name in slots.slot_names(group, count)}
+            name = slots.choose(group_leases, self.node, now)
+            if name is None:
+                outcome = slots.describe(group, count, slots.holders(group_leases, now), value)
+                break
+            body = slots.taken(group_leases[name], name, self.node, now, self.config.lease_seconds)
+            if self.leases.write(body) is None:
+                outcome = ""
+                break
+            got.append((group, name))
+        if outcome is not None:
+            for _, name in got:
+                self._give_back(name)
+            return outcome
+        with self._lock:
+            for group, name in got:
+                self._held[group] = (name, now)
+        if self._renewer is None:
+            self._renewer = threading.Thread(
+                target=self._renew_loop, name="praesto-origin-budget", daemon=True
+            )
+            self._renewer.start()
+        return None
+
+    def _give_back(self, name: str) -> None:
+        try:
+            lease = self.leases.get(name)
+            if lease is not None and slots.holder(lease) == self.node:
+                self.leases.write(slots.released(lease))  # a conflict: someone took it after expiry
+        except Exception as err:  # it expires on its own
+            log.warning(
+                "could not release origin slot %s (%s); it expires by itself", name, type(err).__name__
+            )
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.config.lease_seconds / 3):
+            with self._lock:
+                held = dict(self._held)
+            for group, (name, renewed) in held.items():
+                now = self.clock()
+                try:
+                    lease = self.leases.get(name)
+                    ok = slots.holder(lease) == self.node and not slots.is_free(lease, now)
+                    ok = (
+                        ok
+                        and self.leases.write(
+                            slots.taken(lease, name, self.node, now, self.config.lease_seconds)
+                        )
+                        is not None
+                    )
+                except Exception as err:
+                    log.warning("could not renew origin slot %s: %s", name, type(err).__name__)
+                    ok = now - renewed < self.config.lease_seconds  # others still see it as ours
+                    now = renewed
+                with self._lock:
+                    if self._held.get(group, ("",))[0] != name:
+                        continue  # given back meanwhile
+                    if ok:
+                        self._held[group] = (name, now)
+                    else:  # lost: the next origin request takes a slot again first
+                        log.warning("lost origin slot %s; waiting for the budget again", name)
+                        del self._held[group]
+
+    # ---- Retry-After -------------------------------------------------------------
+    def cooldown(self, host: str) -> Cooldown | None:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cooldowns.get(host)
+        if cached is not None and now - cached[0] < self.config.cooldown_refresh:
+            return cached[1]
+        try:
+            seen = slots.cooldown_of(self.leases.get(slots.host_lease_name(host)))
+        except Exception as err:
+            log.warning("could not read the Retry-After of %s: %s", host, type(err).__name__)
+            seen = cached[1] if cached else None
+        with self._lock:
+            mine = self._cooldowns.get(host, (0.0, None))[1]
+            if mine is not None and (seen is None or mine.until > seen.until):
+                seen = mine  # our own 429, not written yet
+            self._cooldowns[host] = (now, seen)
+        return seen
+
+    def wait_cooldown(self, host: str, cancel: threading.Event, report: Callable[[str], None]) -> None:
+        said = False
+        while (c := self.cooldown(host)) is not None and (left := c.until - self.clock()) > 0:
+            if not said:
+                message = (
+                    f"{host} answered node {c.by or 'another node'} with HTTP 429/503 and Retry-After: no node "
+                    f"sends it a request before {slots.rfc3339(c.until)}, {left:.0f}s from now"
+                )
+                log.info("%s", message)
+                report(message)
+                said = True
+            if cancel.wait(min(left, self.config.cooldown_refresh)):
+                raise DownloadCancelled()
+
+    def record_cooldown(self, host: str, seconds: float) -> None:
+        """The origin told this node to wait `seconds`: tell every node, through the host's Lease."""
+        cooldown = Cooldown(self.clock() + seconds, self.node)
+        with self._lock:
+            self._cooldowns[host] = (time.monotonic(), cooldown)
+        name = slots.host_lease_name(host)
+        try:
+            for _ in range(3):  # each conflict means another node wrote its own Retry-After meanwhile
+                body = slots.with_cooldown(self.leases.get(name), name, host, cooldown)
+                if body is None or self.leases.write(body) is not None:
+                    return
+        except Exception as err:
+            log.warning("could not share the Retry-After of %s: %s", host, type(err).__name__)
+
+
+class OriginUse:
+    """One download's use of the budget: slots joined at its first origin request, left when it ends."""
+
+    def __init__(
+        self, budget: OriginBudget, host: str, report: Callable[[str], None], cancel: threading.Event
+    ) -> None:
+        self.budget, self.host, self.report, self.cancel = budget, host, report, cancel
+        self._lock = threading.Lock()  # one fetch thread of this download waits; the others queue here
+        self._joined = False
+
+    def wrap(self, source: ByteSource) -> ByteSource:
+        return GatedSource(source, self)
+
+    def before(self) -> None:
+        self.budget.wait_cooldown(self.host, self.cancel, self.report)
+        with self._lock:
+            self.budget.hold(self.host, self.cancel, self.report, join=not self._joined)
+            self._joined = True
+
+    def refused(self, error: Transient) -> None:
+        if error.retry_after is not None:
+            self.budget.record_cooldown(self.host, error.retry_after)
+
+    def done(self) -> None:
+        with self._lock:
+            if self._joined:
+                self._joined = False
+                self.budget.leave(self.host)
+
+
+class GatedSource:
+    """The origin's `ByteSource`, behind the budget: slots first, shared Retry-After, paced bytes."""
+
+    def __init__(self, inner: ByteSource, use: OriginUse) -> None:
+        self.inner, self.use = inner, use
+
+    def resolve(self, url: str) -> Target:
+        self.use.before()
+        try:
+            return self.inner.resolve(url)
+        except Transient as error:
+            self.use.refused(error)
+            raise
+
+    def fetch(self, target: Target, start: int, end: int, sink: Sink, cancel: threading.Event) -> int:
+        self.use.before()
+        pace = self.use.budget.pace
+
+        def paced(offset: int, chunk: memoryview) -> None:
+            sink(offset, chunk)
+            if (delay := pace.delay(len(chunk))) > 0 and cancel.wait(delay):
+                raise DownloadCancelled()
+
+        try:
+            return self.inner.fetch(target, start, end, paced if pace.rate > 0 else sink, cancel)
+        except Transient as error:
+            self.use.refused(error)
+            raise
+
+    def close(self) -> None:
+        self.inner.close()
