@@ -249,11 +249,16 @@ def _degraded(
 def size_condition(
     before: Mapping[str, Any], spec: ModelCacheSpec, size: int, now: datetime, gen: int
 ) -> Obj:
-    """The source's real size against storage.size, both numbers stated (the copy is still whole)."""
+    """The source's real size against storage.size, both numbers stated.
+
+    Node agents refuse a model larger than storage.size before writing (agent/worker.py); a copy
+    over it can only be one cached before that rule, still served, so the message says that."""
     if size > spec.size_bytes:
         message = (
             f"the model is {format_bytes(size)} ({size} bytes), more than storage.size {spec.size} "
-            f"({spec.size_bytes} bytes); it is cached whole; raise storage.size to match"
+            f"({spec.size_bytes} bytes); node agents refuse to download it, and copies cached before "
+            "storage.size became a limit are still served; recreate the ModelCache with a storage.size "
+            "of at least the model's size"
         )
         return condition(before, SIZE_WITHIN_REQUEST, False, "SizeExceedsRequest", message, now, gen)
     message = f"the model is {format_bytes(size)}, within storage.size {spec.size}"
