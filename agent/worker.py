@@ -27,15 +27,26 @@ from praesto.store import StoreLayout
 CLUSTER_SECRET_ENV = "PRAESTO_CREDENTIALS_SECRET"  # noqa: S105 - chart credentials.secretRef: "namespace/name"
 # chart credentials.namespaces, comma-separated: who may use the cluster's credentials at all
 CLUSTER_CREDENTIALS_NAMESPACES_ENV = "PRAESTO_CREDENTIALS_NAMESPACES"
+# chart credentials.sources, comma-separated URI prefixes: what the cluster's credentials may fetch
+CLUSTER_CREDENTIALS_SOURCES_ENV = "PRAESTO_CREDENTIALS_SOURCES"
 
 
-def cluster_credentials_allowed(namespace: str) -> bool:
-    """Whether caches of `namespace` without a secretRef may use the cluster's Secret or identity.
+def _listed(env: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(env, "").split(",") if item.strip()]
 
-    Every namespace is a possibly hostile tenant: the platform admin opts namespaces in.
+
+def cluster_credentials_allowed(namespace: str, uri: str = "") -> bool:
+    """Whether a cache of `namespace` without a secretRef may use the cluster's Secret or identity
+    for source `uri`.
+
+    Every namespace is a possibly hostile tenant: the platform admin opts namespaces in, and may
+    narrow what the credentials fetch to URI prefixes (hf://my-org/, s3://models/), so an opted-in
+    namespace still cannot read the rest of what the organisation's credential can.
     """
-    allowed = os.environ.get(CLUSTER_CREDENTIALS_NAMESPACES_ENV, "")
-    return namespace in {n.strip() for n in allowed.split(",") if n.strip()}
+    if namespace not in _listed(CLUSTER_CREDENTIALS_NAMESPACES_ENV):
+        return False
+    prefixes = _listed(CLUSTER_CREDENTIALS_SOURCES_ENV)
+    return not prefixes or any(uri.startswith(prefix) for prefix in prefixes)
 
 
 @dataclass(frozen=True)
@@ -206,7 +217,7 @@ class Job:
                 # a cache that names its own Secret uses only it, never the cluster's identity; and
                 # the cluster's serve only the namespaces the platform admin opted in
                 identity_allowed=self.ref.source.secret_ref is None
-                and cluster_credentials_allowed(self.ref.namespace),
+                and cluster_credentials_allowed(self.ref.namespace, self.ref.source.uri),
                 concurrency=self.options.concurrency,
                 blobs_dir=self.layout.blobs_dir,
                 staging_dir=self.layout.staging_dir(self.ref.namespace, self.ref.cache),
@@ -272,13 +283,22 @@ class Job:
             return self.kube.read_token(self.ref.namespace, ref.name, ref.key), None, ""
         if ref is not None:
             namespace, name = self.ref.namespace, ref.name
-        elif not cluster_credentials_allowed(self.ref.namespace):
+        elif self.ref.namespace not in _listed(CLUSTER_CREDENTIALS_NAMESPACES_ENV):
             return (
                 None,
                 None,
                 (
                     f"no credentials (namespace {self.ref.namespace} is not opted in to the cluster's "
                     "credentials: the chart's credentials.namespaces; or give the cache its own secretRef)"
+                ),
+            )
+        elif not cluster_credentials_allowed(self.ref.namespace, source.uri):
+            return (
+                None,
+                None,
+                (
+                    f"no credentials ({source.uri} is outside the sources the cluster's credentials may "
+                    "fetch: the chart's credentials.sources; or give the cache its own secretRef)"
                 ),
             )
         elif "/" in os.environ.get(CLUSTER_SECRET_ENV, ""):

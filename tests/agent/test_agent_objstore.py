@@ -138,3 +138,33 @@ def test_the_cluster_secret_serves_only_opted_in_namespaces(
     )
     reads = {(r.namespace, r.name) for r in env.kube.requests if r.resource == "secrets"}
     assert ("team-a", "cluster-creds") not in reads  # never even read for this namespace
+
+
+def test_the_cluster_secret_fetches_only_the_sources_the_admin_listed(
+    env: Env, s3: tuple[S3Server, tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An opted-in namespace still reaches only the prefixes in the chart's credentials.sources."""
+    server, key = s3
+    _secret(env, "cluster-creds", {"AWS_ACCESS_KEY_ID": key[0], "AWS_SECRET_ACCESS_KEY": key[1],
+                                   "AWS_ENDPOINT_URL": server.endpoint})  # fmt: skip
+    monkeypatch.setenv("PRAESTO_CREDENTIALS_SECRET", "team-a/cluster-creds")
+    monkeypatch.setenv("PRAESTO_CREDENTIALS_NAMESPACES", "team-a")
+    monkeypatch.setenv("PRAESTO_CREDENTIALS_SOURCES", "s3://models/shared/, hf://team-a-org/")
+    _mcn(env, "outside", "s3://models/m", None)  # the bucket's other prefix: not for this credential
+    env.start()
+    env.wait(lambda: env.status("outside").get("phase") == names.PHASE_FAILED, "an anonymous attempt to fail")
+    reads = {(r.namespace, r.name) for r in env.kube.requests if r.resource == "secrets"}
+    assert ("team-a", "cluster-creds") not in reads
+
+
+def test_cluster_credentials_allowed_reads_namespaces_and_prefixes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from praesto.agent.worker import cluster_credentials_allowed
+
+    monkeypatch.setenv("PRAESTO_CREDENTIALS_NAMESPACES", "team-a, team-b")
+    assert cluster_credentials_allowed("team-a", "s3://anything/")
+    assert not cluster_credentials_allowed("team-c", "s3://anything/")
+    monkeypatch.setenv("PRAESTO_CREDENTIALS_SOURCES", "s3://models/shared/,hf://org/")
+    assert cluster_credentials_allowed("team-b", "s3://models/shared/llama/")
+    assert cluster_credentials_allowed("team-b", "hf://org/model")
+    assert not cluster_credentials_allowed("team-b", "s3://models/private/")
+    assert not cluster_credentials_allowed("team-b", "hf://organisation-evil/model")

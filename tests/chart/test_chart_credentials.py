@@ -9,7 +9,11 @@ from typing import Any
 import helm_python as helm
 import pytest
 from praesto.agent.download.objcreds import ENV_CA_FILE, ENV_IDENTITY
-from praesto.agent.worker import CLUSTER_CREDENTIALS_NAMESPACES_ENV, CLUSTER_SECRET_ENV
+from praesto.agent.worker import (
+    CLUSTER_CREDENTIALS_NAMESPACES_ENV,
+    CLUSTER_CREDENTIALS_SOURCES_ENV,
+    CLUSTER_SECRET_ENV,
+)
 from praesto.hooks.config import HooksConfig
 
 from praesto import rbac
@@ -160,3 +164,12 @@ def test_cluster_credentials_serve_only_the_listed_namespaces() -> None:
     assert default[CLUSTER_CREDENTIALS_NAMESPACES_ENV] == ""  # none by default: every namespace is a tenant
     listed = _agent_env(render_objects({"credentials": {"namespaces": ["ml-prod", "ml-dev"]}}))
     assert listed[CLUSTER_CREDENTIALS_NAMESPACES_ENV] == "ml-prod,ml-dev"
+
+
+def test_cluster_credentials_can_be_narrowed_to_source_prefixes() -> None:
+    assert _agent_env(render_objects())[CLUSTER_CREDENTIALS_SOURCES_ENV] == ""  # any source by default
+    values = {"credentials": {"namespaces": ["ml-prod"], "sources": ["hf://my-org/", "s3://models/shared/"]}}
+    assert (
+        _agent_env(render_objects(values))[CLUSTER_CREDENTIALS_SOURCES_ENV]
+        == "hf://my-org/,s3://models/shared/"
+    )
