@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 from praesto.csi import mounts
+from praesto.csi.podstarts import PodStartRecorder
 from praesto.csi.recovery import CacheLocator, Recovery, rebuild_records
 from praesto.csi.storefs import CsiStore
 from praesto.csi.volume import CsiError, PublishRequest
@@ -63,6 +64,7 @@ class Publisher:
     ) -> None:
         self.layout = layout
         self.fs = CsiStore(layout)  # every write under <base>/.praesto: through dir fds, no symlink followed
+        self.pod_starts = PodStartRecorder(self.fs)  # cold-start accounting (issue #15)
         self.node_name = node_name
         self.unassigned_after = unassigned_after
         self._clock = clock
@@ -102,6 +104,7 @@ class Publisher:
     # ---- publish ---------------------------------------------------------------
 
     def publish(self, req: PublishRequest) -> None:
+        started = time.time()
         base = os.path.realpath(self.layout.base)
         if mounts.is_within(req.target_path, base) or mounts.is_within(
             req.target_path, str(self.layout.base)
@@ -139,6 +142,7 @@ class Publisher:
                 os.close(fd)
             with self._asked_guard:
                 self._asked.pop((req.namespace, req.name), None)
+            self.pod_starts.mounted(req, started)
             log.info("published %s/%s at %s", req.namespace, req.name, req.target_path)
 
     def _already_published(
@@ -220,6 +224,7 @@ class Publisher:
 
     def _not_ready(self, req: PublishRequest) -> CsiError:
         self.fs.request_hydration(req.namespace, req.name)
+        self.pod_starts.waiting(req, time.time())
         key = (req.namespace, req.name)
         now = self._clock()
         with self._asked_guard:

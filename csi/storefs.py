@@ -14,6 +14,7 @@ follows it), and reads open with O_NOFOLLOW.
     mounts/    driver only: owner root, 0755 (the agent reads mount records)
     used/      owner root, 2775, base path's group: the agent removes a deleted cache's stamp
     requests/  owner root, 2775, base path's group: the agent removes answered requests
+    pods/      owner root, 2775, base path's group: the agent removes reported pod starts (csi/podstarts.py)
     progress/  the agent's: read only, without following symlinks
 """
 
@@ -37,8 +38,8 @@ from praesto import names, store
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 PRIVATE = "mounts"
-SHARED = ("used", "requests")  # the agent may remove entries (group-writable, setgid)
-_MODES = {PRIVATE: 0o755, "used": 0o2775, "requests": 0o2775}
+SHARED = ("used", "requests", "pods")  # the agent may remove entries (group-writable, setgid)
+_MODES = {PRIVATE: 0o755, "used": 0o2775, "requests": 0o2775, "pods": 0o2775}
 
 
 class UnsafeStore(CsiError):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import grpc
 
 from praesto import names
+from praesto.podstart import valid_pod
 
 
 class CsiError(Exception):
@@ -31,6 +32,9 @@ class PublishRequest:
     target_path: str
     namespace: str
     name: str
+    # kubelet-set pod info, only for cold-start accounting (praesto.podstart); "" when absent or malformed
+    pod_name: str = ""
+    pod_uid: str = ""
 
 
 def _invalid(message: str) -> CsiError:
@@ -128,4 +132,8 @@ def parse_publish(
             "set `readOnly: true` on the csi volume in the Pod spec"
         )
     namespace, name = resolve_cache(context)
-    return PublishRequest(volume_id, target, namespace, name)
+    pod_name = context.get(names.CSI_ATTR_POD_NAME, "")
+    pod_uid = context.get(names.CSI_ATTR_POD_UID, "")
+    if not valid_pod(pod_name, pod_uid):  # accounting only: never a reason to refuse a mount
+        pod_name = pod_uid = ""
+    return PublishRequest(volume_id, target, namespace, name, pod_name, pod_uid)

@@ -11,12 +11,15 @@ both DNS labels, so they never contain `_` or start with `.`):
     <base>/.praesto/used/<ns>_<name>    mtime = last unmount (lastUsedTime)
     <base>/.praesto/requests/<ns>_<name>.json   CSI asks the agent to (re)hydrate
     <base>/.praesto/progress/<ns>_<name>.json   agent tells the CSI driver how far it got
+    <base>/.praesto/pods/<hash>.json    CSI: when a Pod first asked for a cache and got it (praesto.podstart)
+    <base>/.praesto/copies/<ns>_<name>.json     agent: where the bytes of the current copy came from
 
-The agent is the only writer of cache directories, staging, blobs and progress;
-the CSI driver is the only writer of mount records, `used` stamps and requests,
+The agent is the only writer of cache directories, staging, blobs, progress and
+copy records; the CSI driver is the only writer of mount records, `used` stamps,
+requests and pod-start records,
 which it writes through `praesto.csi.storefs` (directory fds, no symlink followed:
-it runs as root, the agent does not). The agent may remove answered requests and
-a deleted cache's `used` stamp, and holds `.praesto/agent.lock` while it runs.
+it runs as root, the agent does not). The agent may remove answered requests,
+reported pod-start records and a deleted cache's `used` stamp, and holds `.praesto/agent.lock` while it runs.
 Every write is a whole-file atomic replace, so a reader never sees half a record.
 """
 
@@ -107,6 +110,13 @@ class StoreLayout:
     @property
     def progress_dir(self) -> Path:
         return self.internal / "progress"
+
+    @property
+    def pod_starts_dir(self) -> Path:
+        return self.internal / "pods"
+
+    def copy_record(self, namespace: str, name: str) -> Path:
+        return self.internal / "copies" / (cache_key(namespace, name) + ".json")
 
 
 # ---- mount records (written by the CSI driver, read by the agent) ----------
