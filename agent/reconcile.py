@@ -27,6 +27,7 @@ from praesto.agent.download import api as dlapi
 from praesto.agent.kube import Backoff, KubeApi, Obj, Watcher, is_transient, key_of
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.peering import REASON_WAITING_FOR_PEER, Peering
+from praesto.agent.podstarts import PodStartReporter, record_copy
 from praesto.agent.removal import Removal
 from praesto.agent.reservations import Reservations
 from praesto.agent.worker import CacheRef, CacheState, Downloader, Job, Outcome, Planner, progress_record
@@ -103,6 +104,7 @@ class Agent(Removal):
         self._unsent: dict[Key, tuple[Any, ...]] = {}
         self._base_lock: int | None = None  # fd holding <base>/.praesto/agent.lock (baselock)
         self.fatal: str | None = None  # why the agent stopped on its own (another agent holds the store)
+        self.pod_starts = PodStartReporter(self)  # cold-start accounting and prewarm (issue #15)
 
     # ---- lifecycle --------------------------------------------------------
 
@@ -115,6 +117,7 @@ class Agent(Removal):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+        self.pod_starts.start()
         self.log.info("agent started", extra={"basePath": str(self.config.base_path)})
         return self
 
@@ -128,6 +131,7 @@ class Agent(Removal):
         self.events.put(("wake", None))
         for thread in self._threads:
             thread.join(timeout)
+        self.pod_starts.stop(timeout)
         self.pool.shutdown(wait=True, cancel_futures=True)
         if self.peering is not None:
             self.peering.stop()
@@ -381,6 +385,7 @@ class Agent(Removal):
             state.downloaded = True
             state.peer_bytes = outcome.result.bytes_from_peers
             self.metrics.record_download(outcome.result)
+            record_copy(self.layout, ref.namespace, ref.cache, outcome.result)
         elif outcome.cancelled or obj is None:
             pass
         elif outcome.waiting is not None:

@@ -73,6 +73,8 @@ def modelcachenode(parent: Mapping[str, Any], spec: ModelCacheSpec, node: str, s
     }
     if spec.unused_ttl:
         node_spec["unusedTTL"] = spec.unused_ttl
+    if spec.prewarm:
+        node_spec["prewarm"] = True
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.MODELCACHENODE_KIND,

@@ -97,6 +97,7 @@ class ModelCacheSpec:
     unused_ttl: str | None = None
     unused_ttl_seconds: float | None = None
     downloader: dict[str, Any] = field(default_factory=dict)
+    prewarm: bool = False  # spec.prewarm: read the copy into the page cache when a Pod mounts it
     warm_new_nodes: bool = False  # spec.warmNewNodes: new nodes stay tainted until this copy is Ready
 
     @property
@@ -354,6 +355,12 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
     if not isinstance(warm, bool):
         errors.append(SpecError("spec.warmNewNodes", "must be true or false", "set warmNewNodes: true", warm))
 
+    prewarm = spec.get("prewarm", False)
+    if not isinstance(prewarm, bool):
+        errors.append(
+            SpecError("spec.prewarm", "must be true or false", "set prewarm: true or remove it", prewarm)
+        )
+
     ttl, ttl_seconds = None, None
     eviction = spec.get("eviction")
     if eviction is not None:
@@ -409,6 +416,7 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
         unused_ttl=ttl,
         unused_ttl_seconds=ttl_seconds,
         downloader=dict(downloader),
+        prewarm=prewarm is True,
         warm_new_nodes=warm is True,
     )
 
