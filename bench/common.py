@@ -1,0 +1,92 @@
+"""Shared benchmark helpers: interleaved rounds, spreads, ratios of medians, timed children.
+
+Every benchmark compares contenders run interleaved in one invocation (round 1: A, B,
+C; round 2: B, C, A; ...), so a slow spell of a shared machine hits each of them, and
+reports min/median/max per contender plus the ratio of medians. One module, so the
+bench files do not each grow their own formatting.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+ROUNDS = 3  # the least any benchmark runs (issue #14: no single lucky run)
+T = TypeVar("T")
+
+
+def interleaved(contenders: Mapping[str, Callable[[], T]], rounds: int = ROUNDS) -> dict[str, list[T]]:
+    """Run each contender once per round, rotating who goes first; samples per contender."""
+    names = list(contenders)
+    samples: dict[str, list[T]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            samples[name].append(contenders[name]())
+    return samples
+
+
+def spread(
+    samples: list[float], *, scale: float = 1.0, unit: str = "s", width: int = 7, digits: int = 2
+) -> str:
+    """`min .. median .. max` of `samples` (times `scale`), e.g. seconds or `scale=1e3, unit="ms"`."""
+    lo, mid, hi = (v * scale for v in (min(samples), statistics.median(samples), max(samples)))
+    return f"min {lo:{width}.{digits}f}  median {mid:{width}.{digits}f}  max {hi:{width}.{digits}f} {unit}"
+
+
+def median(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def ratio(numerator: list[float], denominator: list[float]) -> float:
+    """Ratio of medians (never of single runs)."""
+    return statistics.median(numerator) / statistics.median(denominator)
+
+
+def print_table(title: str, samples: Mapping[str, list[float]], **spread_args: float | int | str) -> None:
+    """One row per contender: n, then min/median/max."""
+    print(title)
+    width = max(len(name) for name in samples)
+    for name, values in samples.items():
+        print(f"  {name:{width}s}  n={len(values)}  {spread(values, **spread_args)}")  # type: ignore[arg-type]
+
+
+def sync() -> None:
+    subprocess.run(["sync"], check=True)
+
+
+def timed_child(cmd: list[str], env: Mapping[str, str], *, fresh: Path | None = None) -> tuple[float, float]:
+    """(seconds including a final `sync`, peak RSS MiB) of one child process.
+
+    `fresh` is removed first (and the disk synced), so each run writes into an empty place.
+    """
+    if fresh is not None:
+        shutil.rmtree(fresh, ignore_errors=True)
+        sync()
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    sync()
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        raise RuntimeError(f"{cmd[:4]} failed ({proc.returncode}): {err[-2000:]}")
+    if proc.stderr:
+        proc.stderr.close()
+    return seconds, usage.ru_maxrss / 1024
+
+
+def rss_mib(pid: int | None = None) -> tuple[float, float]:
+    """(current RSS, peak RSS) in MiB of a process (default: this one), from /proc."""
+    fields = {}
+    for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields.get("VmRSS", 0.0), fields.get("VmHWM", 0.0)
