@@ -4,6 +4,10 @@ Work is a queue of (file, part) items served by `concurrency` threads, each with
 own keep-alive connections. Large files are split into `part_size` ranges, written
 with `pwrite` into preallocated files and hashed as they arrive (see hashing.py);
 their parts are interleaved across files so several files hash on several cores.
+How many parts are in flight adapts (Gate): a few while each connection is fast, so
+each file's bytes mostly arrive at its hashing frontier and are hashed on the
+receiving thread while cache-hot; up to `concurrency` when connections are slow
+(a CDN's per-connection cap), where more connections mean more bytes per second.
 Completed parts are fsync'd and journaled every `checkpoint_seconds`, which is what
 a resumed run trusts. A file is verified when its last part lands; a mismatch
 re-fetches that file once, then fails with ChecksumMismatch.
@@ -48,6 +52,90 @@ from praesto.agent.download.publish import TREE, add_to_blobs, link_from_blob
 
 log = logging.getLogger("praesto.download")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+START_CONNECTIONS = 4  # parts in flight at first: enough to keep 2 cores busy on a fast origin
+SLOW_CONNECTION = 64e6  # bytes/s: a connection slower than this may be capped by the origin
+RATE_WINDOW = 0.3  # seconds over which rates are judged
+WIDEN_GAIN = 1.3  # doubling the connections must raise the total rate this much to be kept
+
+
+class Gate:
+    """How many parts are fetched at once: starts at `start`, doubles towards `limit` while that pays.
+
+    Why not always `limit`: on a fast origin a few connections already saturate the CPU,
+    and every extra one costs CPU per byte: its parts of a file arrive ahead of that
+    file's hashing frontier, so they are held or re-read from disk to be hashed in order,
+    and more sockets mean more wake-ups (bench/download_bench.py). A connection slower
+    than `slow` bytes/s suggests the origin caps each connection (a CDN), where more
+    connections mean more bytes/s: the limit doubles, and the next window checks that
+    the total rate rose by WIDEN_GAIN; if not (the CPU, disk or link is the limit, not
+    the connections) it halves back and stays there.
+    """
+
+    def __init__(
+        self,
+        start: int,
+        limit: int,
+        slow: float = SLOW_CONNECTION,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.clock = clock
+        self.limit = max(1, limit)
+        self.allowed = min(self.limit, max(1, start))
+        self.peak = self.allowed  # the most parts ever allowed in flight (reported, tested)
+        self.slow = slow
+        self.active = 0
+        self.settled = False
+        self._mark: tuple[float, int] | None = None  # (time, total bytes) at the last judgement
+        self._probe: float | None = None  # total rate before the last doubling, until judged
+        self._cond = threading.Condition()
+
+    def mark(self, done: int) -> None:
+        """Start measuring the total rate now, at `done` bytes (resumed bytes are not a rate)."""
+        with self._cond:
+            self._mark = (self.clock(), done)
+
+    def enter(self) -> None:
+        with self._cond:
+            while self.active >= self.allowed:
+                self._cond.wait()
+            self.active += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self.active -= 1
+            self._cond.notify()
+
+    def observe(self, conn_bytes: int, conn_seconds: float, done: int) -> None:
+        """One connection moved `conn_bytes` in `conn_seconds`; `done` bytes are done in total."""
+        if self.settled or (self._probe is None and conn_bytes >= self.slow * conn_seconds):
+            return
+        now = self.clock()
+        with self._cond:
+            if self._mark is None:
+                self._mark = (now, done)
+                return
+            if now - self._mark[0] < RATE_WINDOW * 0.999:
+                return
+            rate = (done - self._mark[1]) / (now - self._mark[0])
+            self._mark = (now, done)
+            if self._probe is not None:
+                before, self._probe = self._probe, None
+                if rate < before * WIDEN_GAIN:
+                    self.allowed = max(1, self.allowed // 2)
+                    self.settled = True
+                    log.debug(
+                        "%.0f MB/s did not rise with more connections: %d in flight", rate / 1e6, self.allowed
+                    )
+                    return
+            if self.allowed >= self.limit or conn_bytes >= self.slow * conn_seconds:
+                return
+            self._probe = rate
+            self.allowed = min(self.limit, self.allowed * 2)
+            self.peak = max(self.peak, self.allowed)
+            self._cond.notify_all()
+        log.debug(
+            "connection at %.1f MB/s: trying %d in flight", conn_bytes / conn_seconds / 1e6, self.allowed
+        )
 
 
 class ByteSource(Protocol):
@@ -93,6 +181,8 @@ class Engine:
         self.options = options
         self.transport: ByteSource = transport or Transport(endpoint, options.token)
         self.budget = MemoryBudget(options.memory_budget)
+        self.gate = Gate(START_CONNECTIONS, options.concurrency)
+        self._meter = threading.local()  # per connection: bytes and seconds towards the next rate
         self.journal = Journal(staging, {"revision": plan.revision, "partSize": options.part_size, "v": 1})
         self.result = Result(plan)
         self.sha256: dict[str, str] = {}
@@ -172,13 +262,15 @@ class Engine:
     # ---- running ---------------------------------------------------------------------
     def run(self) -> None:
         self._report()
+        self.gate.mark(self.done)
         order = sorted(self.jobs, key=lambda j: -j.file.size)
         large = [j for j in order if len(j.parts) > 1]
         depth = max((len(j.parts) for j in large), default=0)
-        items: list[tuple[FileJob, int]] = []
-        for index in range(depth):  # interleave parts across files: several hashers at once
+        # Whole small files first: they take no gate slot, so they overlap the large files'
+        # first parts; then parts interleaved across files: several hashers at once.
+        items: list[tuple[FileJob, int]] = [(j, 0) for j in order if len(j.parts) == 1]
+        for index in range(depth):
             items += [(j, index) for j in large if index < len(j.parts) and index not in j.resumed]
-        items += [(j, 0) for j in order if len(j.parts) == 1]
         self._enqueue(items)
         workers = [
             threading.Thread(target=self._worker, name=f"praesto-fetch-{n}", daemon=True)
@@ -217,21 +309,38 @@ class Engine:
 
     def _worker(self) -> None:
         try:
-            while (item := self._queue.get()) is not None:
-                try:
-                    if self._error is None and not self.options.cancel.is_set():
-                        self._fetch_part(*item)
-                except BaseException as error:
-                    with self._cond:
-                        if self._error is None:
-                            self._error = error
-                        self._cond.notify_all()
-                finally:
-                    with self._cond:
-                        self._outstanding -= 1
-                        self._cond.notify_all()
+            while self._next():
+                pass
         finally:
             self.transport.close()
+
+    def _next(self) -> bool:
+        """Fetch one queued part; False at the end. The gate is passed before the queue is
+        read, so parts leave the queue in order: each file's next part starts at its frontier."""
+        self.gate.enter()
+        gated = True
+        try:
+            if (item := self._queue.get()) is None:
+                return False
+            if len(item[0].parts) == 1:  # a whole file hashes in order anyway: no slot needed
+                gated = False
+                self.gate.leave()
+            try:
+                if self._error is None and not self.options.cancel.is_set():
+                    self._fetch_part(*item)
+            except BaseException as error:
+                with self._cond:
+                    if self._error is None:
+                        self._error = error
+                    self._cond.notify_all()
+            finally:
+                with self._cond:
+                    self._outstanding -= 1
+                    self._cond.notify_all()
+            return True
+        finally:
+            if gated:
+                self.gate.leave()
 
     def _resolve_url(self, f: RemoteFile) -> str:
         return f"{self.endpoint}/{self.plan.source.location}/resolve/{self.plan.revision}/{quote(f.path)}"
@@ -248,6 +357,8 @@ class Engine:
         pos = [start]
         hasher, fd = job.hasher, job.fd
         assert hasher is not None
+        meter = self._meter.__dict__.setdefault("m", [0, 0.0])  # this connection: bytes, seconds
+        last = [0.0]  # when the previous chunk of this part arrived
 
         def sink(offset: int, chunk: memoryview, peer: bool = False) -> None:
             written = 0
@@ -256,6 +367,14 @@ class Engine:
             hasher.feed(offset, chunk)
             pos[0] = offset + len(chunk)
             self._progress(len(chunk), peer=peer)
+            now = time.monotonic()
+            if last[0]:  # a part's first chunk waited for the request too: not counted
+                meter[0] += len(chunk)
+                meter[1] += now - last[0]
+                if meter[1] >= RATE_WINDOW:
+                    self.gate.observe(meter[0], meter[1], self.done)
+                    meter[0], meter[1] = 0, 0.0
+            last[0] = now
 
         # Peers first, for files the origin's own digest verifies; the origin fetches the rest.
         if self.options.peers is not None and job.file.verified_by is not None:

@@ -178,7 +178,9 @@ class Transport:
                 raise Redirect(Target(url, target.authorized and origin(url) == self.hub_origin))
             if resp.status not in (200, 206):
                 check_status(resp, target.url)
-            buf: bytearray = self._local.__dict__.setdefault("buf", bytearray(CHUNK))
+            buf: bytearray | None = self._local.__dict__.get("buf")
+            if buf is None:  # one buffer per thread, reused by every fetch on it
+                buf = self._local.buf = bytearray(CHUNK)
             view = memoryview(buf)
             offset = start
             while offset < end:

@@ -1,0 +1,149 @@
+"""How many parts are in flight (engine.Gate), and sinks fed whole parts at once.
+
+The gate keeps a few connections while each is fast (less CPU per byte: a file's
+parts arrive at its hashing frontier) and doubles them while the origin caps each
+connection and more of them raise the total rate. Its rule is tested with a given
+clock; the engine's use of it against the local hub, paced and unpaced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from pathlib import Path
+
+from praesto.agent.download import download, plan
+from praesto.agent.download.api import RemoteFile, Sink
+from praesto.agent.download.engine import RATE_WINDOW, START_CONNECTIONS, Engine, Gate
+from praesto.agent.download.publish import publish, staging_for
+
+from praesto.spec import Source
+from tests.download.conftest import MiB, options_for, tree_of
+from tests.support.hub import LocalHub
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fast_connections_never_widen_the_gate() -> None:
+    gate = Gate(4, 32, slow=64e6, clock=Clock())
+    for done in range(0, 10 * 2**30, 2**30):
+        gate.observe(int(100e6 * RATE_WINDOW), RATE_WINDOW, done)
+    assert (gate.allowed, gate.peak, gate.settled) == (4, 4, False)
+
+
+def test_slow_connections_double_the_gate_while_the_total_rate_rises_then_it_settles() -> None:
+    clock = Clock()
+    gate = Gate(4, 32, slow=64e6, clock=clock)
+    slow = (int(10e6 * RATE_WINDOW), RATE_WINDOW)  # 10 MB/s: a capped connection
+    done = 0
+
+    def window(rate: float) -> None:
+        nonlocal done
+        clock.now += RATE_WINDOW
+        done += int(rate * RATE_WINDOW)
+        gate.observe(*slow, done)
+
+    gate.mark(done)  # the download starts
+    window(40e6)  # 4 connections x 10 MB/s
+    assert gate.allowed == 8
+    window(80e6)  # doubled: kept, and tried again
+    assert gate.allowed == 16
+    window(85e6)  # no longer rising: something else is the limit
+    assert (gate.allowed, gate.peak, gate.settled) == (8, 16, True)
+    window(10e6)
+    assert gate.allowed == 8
+
+
+def test_the_gate_stops_at_its_limit() -> None:
+    clock = Clock()
+    gate = Gate(4, 6, slow=64e6, clock=clock)
+    gate.mark(0)
+    clock.now += RATE_WINDOW
+    gate.observe(1, RATE_WINDOW, 10**6)
+    assert gate.allowed == 6
+
+
+def _engine(hub: LocalHub, repo: str, dest: Path, **kwargs: object) -> Engine:
+    options = options_for(hub, **kwargs)
+    staging, _ = staging_for(dest, options)
+    return Engine(plan(Source("hf", repo, "main"), options), staging, hub.endpoint, options)
+
+
+def _run(engine: Engine, dest: Path) -> None:
+    engine.prepare()
+    engine.run()
+    publish(engine.plan, engine.staging, dest, False, engine.sha256)
+
+
+def test_a_capped_origin_gets_more_connections(hub: LocalHub, tmp_path: Path) -> None:
+    files = {f"model-{i}.safetensors": os.urandom(8 * MiB) for i in range(3)}
+    hub.add_repo("org/capped", files)
+    hub.faults.rate = 4 * MiB  # per response, as a CDN caps each connection
+    dest = tmp_path / "dest"
+    engine = _engine(hub, "org/capped", dest, part_size=4 * MiB, concurrency=8)
+    _run(engine, dest)
+    assert tree_of(dest) == files
+    assert engine.gate.peak > START_CONNECTIONS
+
+
+def test_a_fast_origin_keeps_few_connections_and_hashes_from_the_network(
+    hub: LocalHub, tmp_path: Path
+) -> None:
+    files = {f"model-{i}.safetensors": os.urandom(6 * MiB + i) for i in range(3)}
+    hub.add_repo("org/fast", files)
+    dest = tmp_path / "dest"
+    engine = _engine(hub, "org/fast", dest, part_size=1 * MiB, concurrency=32)
+    _run(engine, dest)
+    assert tree_of(dest) == files
+    # Never more than START_CONNECTIONS parts at once unless a connection ran slow for a
+    # whole window (possible on a loaded machine), and then only while that paid.
+    assert engine.gate.allowed <= START_CONNECTIONS * 2
+    assert engine.result.bytes_from_origin == sum(len(d) for d in files.values())
+
+
+class WholeCopy:
+    """A peer holding a complete copy on disk that answers a range with one sink call."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def fetch(self, file: RemoteFile, start: int, end: int, sink: Sink, cancel: threading.Event) -> int:
+        with open(self.root / file.path, "rb") as handle:
+            data = os.pread(handle.fileno(), end - start, start)
+        sink(start, memoryview(data))  # a whole part (here 4 MiB) in one call
+        with self.lock:
+            self.calls += 1
+        return len(data)
+
+    def blame(self, file: RemoteFile) -> bool:
+        return False
+
+
+def test_whole_parts_in_one_sink_call_complete_and_verify(hub: LocalHub, tmp_path: Path) -> None:
+    """A source may hand over a part in one chunk, ahead of the hashing frontier and larger
+    than the reorder budget; the engine must neither stall nor hold it all in memory."""
+    files = {f"model-{i}.safetensors": os.urandom(16 * MiB + i) for i in range(2)}
+    files["config.json"] = b'{"model_type": "test"}'
+    hub.add_repo("org/whole", files)
+    first = tmp_path / "first"
+    options = options_for(hub, part_size=4 * MiB, concurrency=8, memory_budget=2 * MiB)
+    download(plan(Source("hf", "org/whole", "main"), options), first, options)
+    hub.reset_counters()
+    peer = WholeCopy(first)
+    second = tmp_path / "second"
+    result = download(
+        plan(Source("hf", "org/whole", "main"), options), second, dataclasses.replace(options, peers=peer)
+    )
+    assert tree_of(second) == files
+    assert result.bytes_from_peers == sum(len(d) for d in files.values())
+    assert result.bytes_from_origin == 0 and hub.bytes_served == 0
+    assert peer.calls == 4 + 5 + 1  # every part (16 MiB: 4, 16 MiB + 1: 5) and the small file
