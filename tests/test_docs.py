@@ -57,6 +57,17 @@ def test_manifests_are_accepted(doc: dict[str, Any]) -> None:
     elif doc["kind"] == "Pod":
         wanted = parse_annotations(doc["metadata"]["annotations"])
         assert wanted.mounts
+    elif doc["kind"] == "AdmissionConfiguration":  # the shape the real tier's API server runs with
+        assert {p["name"] for p in doc["plugins"]} == {
+            "ValidatingAdmissionWebhook",
+            "MutatingAdmissionWebhook",
+        }
+        for plugin in doc["plugins"]:
+            assert plugin["configuration"]["kind"] == "WebhookAdmissionConfiguration"
+            assert plugin["configuration"]["kubeConfigFile"]
+    elif doc["kind"] == "Config":  # the webhook client kubeconfig that file names
+        for user in doc["users"]:
+            assert {"client-certificate", "client-key"} <= set(user["user"])
     else:
         pytest.fail(f"unexpected manifest kind {doc['kind']}")
 
