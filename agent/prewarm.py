@@ -70,9 +70,9 @@ def _read_int(path: Path, key: str | None = None) -> int | None:
         value = text.strip()
         return _UNLIMITED if value == "max" else int(value) if value.isdigit() else None
     for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name == key and value.strip().isdigit():
-            return int(value.strip())
+        fields = line.split()  # "anon 1234" (memory.stat), "MemAvailable:   8388608 kB" (meminfo)
+        if len(fields) >= 2 and fields[0] == key and fields[1].isdigit():
+            return int(fields[1])
     return None
 
 
