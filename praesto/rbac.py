@@ -40,6 +40,14 @@ AGENT: tuple[Permission, ...] = (
 # Per-cache grant returned by the sync hook (Role in the cache's namespace, resourceNames = the Secret).
 AGENT_SECRET_GRANT = Permission("", "secrets", ("get",))
 
+# Origin budget (agent/budget, chart originBudget.enabled): a Role in the release namespace only.
+# Slot names are not known ahead (per-host slots hash the host), so neither create nor update can
+# name them (resourceNames); the chart's ValidatingAdmissionPolicy confines the agent's writes to
+# Leases named praesto-origin-* and held, if at all, by the node its token is bound to.
+AGENT_ORIGIN_BUDGET: tuple[Permission, ...] = (
+    Permission("coordination.k8s.io", "leases", ("get", "list", "create", "update")),
+)
+
 # Hooks Deployment: the admission webhook's watch-fed lookups, and releasing the node copies
 # of Nodes that are gone (hooks/orphans.py: drop the agent's finalizer, nothing else).
 HOOKS: tuple[Permission, ...] = (

@@ -57,6 +57,22 @@ class HubRepo:
         return self.refs.get(revision)
 
 
+@dataclass(frozen=True)
+class Span:
+    """One request as the server saw it: when it arrived and when its answer was sent."""
+
+    start: float
+    end: float
+    method: str
+    path: str
+    cdn: bool
+
+    @property
+    def bytes(self) -> bool:
+        """A file's bytes or the request resolving them, not the metadata API."""
+        return self.cdn or "/resolve/" in self.path
+
+
 @dataclass
 class Faults:
     """Knobs a test turns; each counter decrements as the fault fires."""
@@ -86,6 +102,7 @@ class LocalHub:
         self.bytes_served = 0
         self.bytes_by_path: dict[str, int] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) log
+        self.spans: list[Span] = []  # every request's wall-clock start and end (origin budget tests)
         self._api = _Server(("127.0.0.1", 0), self, cdn=False)
         self._cdn = _Server(("127.0.0.1", 0), self, cdn=True)
         self._threads: list[threading.Thread] = []
@@ -163,6 +180,7 @@ class LocalHub:
             self.bytes_served = 0
             self.bytes_by_path.clear()
             self.requests.clear()
+            self.spans.clear()
 
 
 def _pointer(sha256: str, size: int) -> bytes:
@@ -205,6 +223,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---- routing -----------------------------------------------------------------
     def _dispatch(self, *, head: bool) -> None:
+        started = time.time()
+        try:
+            self._route(head=head)
+        finally:
+            span = Span(started, time.time(), self.command, urlsplit(self.path).path, self.server.cdn)
+            with self.hub.lock:
+                self.hub.spans.append(span)
+
+    def _route(self, *, head: bool) -> None:
         url = urlsplit(self.path)
         path, query = unquote(url.path), parse_qs(url.query)
         with self.hub.lock:
