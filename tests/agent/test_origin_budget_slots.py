@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from praesto import names
 from praesto.agent.budget import slots
 from praesto.agent.budget.slots import GLOBAL, Cooldown, Pace
+
+from praesto import names
 
 NOW = 1_800_000_000.0
 
@@ -97,7 +97,9 @@ def test_retry_after_only_moves_later() -> None:
     later = slots.with_cooldown(first, name, "hub", Cooldown(NOW + 9, "b"))
     assert later is not None and slots.cooldown_of(later) == Cooldown(pytest.approx(NOW + 9), "b")  # type: ignore[arg-type]
     assert slots.cooldown_of(None) is None
-    assert slots.cooldown_of({"metadata": {"annotations": {names.ANNOTATION_RETRY_AFTER_UNTIL: "soon"}}}) is None
+    assert (
+        slots.cooldown_of({"metadata": {"annotations": {names.ANNOTATION_RETRY_AFTER_UNTIL: "soon"}}}) is None
+    )
 
 
 def test_pace_holds_a_node_to_its_share() -> None:
