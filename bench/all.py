@@ -15,6 +15,7 @@ BENCHMARKS = (
     "bench.admission_bench",
     "bench.download_bench",
     "bench.reuse_bench",
+    "bench.agent_scale_bench",
     "bench.objstore_bench",
     "bench.p2p_bench",
     "bench.csi_bench",  # needs root for bind mounts
