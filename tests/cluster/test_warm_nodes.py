@@ -170,7 +170,7 @@ def test_the_deadline_lifts_the_taint_with_warnings_naming_the_missing_cache(
     assert "node warm-late stopped waiting for this cache" in cache_events[0].message
 
     def warm_condition(result: Any) -> bool:
-        conditions = ((result and result.parent or {}).get("status") or {}).get("conditions") or []
+        conditions = (((result and result.parent) or {}).get("status") or {}).get("conditions") or []
         found = [c for c in conditions if c["type"] == names.CONDITION_WARM_BEFORE_SCHEDULABLE]
         return bool(found) and found[0]["status"] == "False"
 
