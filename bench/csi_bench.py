@@ -33,6 +33,7 @@ import grpc
 from praesto.csi import mounts
 from praesto.csi.proto import csi_pb2, csi_pb2_grpc
 
+from bench.common import ROUNDS, interleaved, print_table
 from praesto import names, store
 
 NAMESPACE, CACHE, NODE = "bench", "model", "bench-node"
@@ -119,11 +120,25 @@ def run(iterations: int, workdir: Path) -> None:
             driver(10_000 + warm)
             mount_binary(10_000 + warm)
             syscalls(10_000 + warm)
-        results = {
-            "praesto-csi publish+unpublish (gRPC)": timed(iterations, driver),
-            "mount --bind + remount,ro + umount": timed(iterations, mount_binary),
-            "raw mount(2)+remount+umount2(2)": timed(iterations, syscalls),
+        # Interleaved rounds: each round runs a slice of the iterations of every operation.
+        per_round = max(1, iterations // ROUNDS)
+        offsets = iter(range(0, 10**9, per_round))
+        ops = {
+            "praesto-csi publish+unpublish (gRPC)": driver,
+            "mount --bind + remount,ro + umount": mount_binary,
+            "raw mount(2)+remount+umount2(2)": syscalls,
         }
+
+        def slice_of(op: Callable[[int], None]) -> Callable[[], list[float]]:
+            def once() -> list[float]:
+                base = next(offsets)  # fresh target directories for every round
+                return timed(per_round, lambda i: op(base + i))
+
+            return once
+
+        rounds = interleaved({label: slice_of(op) for label, op in ops.items()})
+        results = {label: [x for r in samples for x in r] for label, samples in rounds.items()}
+        round_p50s = {label: [percentile(r, 0.5) for r in samples] for label, samples in rounds.items()}
     finally:
         channel.close()
         server.terminate()
@@ -138,6 +153,7 @@ def run(iterations: int, workdir: Path) -> None:
     for label, samples in results.items():
         print(f"{label:40s} {percentile(samples, 0.5):8.2f} {percentile(samples, 0.99):8.2f} "
               f"{statistics.fmean(samples):8.2f}")  # fmt: skip
+    print_table(f"p50 of each of {ROUNDS} interleaved rounds", round_p50s, unit="ms")
     ours = results["praesto-csi publish+unpublish (gRPC)"]
     for label, samples in list(results.items())[1:]:
         print(

@@ -1,6 +1,8 @@
 """S3 prefix download: this downloader vs boto3 `download_file` vs `aws s3 sync`, same run.
 
-    python -m bench.objstore_bench [--size-gib 2] [--objects 32] [--workdir /var/tmp]
+    python -m bench.objstore_bench [--size-gib 2] [--objects 32] [--rounds 3] [--workdir /var/tmp]
+
+Clients run interleaved, `--rounds` rounds; min/median/max per client, ratio of medians.
 
 Origin: moto in server mode on loopback (its own process). The set is `--objects`
 equal shards plus a few small files under one prefix. Each client runs as its own
@@ -25,8 +27,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from bench.common import ROUNDS, interleaved, median, print_table, ratio
 from tests.support.s3server import S3Server
 
 BUCKET = "bench-models"
@@ -121,7 +125,9 @@ def main() -> int:
     parser.add_argument("--size-gib", type=float, default=2.0)
     parser.add_argument("--objects", type=int, default=32)
     parser.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds (>= {ROUNDS})")
     args = parser.parse_args()
+    args.rounds = max(ROUNDS, args.rounds)
     work = Path(tempfile.mkdtemp(prefix="praesto-objbench-", dir=args.workdir))
     try:
         with S3Server(work / "moto") as server:
@@ -155,18 +161,27 @@ def main() -> int:
                  [sys.executable, "-c", BOTO3_PER_OBJECT, BUCKET, PREFIX, str(dest)], dest),
                 ("aws s3 sync" if aws else "boto3, aws-s3-sync-style threads", sync_style, dest),
             ]  # fmt: skip
-            results = []
-            for name, cmd, where in clients:
-                seconds, rss = _timed(cmd, env, dest)
-                got = _bytes_in(where)
-                assert got == total, f"{name}: {got} of {total} bytes"
-                results.append((name, seconds, rss))
+            peaks: dict[str, list[float]] = {name: [] for name, _, _ in clients}
+
+            def run(name: str, cmd: list[str], where: Path) -> Callable[[], float]:
+                def once() -> float:
+                    seconds, rss = _timed(cmd, env, dest)
+                    got = _bytes_in(where)
+                    assert got == total, f"{name}: {got} of {total} bytes"
+                    peaks[name].append(rss)
+                    return seconds
+
+                return once
+
+            samples = interleaved({name: run(name, cmd, where) for name, cmd, where in clients}, args.rounds)
+            print_table(f"seconds incl. sync, {args.rounds} interleaved rounds", samples)
+            for name, values in samples.items():
                 print(
-                    f"{name:48s} {seconds:7.1f}s  {total / seconds / MiB:7.0f} MiB/s  peak RSS {rss:5.0f} MiB"
+                    f"  {name:48s} median {total / median(values) / MiB:6.0f} MiB/s, peak RSS {max(peaks[name]):5.0f} MiB"
                 )
-            base = results[0][1]
-            for name, seconds, _ in results[1:]:
-                print(f"ratio {name} / praesto: {seconds / base:.2f}x")
+            ours = clients[0][0]
+            for name, _, _ in clients[1:]:
+                print(f"ratio of medians {name} / praesto: {ratio(samples[name], samples[ours]):.2f}x")
             print(f"moto server peak RSS: {_moto_rss(server):.0f} MiB")
     finally:
         shutil.rmtree(work, ignore_errors=True)

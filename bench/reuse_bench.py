@@ -101,9 +101,9 @@ def main() -> int:
     origin: dict[str, list[int]] = {}
     for _ in range(max(ROUNDS, args.rounds)):
         with tempfile.TemporaryDirectory(prefix="praesto-reuse-", dir=args.workdir) as tmp:
-            for step, (s, sent) in one_round(Path(tmp), files).items():
-                seconds.setdefault(step, []).append(s)
-                origin.setdefault(step, []).append(sent)
+            for step, (took, served) in one_round(Path(tmp), files).items():
+                seconds.setdefault(step, []).append(took)
+                origin.setdefault(step, []).append(served)
     print(
         f"model {total / MiB:.0f} MiB (4 shards + 2 small files), one node agent, {len(origin['cold download'])} rounds"
     )

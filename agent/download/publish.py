@@ -156,8 +156,8 @@ def publish(plan: Plan, staging: Path, dest: Path, pvc: bool, sha256: dict[str, 
     tree.mkdir(parents=True, exist_ok=True)
     for f in plan.files:
         os.chmod(tree / f.path, FILE_MODE)
-    for d in sorted(_folders(f.path for f in plan.files), key=lambda d: -d.count("/")):
-        fsync_dir(tree / d)
+    for folder in sorted(_folders(f.path for f in plan.files), key=lambda p: -p.count("/")):
+        fsync_dir(tree / folder)
     fsync_dir(tree)
     # Compact: json's C encoder (indent= falls back to pure Python: seconds at 100,000 files).
     manifest = json.dumps(manifest_for(plan, sha256), sort_keys=True, separators=(",", ":")).encode()
