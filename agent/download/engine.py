@@ -56,6 +56,31 @@ START_CONNECTIONS = 4  # parts in flight at first: enough to keep 2 cores busy o
 SLOW_CONNECTION = 64e6  # bytes/s: a connection slower than this may be capped by the origin
 RATE_WINDOW = 0.3  # seconds over which rates are judged
 WIDEN_GAIN = 1.3  # doubling the connections must raise the total rate this much to be kept
+BUSY_CPU = 0.8  # the machine's CPUs busier than this over a window: more connections cannot help
+
+
+class CpuMeter:
+    """The machine's CPU busy fraction between calls, from /proc/stat. Time waiting for the
+    disk (iowait) counts as busy: a disk-bound download gains nothing from more sockets."""
+
+    def __init__(self, path: str = "/proc/stat") -> None:
+        self.path = path
+        self._last = self._read()
+
+    def _read(self) -> tuple[int, int] | None:
+        try:
+            with open(self.path) as stat:
+                fields = [int(v) for v in stat.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        return sum(fields), fields[3] if len(fields) > 3 else 0  # (total, idle) jiffies
+
+    def __call__(self) -> float:
+        now, last = self._read(), self._last
+        self._last = now
+        if now is None or last is None or now[0] <= last[0]:
+            return 0.0
+        return 1.0 - (now[1] - last[1]) / (now[0] - last[0])
 
 
 class Gate:
@@ -68,7 +93,10 @@ class Gate:
     than `slow` bytes/s suggests the origin caps each connection (a CDN), where more
     connections mean more bytes/s: the limit doubles, and the next window checks that
     the total rate rose by WIDEN_GAIN; if not (the CPU, disk or link is the limit, not
-    the connections) it halves back and stays there.
+    the connections) it halves back and stays there. Before doubling it also asks `busy`
+    (the machine's CPU busy fraction over the window): when the CPUs are already nearly
+    all busy, slow connections mean the CPU is the limit (loopback, a small node), not
+    the origin, and the gate settles where it is.
     """
 
     def __init__(
@@ -77,8 +105,10 @@ class Gate:
         limit: int,
         slow: float = SLOW_CONNECTION,
         clock: Callable[[], float] = time.monotonic,
+        busy: Callable[[], float] | None = None,
     ) -> None:
         self.clock = clock
+        self.busy = busy
         self.limit = max(1, limit)
         self.allowed = min(self.limit, max(1, start))
         self.peak = self.allowed  # the most parts ever allowed in flight (reported, tested)
@@ -127,7 +157,12 @@ class Gate:
                         "%.0f MB/s did not rise with more connections: %d in flight", rate / 1e6, self.allowed
                     )
                     return
+            cpu = self.busy() if self.busy is not None else 0.0
             if self.allowed >= self.limit or conn_bytes >= self.slow * conn_seconds:
+                return
+            if cpu > BUSY_CPU:
+                self.settled = True
+                log.debug("CPUs %.0f%% busy: %d in flight is the most that pays", cpu * 100, self.allowed)
                 return
             self._probe = rate
             self.allowed = min(self.limit, self.allowed * 2)
@@ -181,7 +216,7 @@ class Engine:
         self.options = options
         self.transport: ByteSource = transport or Transport(endpoint, options.token)
         self.budget = MemoryBudget(options.memory_budget)
-        self.gate = Gate(START_CONNECTIONS, options.concurrency)
+        self.gate = Gate(START_CONNECTIONS, options.concurrency, busy=CpuMeter())
         self._meter = threading.local()  # per connection: bytes and seconds towards the next rate
         self.journal = Journal(staging, {"revision": plan.revision, "partSize": options.part_size, "v": 1})
         self.result = Result(plan)

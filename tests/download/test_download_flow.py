@@ -15,7 +15,7 @@ from pathlib import Path
 
 from praesto.agent.download import download, plan
 from praesto.agent.download.api import RemoteFile, Sink
-from praesto.agent.download.engine import RATE_WINDOW, START_CONNECTIONS, Engine, Gate
+from praesto.agent.download.engine import RATE_WINDOW, START_CONNECTIONS, CpuMeter, Engine, Gate
 from praesto.agent.download.publish import publish, staging_for
 
 from praesto.spec import Source
@@ -68,6 +68,27 @@ def test_the_gate_stops_at_its_limit() -> None:
     clock.now += RATE_WINDOW
     gate.observe(1, RATE_WINDOW, 10**6)
     assert gate.allowed == 6
+
+
+def test_slow_connections_on_busy_cpus_do_not_widen_the_gate() -> None:
+    # Loopback or a small node: each of 4 connections is "slow" only because the CPUs are
+    # full (receive copies, sha256); more sockets would cost CPU per byte, not add bytes/s.
+    clock = Clock()
+    gate = Gate(4, 32, slow=64e6, clock=clock, busy=lambda: 0.95)
+    gate.mark(0)
+    clock.now += RATE_WINDOW
+    gate.observe(int(50e6 * RATE_WINDOW), RATE_WINDOW, int(200e6 * RATE_WINDOW))
+    assert (gate.allowed, gate.peak, gate.settled) == (4, 4, True)
+
+
+def test_the_cpu_meter_reads_busy_time_from_proc_stat(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1 2 3\n")
+    meter = CpuMeter(str(stat))
+    stat.write_text("cpu  190 0 190 820 100 0 0 0 0 0\n")  # +300 jiffies, 20 idle, 100 iowait
+    assert abs(meter() - (1 - 20 / 300)) < 1e-9  # waiting for the disk counts as busy
+    assert meter() == 0.0  # no time passed
+    assert CpuMeter(str(tmp_path / "absent"))() == 0.0  # no /proc: never claims busy
 
 
 def _engine(hub: LocalHub, repo: str, dest: Path, **kwargs: object) -> Engine:
