@@ -19,20 +19,20 @@ from praesto.agent.download.objcreds import settings_from_secret
 from praesto.agent.kube import KubeApi, SecretUnavailable
 from praesto.agent.reservations import Reservations
 
-from praesto import store
+from praesto import credscope, store
 from praesto.quantity import format_bytes
 from praesto.spec import Source
 from praesto.store import StoreLayout
 
 CLUSTER_SECRET_ENV = "PRAESTO_CREDENTIALS_SECRET"  # noqa: S105 - chart credentials.secretRef: "namespace/name"
 # chart credentials.namespaces, comma-separated: who may use the cluster's credentials at all
-CLUSTER_CREDENTIALS_NAMESPACES_ENV = "PRAESTO_CREDENTIALS_NAMESPACES"
+CLUSTER_CREDENTIALS_NAMESPACES_ENV = credscope.ENV_NAMESPACES
 # chart credentials.sources, comma-separated URI prefixes: what the cluster's credentials may fetch
-CLUSTER_CREDENTIALS_SOURCES_ENV = "PRAESTO_CREDENTIALS_SOURCES"
+CLUSTER_CREDENTIALS_SOURCES_ENV = credscope.ENV_SOURCES
 
 
-def _listed(env: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(env, "").split(",") if item.strip()]
+def _listed(env: str) -> tuple[str, ...]:
+    return credscope.split_list(os.environ.get(env, ""))
 
 
 def cluster_credentials_allowed(namespace: str, uri: str = "") -> bool:
@@ -45,8 +45,7 @@ def cluster_credentials_allowed(namespace: str, uri: str = "") -> bool:
     """
     if namespace not in _listed(CLUSTER_CREDENTIALS_NAMESPACES_ENV):
         return False
-    prefixes = _listed(CLUSTER_CREDENTIALS_SOURCES_ENV)
-    return not prefixes or any(uri.startswith(prefix) for prefix in prefixes)
+    return credscope.source_within(uri, _listed(CLUSTER_CREDENTIALS_SOURCES_ENV))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import praesto
+from praesto import credscope
 from praesto.names import is_dns_label
 
 ENV_DOWNLOADER_IMAGE = "PRAESTO_DOWNLOADER_IMAGE"
@@ -69,6 +70,8 @@ class HooksConfig:
     # Images a ModelCache may name in spec.downloader.image besides downloader_image:
     # exact references, or prefixes ending in "*" (the chart's downloader.allowedImages).
     allowed_downloader_images: tuple[str, ...] = ()
+    # chart credentials.sources: what the workload identity may fetch (praesto/credscope.py)
+    credential_sources: tuple[str, ...] = ()
 
     def downloader_image_allowed(self, image: str) -> bool:
         """The downloader Job runs with the cache's Secrets: only images the platform admin chose."""
@@ -120,6 +123,8 @@ class HooksConfig:
         ):
             if env.get(name):
                 kwargs[key] = _string_map(env, name)
+        if env.get(credscope.ENV_SOURCES):
+            kwargs["credential_sources"] = credscope.split_list(env[credscope.ENV_SOURCES])
         if env.get(ENV_DOWNLOADER_ALLOWED_IMAGES):
             kwargs["allowed_downloader_images"] = _string_list(env, ENV_DOWNLOADER_ALLOWED_IMAGES)
         if env.get(ENV_DOWNLOADER_SERVICE_ACCOUNT):

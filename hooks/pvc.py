@@ -30,7 +30,7 @@ from praesto.hooks.common import (
     section,
 )
 from praesto.hooks.config import HooksConfig
-from praesto.hooks.pvc_job import EXIT_TOO_LARGE, download_job, image_not_allowed
+from praesto.hooks.pvc_job import EXIT_TOO_LARGE, download_job, image_not_allowed, uses_identity
 
 from praesto import names
 from praesto.quantity import format_bytes
@@ -146,9 +146,8 @@ def sync_pvc(
         if phase == names.PHASE_READY:
             downloaded = pvc_pod.report(pods)
         elif phase != names.PHASE_FAILED:
-            no_account = pvc_pod.missing_service_account(
-                request, str(meta(parent).get("namespace")), config.downloader_service_account
-            )
+            account = config.downloader_service_account if uses_identity(spec, config) else ""
+            no_account = pvc_pod.missing_service_account(request, str(meta(parent).get("namespace")), account)
             problem = ("WaitingForServiceAccount", no_account) if no_account else pvc_pod.stuck(pods)
             if problem is not None:
                 phase, (reason, message) = names.PHASE_PENDING, problem

@@ -20,7 +20,7 @@ from praesto.hooks.common import Obj, child_metadata, meta
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_pod import TERMINATION_LOG
 
-from praesto import names
+from praesto import credscope, names
 from praesto.privileges import privilege_errors
 from praesto.spec import ModelCacheSpec
 
@@ -107,6 +107,17 @@ def _volumes(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list
     return volumes, mounts
 
 
+def uses_identity(spec: ModelCacheSpec, config: HooksConfig) -> bool:
+    """Whether the Job runs as the workload-identity ServiceAccount. Never for a cache that names its
+    own Secret (that Secret only), nor for a source outside the chart's credentials.sources; the
+    ServiceAccount itself exists only in the namespaces the admin listed (downloaderNamespaces)."""
+    return (
+        bool(config.downloader_service_account)
+        and spec.source.secret_ref is None
+        and credscope.source_within(spec.source.uri, config.credential_sources)
+    )
+
+
 def image_not_allowed(spec: ModelCacheSpec, config: HooksConfig) -> str | None:
     """Why spec.downloader.image may not run, or None. The Job mounts the cache's Secret and
     writes the shared volume, so its image is the platform admin's choice, not the cache author's:
@@ -162,7 +173,7 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
             *extra_volumes,
         ],
     }
-    if config.downloader_service_account:
+    if uses_identity(spec, config):
         pod_spec["serviceAccountName"] = config.downloader_service_account
     return {
         "apiVersion": "batch/v1",

@@ -69,6 +69,25 @@ def test_identity_ca_bundle_and_proxies_reach_the_job() -> None:
     }
 
 
+def test_the_identity_serves_only_caches_without_a_secret_and_inside_the_listed_sources() -> None:
+    # Issue 12: a cache that names its own Secret uses only it, and credentials.sources narrows
+    # what the cluster's identity may fetch, in PVC mode as on the nodes.
+    config = HooksConfig.from_env(
+        {
+            "PRAESTO_DOWNLOADER_SERVICE_ACCOUNT": "praesto-downloader",
+            "PRAESTO_CREDENTIALS_SOURCES": "az://weights/shared/, hf://my-org/",
+        }
+    )
+
+    def account(uri: str, **source: object) -> object:
+        spec = {"source": {"uri": uri, **source}, "storage": {"size": "1Gi", "storageClassName": "rwx"}}
+        return _job(config, spec)["spec"]["template"]["spec"].get("serviceAccountName")  # type: ignore[index]
+
+    assert account("az://weights/shared/llama") == "praesto-downloader"
+    assert account("az://weights/private/llama") is None
+    assert account("az://weights/shared/llama", secretRef={"name": "own"}) is None
+
+
 @pytest.mark.parametrize(
     ("env", "needle"),
     [
