@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from praesto.agent.download.api import Plan
 from praesto.agent.download.journal import JOURNAL, Journal
 from praesto.agent.download.publish import TREE
+from praesto.agent.peers.swarm import SEEDER_COPIES, Fanout
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,19 @@ class Written:
         done = self.parts.get(path, set())
         return all(i in done for i in range(start // self.part_size, (end - 1) // self.part_size + 1))
 
+    def offer(self, spent: set[tuple[str, int]]) -> dict[str, str | list[int]]:
+        """Per file, "all" or the part indices to offer: written, less those sent enough (swarm.Fanout)."""
+        size = self.part_size
+        files: dict[str, str | list[int]] = {}
+        for path in self.verified:
+            held = range(-(-self.sizes.get(path, 0) // size)) if size > 0 else range(0)
+            taken = any((path, i) in spent for i in held)
+            files[path] = [i for i in held if (path, i) not in spent] if taken else "all"
+        for path, parts in self.parts.items():
+            if path not in self.verified:
+                files[path] = sorted(i for i in parts if (path, i) not in spent)
+        return files
+
     @property
     def bytes(self) -> int:
         """Bytes written: grows while the download moves (the asker's stall signal)."""
@@ -57,6 +71,7 @@ class Flight:
     revision: str
     sizes: dict[str, int]  # plan path -> size
     staging: Path
+    fanout: Fanout = field(default_factory=Fanout)  # how often each part may go out (swarm.py)
 
     @property
     def tree(self) -> Path:
@@ -75,6 +90,13 @@ class InFlight:
         flight = Flight(plan.revision, {f.path: f.size for f in plan.files}, staging)
         with self._lock:
             self._flights[f"{namespace}/{cache}"] = flight
+
+    def seed(self, namespace: str, cache: str) -> None:
+        """This node fetches the cache from the origin for the others: each part goes out once."""
+        with self._lock:
+            found = self._flights.get(f"{namespace}/{cache}")
+            if found is not None:
+                found.fanout.copies = SEEDER_COPIES
 
     def flight(self, namespace: str, cache: str, revision: str) -> Flight | None:
         with self._lock:

@@ -16,6 +16,14 @@ of the same cache (label `praesto.io/model-cache`, same namespace) and:
   phase and progress do not move for `stall_seconds`, that fails, or that
   disappears is skipped (before the download) or dropped (during it, by
   `PeerSource`), so waiting never outlives a broken leader long.
+
+A swarm, not a star: a follower asks every peer of the same revision that is
+Ready or Downloading (found again while it runs), each for the parts it holds
+(swarm.py: the least busy holder of each part), and a download in flight sends
+each part only a few times (once from the leader, which seeds from the origin,
+twice from a follower), so followers copy most parts from each other and no
+node's upload carries N copies. Parts are journaled, hence offered, as each
+completes (`PROMPT_CHECKPOINT`).
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from praesto.store import StoreLayout
 
 log = logging.getLogger("praesto.peers")
 REASON_WAITING_FOR_PEER = "WaitingForPeer"
+PROMPT_CHECKPOINT = 0.0  # seconds between journal checkpoints while peers may copy: every part
 Obj = dict[str, Any]
 Report = Callable[[CacheRef, str], None]
 
@@ -85,6 +94,8 @@ class Peering:
         """Set `options.peers` when peers hold `plan` or are fetching it; wait while a leader plans."""
         if options.staging_dir is not None:  # other nodes may copy this download's written parts
             self.server.inflight.register(ref.namespace, ref.cache, plan, options.staging_dir)
+            # offered to peers as soon as journaled: a second's lag per hop would hold the swarm back
+            options.checkpoint_seconds = min(options.checkpoint_seconds, PROMPT_CHECKPOINT)
         skipped: set[str] = set()
         watched: tuple[str, Any, float] | None = None  # (leader, what it showed, since when)
         while True:
@@ -96,7 +107,7 @@ class Peering:
             ]
             ready = [a for a in ready if a]
             if ready:
-                options.peers = self._source(ref, plan, ready)
+                options.peers = self._source(ref, plan, self._holders(others, plan), [])
                 log.info("fetching %s/%s from peers %s", ref.namespace, ref.cache, ",".join(ready))
                 return
             active = {
@@ -108,13 +119,15 @@ class Peering:
             }
             leader = min([self.node_name, *active])
             if leader == self.node_name:
+                self.server.inflight.seed(ref.namespace, ref.cache)
                 return
             status = active[leader].get("status") or {}
             if (
                 status.get("phase") == names.PHASE_DOWNLOADING
                 and status.get("resolvedRevision") == plan.revision
             ):
-                options.peers = self._source(ref, plan, [_address(active[leader])])
+                seeder = _address(active[leader])
+                options.peers = self._source(ref, plan, [seeder, *self._holders(others, plan)], [seeder])
                 log.info("copying %s/%s from node %s while it downloads", ref.namespace, ref.cache, leader)
                 return
             shows = (
@@ -139,9 +152,29 @@ class Peering:
             if options.cancel.wait(self.config.poll_seconds):
                 raise DownloadCancelled()
 
-    def _source(self, ref: CacheRef, plan: Plan, addresses: list[str]) -> PeerSource:
+    def _source(self, ref: CacheRef, plan: Plan, addresses: list[str], seeders: list[str]) -> PeerSource:
         tuning = dataclasses.replace(self.config.tuning, stall_seconds=self.config.stall_seconds)
-        return PeerSource(addresses, self.credentials, ref.namespace, ref.cache, plan.revision, tuning)
+        return PeerSource(
+            addresses,
+            self.credentials,
+            ref.namespace,
+            ref.cache,
+            plan.revision,
+            tuning,
+            seeders=seeders,
+            discover=lambda: self._holders(self._others(ref), plan),
+        )
+
+    @staticmethod
+    def _holders(others: list[Obj], plan: Plan) -> list[str]:
+        """Addresses of other nodes that hold (Ready) or are fetching (Downloading) this revision."""
+        return [
+            _address(o)
+            for o in others
+            if _phase(o) in (names.PHASE_READY, names.PHASE_DOWNLOADING)
+            and (o.get("status") or {}).get("resolvedRevision") == plan.revision
+            and _address(o)
+        ]
 
     def _others(self, ref: CacheRef) -> list[Obj]:
         """Other nodes' ModelCacheNodes of this cache; [] when the API cannot say (origin then)."""

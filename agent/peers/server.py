@@ -41,7 +41,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from praesto.agent.peers.identity import Gate, Refused
-from praesto.agent.peers.inflight import InFlight
+from praesto.agent.peers.inflight import Flight, InFlight, Written
 
 from praesto import names
 from praesto.store import StoreLayout, read_json
@@ -118,6 +118,7 @@ class PeerServer(ThreadingHTTPServer):
         self.uploads = threading.BoundedSemaphore(max(1, self.limits.max_uploads))
         self.rate = RateLimiter(self.limits.rate)
         self.bytes_served = 0
+        self.busy = 0  # uploads under way (told to askers in /parts, so they pick the least busy)
         self.not_yet = 0  # 425 answers: asks for ranges of an in-flight download not written yet
         self.refused_connections = 0  # over max_connections
         self._lock = threading.Lock()
@@ -180,6 +181,10 @@ class PeerServer(ThreadingHTTPServer):
     def count_not_yet(self) -> None:
         with self._lock:
             self.not_yet += 1
+
+    def count_busy(self, n: int) -> None:
+        with self._lock:
+            self.busy += n
 
     def served(self, n: int) -> None:
         with self._lock:
@@ -270,19 +275,35 @@ class _Handler(BaseHTTPRequestHandler):
             written = self.server.inflight.written(flight)
             if span is not None and (written is None or not written.covers(path, *span)):
                 return self._not_yet(path, written.bytes if written is not None else 0)
+            if not self._first_serve(flight, path, span, written, node):
+                # sent `copies` times moments ago: the asker finds it at a node that got it
+                return self._not_yet(path, written.bytes if written is not None else 0)
         if not self.server.uploads.acquire(blocking=False):
             return self._error(503, "upload limit reached on this node; try another peer", retry_after="1")
+        self.server.count_busy(1)
         try:
             self._send_file(root, entry, in_flight=not complete)
         finally:
+            self.server.count_busy(-1)
             self.server.uploads.release()
+
+    @staticmethod
+    def _first_serve(
+        flight: Flight, path: str, span: tuple[int, int] | None, written: Written | None, asker: str
+    ) -> bool:
+        """A part of a download in flight goes out only `copies` times per window (swarm.Fanout)."""
+        size = written.part_size if written is not None else 0
+        if span is None or size <= 0 or flight.sizes[path] <= size:
+            return True
+        parts = [(path, i) for i in range(span[0] // size, (span[1] - 1) // size + 1)]
+        return flight.fanout.claim(parts, asker, time.monotonic())
 
     def _parts(self, namespace: str, cache: str, revision: str) -> None:
         """What of `revision` this node can serve now: all of it, or journaled parts per file."""
         found = self.server.manifest_files(namespace, cache)
         answer: dict[str, Any]
         if found is not None and found[1] == revision:
-            answer = {"complete": True}
+            answer = {"complete": True, "busy": self.server.busy}
         else:
             flight = self.server.inflight.flight(namespace, cache, revision)
             if flight is None:
@@ -291,12 +312,12 @@ class _Handler(BaseHTTPRequestHandler):
             written = self.server.inflight.written(flight)
             files: dict[str, Any] = {}
             if written is not None:
-                files = dict.fromkeys(written.verified, "all")
-                files.update({p: sorted(i) for p, i in written.parts.items() if p not in written.verified})
+                files = written.offer(flight.fanout.spent(time.monotonic()))
             answer = {
                 "complete": False,
                 "partSize": written.part_size if written is not None else 0,
                 "written": written.bytes if written is not None else 0,
+                "busy": self.server.busy,
                 "files": files,
             }
         body = json.dumps(answer).encode()

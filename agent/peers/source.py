@@ -1,7 +1,11 @@
-"""`PeerSource`: the downloader's `PartSource` backed by other nodes' Ready copies.
+"""`PeerSource`: the downloader's `PartSource` backed by other nodes' copies, Ready or in flight.
 
-Per byte range it asks one peer (files stick to one peer, so bad bytes can be
-blamed on exactly who sent them), moves on to another peer when one is busy
+Per byte range it asks the peer `swarm.pick_peer` names among those whose
+`/parts` offer holds that part (offers polled every `Tuning.offer_seconds`,
+peers found again every `Tuning.discover_seconds` through `discover`), so a
+swarm of followers copies from each other, not all from the seeder. Senders of
+each file are remembered, so bad bytes are blamed on exactly who sent them. It
+moves on to another peer when one is busy
 (503 with Retry-After) and gives the rest of the range back to the origin when
 peers are gone, refuse (401/404/416), answer wrongly, or are slower than
 `Tuning.min_rate` over the range. A peer that fails, or is slow `strikes` times,
@@ -17,16 +21,19 @@ count stands still for `Tuning.stall_seconds` is dropped and the origin serves.
 from __future__ import annotations
 
 import http.client
+import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 from praesto.agent.download.api import DownloadCancelled, DownloadError, RemoteFile, Sink
 from praesto.agent.download.http import Expired, Redirect, Target, Transient, Transport, retry_after
 from praesto.agent.peers import auth
-from praesto.agent.peers.server import NOT_YET, WRITTEN_HEADER, file_path
+from praesto.agent.peers.server import NOT_YET, WRITTEN_HEADER, file_path, parts_path
+from praesto.agent.peers.swarm import MAX_PEERS, Offer, neighbours, pick_peer
 
 log = logging.getLogger("praesto.peers")
 
@@ -40,6 +47,9 @@ class Tuning:
     busy_pause: float = 0.2  # all peers busy: wait this long, until the range's deadline
     stall_seconds: float = 60.0  # a peer answering "not yet" whose written bytes stand still this long
     not_yet_pause: float = 1.0  # longest wait between asks for a range not written yet
+    offer_seconds: float = 0.25  # how old peers' offers (what parts they hold) may get
+    discover_seconds: float = 2.0  # how often peers are looked for again (new followers)
+    max_peers: int = MAX_PEERS  # peers asked besides the seeders (swarm.neighbours): bounded polling
 
 
 class _Slow(Exception):
@@ -87,15 +97,25 @@ class PeerSource:
         cache: str,
         revision: str,
         tuning: Tuning | None = None,
+        *,
+        seeders: list[str] | None = None,
+        discover: Callable[[], list[str]] | None = None,
     ) -> None:
         self.tuning = tuning or Tuning()
+        self.node = credentials.node
+        self.seeders = list(seeders or [])  # peers fetching from the origin: asked for parts nobody has
+        self.discover = discover
+        self.offers: dict[str, Offer] = {}
+        self._polled = 0.0
+        self._discovered = time.monotonic()
+        self._polling = threading.Lock()
         self.prefix = (namespace, cache, revision)
         self.transport = _PeerTransport(credentials, self.tuning.timeout)
-        self.alive = list(dict.fromkeys(addresses))
+        asked = neighbours(self.node, addresses, self.tuning.max_peers)
+        self.alive = list(dict.fromkeys([*self.seeders, *asked]))
         self.dropped: dict[str, str] = {}  # address -> why
         self._lock = threading.Lock()
         self._load = dict.fromkeys(self.alive, 0)
-        self._owner: dict[str, str] = {}  # file path -> the peer it is fetched from
         self._sent: dict[str, set[str]] = {}  # file path -> peers that delivered bytes of it
         self._origin_only: set[str] = set()
         self._strikes = dict.fromkeys(self.alive, 0)
@@ -109,7 +129,7 @@ class PeerSource:
         deadline = time.monotonic() + budget
         delivered, tried, waits = 0, set[str](), 0
         while start + delivered < end:
-            peer = self._choose(file.path, tried)
+            peer = self._choose(file.path, start + delivered, tried)
             if peer is None:
                 if not self._all_busy(tried) or time.monotonic() >= deadline:
                     break
@@ -180,18 +200,71 @@ class PeerSource:
                 self._load[peer] = self._load.get(peer, 1) - 1
         return got[0]
 
-    def _choose(self, path: str, tried: set[str]) -> str | None:
-        """The file's own peer if usable, else the least loaded one (which then owns the file)."""
+    def _choose(self, path: str, pos: int, tried: set[str]) -> str | None:
+        """`swarm.pick_peer` over the alive peers' offers; peers without an offer count as seeders."""
+        self._refresh()
         with self._lock:
-            usable = [p for p in self.alive if p not in tried]
-            if not usable:
-                return None
-            owner = self._owner.get(path)
-            peer = owner if owner in usable else min(usable, key=lambda p: self._load[p])
-            if owner not in self.alive:
-                self._owner[path] = peer
-            self._load[peer] += 1
+            offers = {p: o for p, o in self.offers.items() if p in self.alive}
+            size = next((o.part_size for o in offers.values() if o.part_size), 0)
+            seeders = [p for p in self.seeders if p in self.alive] or [
+                p for p in self.alive if p not in offers
+            ]
+            if not seeders and not any(o.complete for o in offers.values()):
+                seeders = list(self.alive)  # every offer is partial: wait at whoever may get the part
+            part = (path, pos // size if size else 0)
+            peer = pick_peer(part, offers, self._load, self.node, seeders=seeders, exclude=tried)
+            if peer is not None:
+                self._load[peer] = self._load.get(peer, 0) + 1
             return peer
+
+    def _refresh(self) -> None:
+        """Poll every alive peer's offer when they are older than `offer_seconds` (one thread at a time)."""
+        now = time.monotonic()
+        if now - self._polled < self.tuning.offer_seconds or not self._polling.acquire(blocking=False):
+            return
+        try:
+            if self.discover is not None and now - self._discovered >= self.tuning.discover_seconds:
+                self._discovered = now
+                self._add(self.discover())
+            with self._lock:
+                peers = list(self.alive)
+            offers = {p: o for p in peers if (o := self._offer(p)) is not None}
+            with self._lock:
+                self.offers = offers
+            self._polled = time.monotonic()
+        finally:
+            self._polling.release()
+
+    def _add(self, addresses: list[str]) -> None:
+        with self._lock:
+            known = set(self.alive) | set(self.dropped)
+            room = self.tuning.max_peers + len(self.seeders) - len(self.alive)
+            for peer in neighbours(self.node, [a for a in addresses if a not in known], max(0, room)):
+                if peer not in self.alive and peer not in self.dropped:
+                    self.alive.append(peer)
+                    self._load.setdefault(peer, 0)
+                    self._strikes.setdefault(peer, 0)
+
+    def _offer(self, peer: str) -> Offer | None:
+        """What `peer` says it holds, or None when it cannot say (then it is asked like a seeder)."""
+        try:
+            resp = self.transport.request("GET", f"http://{peer}{parts_path(*self.prefix)}", authorized=False)
+            body = resp.read()
+            if resp.status != 200:
+                return None
+            data = json.loads(body)
+            busy = int(data.get("busy") or 0)
+            if data.get("complete"):
+                return Offer(complete=True, busy=busy)
+            files = data.get("files") or {}
+            parts = frozenset(
+                (path, int(i)) for path, held in files.items() if isinstance(held, list) for i in held
+            )
+            whole = [path for path, held in files.items() if held == "all"]
+            size = int(data.get("partSize") or 0)
+            return Offer(parts=parts, whole=frozenset(whole), part_size=size, busy=busy)
+        except (NotYet, Transient, OSError, ValueError, http.client.HTTPException):
+            return None
 
     def _still_moving(self, peer: str, written: str) -> bool:
         """False (and the peer dropped) once its written bytes stood still for `stall_seconds`."""

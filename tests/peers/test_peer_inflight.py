@@ -232,5 +232,6 @@ def test_followers_fall_back_to_the_origin_when_the_leader_dies_mid_download(c: 
     c.wait_ready("tiny", NODES[1:3], timeout=90)
     for node in NODES[1:3]:
         assert c.files("tiny", node) == FILES
-        assert c.status("tiny", node)["bytesFromPeers"] < TOTAL
+    # what node-a never wrote came from the origin (a follower may then copy it from the other)
+    assert any(c.status("tiny", node)["bytesFromPeers"] < TOTAL for node in NODES[1:3])
     assert "dropped for this download" in c.log.getvalue()
