@@ -20,32 +20,13 @@ from kubernetes.client.rest import ApiException
 from praesto import names
 from tests.cluster.agents import agent_pod, bound_to, remove_agent_pod
 from tests.cluster.installed import AGENT_SA, Installed
-from tests.cluster.tenants import ready_node
+from tests.cluster.tenants import node_copy, ready_node
 from tests.support.controlplane import wait_for
 from tests.support.helm_chart import NAMESPACE
 
 Obj = dict[str, Any]
 TENANT = "confined"
 NODE_A, NODE_B = "confine-a", "confine-b"
-
-
-def node_copy(node: str) -> Obj:
-    cache = "shared-model"
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.MODELCACHENODE_KIND,
-        "metadata": {
-            "name": names.modelcachenode_name(cache, node),
-            "namespace": TENANT,
-            "labels": {names.LABEL_NODE: names.node_label_value(node)},
-        },
-        "spec": {
-            "modelCacheName": cache,
-            "nodeName": node,
-            "source": {"uri": "hf://org/tiny", "revision": "main"},
-            "size": "1Gi",
-        },
-    }
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +36,7 @@ def copies(installed: Installed) -> Iterator[dict[str, Obj]]:
     made = {}
     for node in (NODE_A, NODE_B):
         ready_node(admin, node)
-        made[node] = admin.apply(node_copy(node))
+        made[node] = admin.apply(node_copy("shared-model", node, TENANT))
     policy_in_force(installed)
     yield made
     for obj in made.values():

@@ -26,7 +26,7 @@ from praesto import names
 from praesto.store import StoreLayout
 from tests.cluster.agents import agent_pod, bound_to, remove_agent_pod
 from tests.cluster.installed import AGENT_SA, HOOKS_SA, Installed
-from tests.cluster.tenants import ready_node
+from tests.cluster.tenants import node_copy, ready_node
 from tests.peers.test_peer_server import REV, make_cache
 from tests.support.helm_chart import NAMESPACE
 
@@ -46,24 +46,6 @@ def peer_token(installed: Installed, service_account: str, namespace: str, bound
     return str(core.create_namespaced_service_account_token(service_account, namespace, body).status.token)
 
 
-def node_copy(cache: str, node: str) -> Obj:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.MODELCACHENODE_KIND,
-        "metadata": {
-            "name": names.modelcachenode_name(cache, node),
-            "namespace": TENANT,
-            "labels": {names.LABEL_NODE: names.node_label_value(node), names.LABEL_MODEL_CACHE: cache},
-        },
-        "spec": {
-            "modelCacheName": cache,
-            "nodeName": node,
-            "source": {"uri": "hf://org/tiny", "revision": "main"},
-            "size": "1Gi",
-        },
-    }
-
-
 @pytest.fixture(scope="module")
 def world(
     installed: Installed, tmp_path_factory: pytest.TempPathFactory
@@ -71,7 +53,10 @@ def world(
     """Node B's peer server holding two caches of the tenant; node A holds a copy of `placed` only."""
     admin = installed.admin
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT}})
-    made = [admin.apply(node_copy("placed", NODE_A)), admin.apply(node_copy("elsewhere", NODE_B))]
+    made = [
+        admin.apply(node_copy("placed", NODE_A, TENANT)),
+        admin.apply(node_copy("elsewhere", NODE_B, TENANT)),
+    ]
     pods = {}
     for node in (NODE_A, NODE_B):
         ready_node(admin, node)

@@ -65,6 +65,11 @@ def events(installed: Installed, namespace: str, kind: str, name: str) -> list[A
     return list(listed.items)
 
 
+def warm_cache(name: str, pool: str, repo: str) -> dict[str, Any]:
+    source = {"huggingface": {"repo": repo}}
+    return modelcache(name, NS, node_selector={POOL: pool}, source=source, warmNewNodes=True)
+
+
 def plain_pod(name: str, pool: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -107,15 +112,7 @@ def test_a_pod_waits_for_the_model_then_lands_on_the_warmed_node(
 ) -> None:
     hub.add_repo("org/warm", {"config.json": b"{}", "model.bin": b"w" * 200_000})
     joining_node(installed, "warm-1", "warm")
-    installed.admin.create(
-        modelcache(
-            "warm-llm",
-            NS,
-            node_selector={POOL: "warm"},
-            source={"huggingface": {"repo": "org/warm"}},
-            warmNewNodes=True,
-        )
-    )
+    installed.admin.create(warm_cache("warm-llm", "warm", "org/warm"))
     installed.admin.create(plain_pod("inference", "warm"))
     assert "untolerated taint" in unschedulable_message(installed.admin, NS, "inference")
 
@@ -139,15 +136,7 @@ def test_the_deadline_lifts_the_taint_with_warnings_naming_the_missing_cache(
     tmp_path: Path,
 ) -> None:
     joining_node(installed, "warm-late", "late")
-    installed.admin.create(
-        modelcache(
-            "never-ready",
-            NS,
-            node_selector={POOL: "late"},
-            source={"huggingface": {"repo": "org/absent"}},
-            warmNewNodes=True,
-        )
-    )
+    installed.admin.create(warm_cache("never-ready", "late", "org/absent"))
     composite.sync(NS, "never-ready")  # its copy for warm-late exists, and fails: the repo is not there
     start_agent(stack, installed, hub, tmp_path / "warm-late", "warm-late", "--startup-taint-deadline=3")
     wait_for("the deadline to lift the startup taint", lambda: not tainted(installed, "warm-late"), 60)
