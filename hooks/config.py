@@ -140,13 +140,15 @@ class HooksConfig:
         return cls(**kwargs)
 
 
-def _string_map(env: Mapping[str, str], name: str) -> dict[str, str]:
+def _json(env: Mapping[str, str], name: str, example: str) -> Any:
     try:
-        value = json.loads(env[name])
+        return json.loads(env[name])
     except json.JSONDecodeError as err:
-        raise ConfigError(
-            f'{name}: is not JSON ({err.msg}); set an object such as {{"HTTPS_PROXY": "..."}}'
-        ) from None
+        raise ConfigError(f"{name}: is not JSON ({err.msg}); set {example}") from None
+
+
+def _string_map(env: Mapping[str, str], name: str) -> dict[str, str]:
+    value = _json(env, name, 'an object such as {"HTTPS_PROXY": "..."}')
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
@@ -155,12 +157,7 @@ def _string_map(env: Mapping[str, str], name: str) -> dict[str, str]:
 
 
 def _string_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    try:
-        value = json.loads(env[name])
-    except json.JSONDecodeError as err:
-        raise ConfigError(
-            f'{name}: is not JSON ({err.msg}); set a list such as ["registry.example.com/praesto/*"]'
-        ) from None
+    value = _json(env, name, 'a list such as ["registry.example.com/praesto/*"]')
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise ConfigError(f"{name}: must be a JSON list of non-empty strings")
     return tuple(v.strip() for v in value)
@@ -178,12 +175,7 @@ def _integer(env: Mapping[str, str], name: str, minimum: int) -> int:
 
 
 def _json_object(env: Mapping[str, str], name: str) -> dict[str, Any]:
-    try:
-        value = json.loads(env[name])
-    except json.JSONDecodeError as err:
-        raise ConfigError(
-            f'{name}: is not JSON ({err.msg}); set a ResourceRequirements object such as {{"requests": {{"cpu": "250m"}}}}'
-        ) from None
+    value = _json(env, name, 'a ResourceRequirements object such as {"requests": {"cpu": "250m"}}')
     if not isinstance(value, dict) or not set(value) <= {"requests", "limits", "claims"}:
         raise ConfigError(
             f"{name}: must be a Kubernetes ResourceRequirements object with requests and/or limits"
