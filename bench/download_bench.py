@@ -15,9 +15,13 @@ Ours verifies every byte (sha256 / git blob id); the others do not.
 
 `cp -r` of the hub's blob directory (every LFS byte: the shards and tokenizer.json,
 all but the ~10 KB of small files) into the same destination is the physical-limit row:
-read from the same disk, written and synced to it. Page cache: equally warm for all
-contenders; the origin files were just generated and are in the page cache (the machine
-has far more RAM than the repo), so nginx and cp both read from memory; nothing drops it.
+read from the same disk, written and synced to it. Page cache, by default: equally warm
+for all contenders; the origin files were just generated and are in the page cache (the
+machine has far more RAM than the repo), so nginx and cp both read from memory, and cp is
+then a memory copy plus the write-back, a limit no network download approaches. With
+`--cold` (root) the page cache is dropped before every run of every contender: the origin's
+files, cp's source and each program's own files come from disk, so cp is the disk's
+read+write limit the downloads share.
 
 Profile (perf record -g and py-spy --nonblocking of `praesto-agent download`, 1 GiB
 uncapped, 2 cores shared with other work; before the Gate in agent/download/engine.py),
@@ -140,6 +144,12 @@ http {{
             self.proc = None
 
 
+def drop_page_cache() -> None:
+    """Write back, then drop clean pages, dentries and inodes (root): every run starts from disk."""
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
 def _bytes_in(dest: Path) -> int:
     return sum(
         p.stat().st_size
@@ -184,6 +194,9 @@ def _scenario(
 
     def run(tool: str, cmd: list[str]) -> Callable[[], float]:
         def once() -> float:
+            if args.cold:
+                shutil.rmtree(dest, ignore_errors=True)
+                drop_page_cache()
             seconds, peak = timed_child(cmd, env, fresh=dest)
             got = _bytes_in(dest)
             want = lfs_bytes if tool == CP else total
@@ -222,10 +235,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds (>= {ROUNDS})")
     parser.add_argument("--scenarios", default="uncapped,capped", help="comma-separated: uncapped, capped")
     parser.add_argument("--no-hf", dest="hf", action="store_false", help="leave `hf download` out")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="drop the page cache before every run (root): the origin's files, cp's source and "
+        "every program's own files come from disk, so cp is the disk's read+write limit",
+    )
     parser.add_argument("--workdir", default="/var/tmp", help="on the disk to measure (not a tmpfs)")
     args = parser.parse_args()
     if args.rounds < ROUNDS:
         parser.error(f"--rounds must be at least {ROUNDS}: a spread needs several runs")
+    if args.cold and os.geteuid() != 0:
+        parser.error("--cold drops the page cache, which needs root")
     for tool in ("nginx", "aria2c"):
         if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
             print(f"{tool} is missing: run scripts/install.sh", file=sys.stderr)
@@ -241,7 +262,7 @@ def main() -> int:
             total = sum(f.size for f in hub.repos[REPO].commits[hub.repos[REPO].refs["main"]].values())
             print(f"repo: {total / 2**30:.2f} GiB, {SHARDS} shards + {SMALL_FILES + 2} small files "
                   f"(generated in {time.perf_counter() - t0:.1f}s) under {work}; load {os.getloadavg()[0]:.2f}; "
-                  f"{os.cpu_count()} CPUs; origin files warm in the page cache for every contender")  # fmt: skip
+                  f"{os.cpu_count()} CPUs; " + ("page cache dropped before every run (--cold)" if args.cold else "origin files warm in the page cache for every contender"))  # fmt: skip
             env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_DISABLE_XET": "1",
                    "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}  # fmt: skip
             env.pop("HF_TOKEN", None)
