@@ -107,11 +107,14 @@ class Fanout:
     def spent(self, now: float) -> set[Part]:
         """Parts sent `copies` times within the window: not offered (askers go to who got them)."""
         with self._lock:
-            return {
-                p
-                for p, sent in self._sent.items()
-                if sum(now - at < self.window for at, _ in sent) >= self.copies
-            }
+            return {p for p in self._sent if self._enough(p, now)}
+
+    def sent_enough(self, part: Part, now: float) -> bool:
+        with self._lock:
+            return self._enough(part, now)
+
+    def _enough(self, part: Part, now: float) -> bool:
+        return sum(now - at < self.window for at, _ in self._sent.get(part, ())) >= self.copies
 
 
 def neighbours(asker: str, peers: Iterable[str], k: int = MAX_PEERS) -> list[str]:

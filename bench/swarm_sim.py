@@ -1,0 +1,260 @@
+"""Swarm versus star at N = 16 ... 1024 nodes: a discrete-event simulation, no network.
+
+    python -m bench.swarm_sim [--model-gib 4] [--part-mib 16] [--origin-mbps 50] [--origin-conns 8]
+                              [--upload-gbps 10] [--download-gbps 10] [--nodes 16,64,256,1024]
+
+Every node fetches every part of one model, `concurrency` parts at a time in the
+downloader's order (engine.py: the same order on every node). The seeder (the
+node that fetches from the origin) gets each part over one of its connections
+at `origin-mbps`. A follower asks, per part, the peer the agent's own rules name
+(agent/peers/swarm.py, the code the agent runs): `pick_peer` over the offers of
+its `neighbours` plus the seeder, where an in-flight node offers a part until
+its `Fanout` sent it `copies` times; a node holding the whole model is Ready and
+serves without that rule. A node has `max_uploads` upload slots (503 beyond, as
+the peer server) and `concurrency` download slots, and a transfer runs at
+min(upload / max_uploads, download / concurrency): a NIC's bandwidth shared by
+its slots, never exceeded. A worker with no peer to ask waits until a part
+appears at, or a slot frees on, a peer it asked (or the fan-out window passes).
+"star" is the rule before the swarm: every follower copies every part from the
+seeder, which then uploads N-1 copies of the model.
+
+It prints per N: time until every node holds the model, origin bytes and the
+seeder's upload as multiples of the model. Left out: TCP dynamics, disk and CPU,
+request latency and the agent's polling lag, failing peers (tests/peers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import sys
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from praesto.agent.peers.swarm import (
+    FANOUT_WINDOW,
+    FOLLOWER_COPIES,
+    MAX_PEERS,
+    SEEDER_COPIES,
+    Fanout,
+    Offer,
+    neighbours,
+    pick_peer,
+)
+
+FILE = "model.safetensors"
+SEEDER = "node-0000"
+
+
+@dataclass(frozen=True)
+class Setup:
+    nodes: int
+    parts: int = 256  # of `part_bytes`: 4 GiB by default
+    part_bytes: int = 16 << 20
+    origin: float = 50e6  # bytes/s per origin connection (a CDN's per-connection rate)
+    upload: float = 1.25e9  # bytes/s per node: 10 GbE
+    download: float = 1.25e9
+    concurrency: int = 8  # parts in flight per download (connections)
+    max_uploads: int = 8  # the peer server's concurrent uploads
+    max_peers: int = MAX_PEERS
+    swarm: bool = True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    seconds: float  # until every node holds the model
+    origin_bytes: int
+    seeder_upload: int  # bytes the seeder uploaded to peers
+    model_bytes: int
+    ready: int  # nodes holding the whole model
+
+
+@dataclass
+class _Wake:
+    """A waiting worker's retry, run at most once whichever event comes first."""
+
+    sim: _Sim
+    action: Callable[[], None]
+    fired: bool = False
+
+    def __call__(self) -> None:
+        if not self.fired:
+            self.fired = True
+            self.sim.at(self.sim.now, self.action)
+
+
+@dataclass
+class _Node:
+    name: str
+    fanout: Fanout
+    peers: list[str]
+    have: set[int] = field(default_factory=set)
+    next: int = 0  # the next part a free worker takes
+    uploads: int = 0
+    uploaded: int = 0
+    done_at: float | None = None
+    waiting: dict[int, list[_Wake]] = field(default_factory=dict)  # part -> who waits for it here
+    slot_waiting: deque[_Wake] = field(default_factory=deque)  # who found every slot busy, in turn
+
+
+class _Sim:
+    def __init__(self, s: Setup) -> None:
+        self.s = s
+        self.now = 0.0
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = 0
+        names = [f"node-{i:04d}" for i in range(s.nodes)]
+        followers = names[1:]
+        self.nodes = {
+            n: _Node(
+                n,
+                Fanout(SEEDER_COPIES if n == SEEDER else FOLLOWER_COPIES, FANOUT_WINDOW),
+                (neighbours(n, followers, s.max_peers) if s.swarm else []),
+            )
+            for n in names
+        }
+        self.origin_bytes = 0
+        self.peer_rate = min(s.upload / s.max_uploads, s.download / s.concurrency)
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (when, self._seq, action))
+
+    def run(self) -> Outcome:
+        for node in self.nodes.values():
+            for _ in range(self.s.concurrency):
+                self.at(0.0, lambda node=node: self._work(node))
+        while self._events:
+            self.now, _, action = heapq.heappop(self._events)
+            action()
+        done = [n.done_at for n in self.nodes.values() if n.done_at is not None]
+        return Outcome(
+            seconds=max(done, default=float("inf")) if len(done) == len(self.nodes) else float("inf"),
+            origin_bytes=self.origin_bytes,
+            seeder_upload=self.nodes[SEEDER].uploaded,
+            model_bytes=self.s.parts * self.s.part_bytes,
+            ready=len(done),
+        )
+
+    def _work(self, node: _Node) -> None:
+        """A free worker takes the next part in order (the engine's queue)."""
+        if node.next >= self.s.parts:
+            return
+        part, node.next = node.next, node.next + 1
+        if node.name == SEEDER:
+            seconds = self.s.part_bytes / min(self.s.origin, self.s.download / self.s.concurrency)
+            self.origin_bytes += self.s.part_bytes
+            self.at(self.now + seconds, lambda: self._arrived(node, part))
+        else:
+            self._ask(node, part)
+
+    def _offers(self, node: _Node, part: int) -> dict[str, Offer]:
+        """What the /parts answers of `node`'s peers say about `part` (the rest does not matter)."""
+        offers = {}
+        for name in node.peers:
+            peer = self.nodes[name]
+            if peer.done_at is not None:
+                offers[name] = Offer(complete=True, busy=peer.uploads)
+            elif part in peer.have and not peer.fanout.sent_enough((FILE, part), self.now):
+                offers[name] = Offer(parts=frozenset({(FILE, part)}), busy=peer.uploads)
+        return offers
+
+    def _ask(self, node: _Node, part: int) -> None:
+        asked = [SEEDER, *node.peers]
+        offers = self._offers(node, part)
+        tried: set[str] = set()
+        while True:
+            chosen = pick_peer((FILE, part), offers, {}, node.name, seeders=[SEEDER], exclude=tried)
+            if chosen is None:
+                break
+            src = self.nodes[chosen]
+            if src.uploads >= self.s.max_uploads:  # 503: try the next one
+                tried.add(chosen)
+                continue
+            free = src.done_at is not None or not self.s.swarm  # a Ready copy, or the star's seeder
+            if part in src.have and (free or src.fanout.claim([(FILE, part)], node.name, self.now)):
+                self._transfer(src, node, part)
+                return
+            break  # 425: not there yet, or sent enough: wait
+        retry = _Wake(self, lambda: self._ask(node, part))
+        for name in asked:
+            peer = self.nodes[name]
+            peer.waiting.setdefault(part, []).append(retry)
+            if name in tried:
+                peer.slot_waiting.append(retry)
+        self.at(self.now + FANOUT_WINDOW, retry)  # the window passes: the seeder sends it again
+
+    def _transfer(self, src: _Node, dst: _Node, part: int) -> None:
+        src.uploads += 1
+        src.uploaded += self.s.part_bytes
+
+        def finish() -> None:
+            src.uploads -= 1
+            while src.slot_waiting:  # the freed slot goes to the first still waiting
+                wake = src.slot_waiting.popleft()
+                if not wake.fired:
+                    wake()
+                    break
+            self._arrived(dst, part)
+
+        self.at(self.now + self.s.part_bytes / self.peer_rate, finish)
+
+    def _arrived(self, node: _Node, part: int) -> None:
+        node.have.add(part)
+        if len(node.have) == self.s.parts:
+            node.done_at = self.now
+        for wake in node.waiting.pop(part, []):
+            wake()
+        if node.done_at is not None:  # Ready: every waiter may come now
+            for waiting in node.waiting.values():
+                for wake in waiting:
+                    wake()
+            node.waiting.clear()
+        self._work(node)
+
+
+def simulate(setup: Setup) -> Outcome:
+    return _Sim(setup).run()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model-gib", type=float, default=4.0)
+    parser.add_argument("--part-mib", type=int, default=16)
+    parser.add_argument("--origin-mbps", type=float, default=50.0, help="per origin connection, MB/s")
+    parser.add_argument("--origin-conns", type=int, default=8, help="connections (= parts in flight)")
+    parser.add_argument("--upload-gbps", type=float, default=10.0, help="per node NIC, Gbit/s")
+    parser.add_argument("--download-gbps", type=float, default=10.0, help="per node NIC, Gbit/s")
+    parser.add_argument("--nodes", default="16,64,256,1024")
+    args = parser.parse_args()
+    part = args.part_mib << 20
+    base = Setup(
+        nodes=1,
+        parts=max(1, round(args.model_gib * (1 << 30) / part)),
+        part_bytes=part,
+        origin=args.origin_mbps * 1e6,
+        upload=args.upload_gbps * 1e9 / 8,
+        download=args.download_gbps * 1e9 / 8,
+        concurrency=args.origin_conns,
+    )
+    model = base.parts * part
+    alone = simulate(base).seconds
+    print(f"model {model / 2**30:.2f} GiB in {base.parts} parts; origin {args.origin_conns} x "
+          f"{args.origin_mbps:g} MB/s; per node upload {args.upload_gbps:g} Gbit/s, download "
+          f"{args.download_gbps:g} Gbit/s; one node alone {alone:.1f} s")  # fmt: skip
+    print(f"{'N':>6} {'star s':>9} {'swarm s':>9} {'swarm/1 node':>13} {'origin star':>12} "
+          f"{'origin swarm':>13} {'seeder upload star':>19} {'swarm':>6}")  # fmt: skip
+    for n in (int(v) for v in args.nodes.split(",")):
+        star = simulate(Setup(**{**base.__dict__, "nodes": n, "swarm": False}))
+        swarm = simulate(Setup(**{**base.__dict__, "nodes": n}))
+        print(f"{n:6d} {star.seconds:9.1f} {swarm.seconds:9.1f} {swarm.seconds / alone:12.2f}x "
+              f"{star.origin_bytes / model:11.2f}x {swarm.origin_bytes / model:12.2f}x "
+              f"{star.seeder_upload / model:18.1f}x {swarm.seeder_upload / model:5.1f}x")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""bench/swarm_sim.py's invariants, on a small model: the agent's swarm rules stay flat in N.
+
+The simulation drives the agent's own `swarm` rules (pick_peer, Fanout,
+neighbours), so these pin that those rules keep the origin at one copy, finish
+every node, and keep the time to all Ready nearly flat from 16 to 1,024 nodes
+while the star (every copy from the seeder) grows linearly with N.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+
+def _bench_module() -> ModuleType:
+    """bench/ is not a package pytest puts on sys.path (import-mode importlib): load the file."""
+    path = Path(__file__).parents[2] / "bench" / "swarm_sim.py"
+    spec = importlib.util.spec_from_file_location("bench_swarm_sim", path)
+    assert spec is not None and spec.loader is not None
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+sim = _bench_module()
+Setup, simulate = sim.Setup, sim.simulate
+SMALL = {"parts": 16, "part_bytes": 16 << 20}  # 256 MiB, twice the parts in flight per node
+
+
+def test_swarm_time_stays_flat_to_1024_nodes_while_the_star_grows_linearly() -> None:
+    alone = simulate(Setup(nodes=1, **SMALL))
+    runs = {
+        (n, swarm): simulate(Setup(nodes=n, swarm=swarm, **SMALL))
+        for n, swarm in [(16, True), (1024, True), (16, False), (256, False)]
+    }
+    for out in [alone, *runs.values()]:
+        assert out.origin_bytes == out.model_bytes  # 1.00x the model, star and swarm alike
+    for (n, _), out in runs.items():
+        assert out.ready == n  # every node completes
+    swarm16, swarm1024 = runs[16, True].seconds, runs[1024, True].seconds
+    star16, star256 = runs[16, False].seconds, runs[256, False].seconds
+    assert swarm1024 <= 2 * swarm16, (swarm16, swarm1024)  # 64x the nodes, a small factor the time
+    assert swarm16 <= 3 * alone.seconds
+    assert star256 >= 0.6 * 16 * star16, (star16, star256)  # 16x the nodes, ~16x the time
+    # the seeder uploads a few copies in the swarm, N-1 in the star
+    assert runs[1024, True].seeder_upload <= 8 * runs[1024, True].model_bytes
+    assert runs[256, False].seeder_upload == 255 * runs[256, False].model_bytes
