@@ -26,6 +26,7 @@ request latency and the agent's polling lag, failing peers (tests/peers).
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import sys
 from collections import deque
@@ -124,7 +125,7 @@ class _Sim:
     def run(self) -> Outcome:
         for node in self.nodes.values():
             for _ in range(self.s.concurrency):
-                self.at(0.0, lambda node=node: self._work(node))
+                self.at(0.0, functools.partial(self._work, node))
         while self._events:
             self.now, _, action = heapq.heappop(self._events)
             action()
