@@ -18,6 +18,7 @@ BENCHMARKS = (
     "bench.agent_scale_bench",
     "bench.objstore_bench",
     "bench.p2p_bench",
+    "bench.swarm_sim",  # no network: the swarm rules projected to 1,024 nodes
     "bench.csi_bench",  # needs root for bind mounts
     "bench.prewarm_bench",  # needs root: drops the page cache, bind mounts
 )
