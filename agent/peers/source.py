@@ -131,7 +131,7 @@ class PeerSource:
         while start + delivered < end:
             peer = self._choose(file.path, start + delivered, tried)
             if peer is None:
-                if not self._all_busy(tried) or time.monotonic() >= deadline:
+                if not self.alive or time.monotonic() >= deadline:  # every one that may have it is busy
                     break
                 if cancel.wait(self.tuning.busy_pause):
                     raise DownloadCancelled()
@@ -277,10 +277,6 @@ class PeerSource:
             return True
         self._drop(peer, f"still downloading but wrote nothing for {self.tuning.stall_seconds:.0f}s")
         return False
-
-    def _all_busy(self, tried: set[str]) -> bool:
-        with self._lock:
-            return bool(self.alive) and all(p in tried for p in self.alive)
 
     def _strike(self, peer: str) -> None:
         with self._lock:
