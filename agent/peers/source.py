@@ -46,7 +46,7 @@ class Tuning:
     strikes: int = 2  # slow ranges before a peer is dropped
     busy_pause: float = 0.2  # all peers busy: wait this long, until the range's deadline
     stall_seconds: float = 60.0  # a peer answering "not yet" whose written bytes stand still this long
-    not_yet_pause: float = 1.0  # longest wait between asks for a range not written yet
+    not_yet_pause: float = 0.25  # longest wait between asks for a range not written yet (a hop's lag)
     offer_seconds: float = 0.25  # how old peers' offers (what parts they hold) may get
     discover_seconds: float = 2.0  # how often peers are looked for again (new followers)
     max_peers: int = MAX_PEERS  # peers asked besides the seeders (swarm.neighbours): bounded polling
