@@ -5,8 +5,9 @@ Per byte range it asks the peer `swarm.pick_peer` names among those whose
 peers found again every `Tuning.discover_seconds` through `discover`), so a
 swarm of followers copies from each other, not all from the seeder. Senders of
 each file are remembered, so bad bytes are blamed on exactly who sent them. It
-moves on to another peer when one is busy
-(503 with Retry-After) and gives the rest of the range back to the origin when
+moves on to another peer when one is busy (503 with Retry-After), waits while
+every peer that may have the part is busy, and gives the rest of the range back
+to the origin when
 peers are gone, refuse (401/404/416), answer wrongly, or are slower than
 `Tuning.min_rate` over the range. A peer that fails, or is slow `strikes` times,
 or sent bytes that failed verification is dropped for the rest of the download.
