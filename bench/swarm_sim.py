@@ -22,13 +22,13 @@ It prints per N: time until every node holds the model, origin bytes and the
 seeder's upload as multiples of the model. Left out: TCP dynamics, disk and CPU,
 request latency and the agent's polling lag, failing peers (tests/peers).
 
-Run here (`--model-gib 1`, 8 x 50 MB/s origin, 10 GbE per node; one node alone 2.7 s):
+Run here (`--model-gib 1`, 38 s, 8 x 50 MB/s origin, 10 GbE per node; one node alone 2.7 s):
 
        N   star s  swarm s  swarm/1 node  origin star/swarm  seeder upload star/swarm
-      16     13.2      3.3         1.24x        1.00x/1.00x              15.0x/1.5x
-      64     54.5      3.7         1.36x        1.00x/1.00x              63.0x/1.9x
-     256    219.4      3.7         1.36x        1.00x/1.00x             255.0x/1.9x
-    1024    879.1      4.0         1.48x        1.00x/1.00x            1023.0x/2.2x
+      16     13.2      3.4         1.28x        1.00x/1.00x              15.0x/1.6x
+      64     54.5      3.5         1.32x        1.00x/1.00x              63.0x/1.8x
+     256    219.4      3.9         1.44x        1.00x/1.00x             255.0x/2.1x
+    1024    879.1      4.3         1.60x        1.00x/1.00x            1023.0x/2.6x
 
 The swarm's time grows with the depth of the spread (hops of one part time each),
 not with N. A tiny model (parts <= parts in flight) shows a longer tail: nodes whose
