@@ -405,8 +405,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         with self.api._cond:
-            self.api._watches.append(watch)
+            stopping = self.api._stopping
+            if not stopping:
+                self.api._watches.append(watch)
             self.api._cond.notify_all()
+        if stopping:  # stop() already cut the open watches: one arriving now must not outlive it
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
         try:
             for event in events:
                 if watch.expired:
