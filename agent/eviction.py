@@ -12,6 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
+from praesto.agent.download.publish import ORIGIN_INDEX, recall_origin
+
 from praesto import names, store
 from praesto.store import StoreLayout
 
@@ -141,6 +143,15 @@ def gc_blobs(layout: StoreLayout) -> int:
                 freed += st.st_size
         except FileNotFoundError:
             continue
+    index = layout.blobs_dir / ORIGIN_INDEX  # origin keys of small files: drop those whose blob went
+    if index.is_dir():
+        for entry in os.scandir(index):
+            blob = recall_origin(layout.blobs_dir, entry.name)
+            if blob is None or not (layout.blobs_dir / blob).is_file():
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+        with contextlib.suppress(OSError):  # only when empty
+            index.rmdir()
     return freed
 
 

@@ -48,7 +48,14 @@ from praesto.agent.download.crashpoints import FILE_READ_ONLY, PARTS_JOURNALED, 
 from praesto.agent.download.hashing import MemoryBudget, StreamHasher
 from praesto.agent.download.http import MAX_ATTEMPTS, Expired, Redirect, Target, Transient, Transport, backoff
 from praesto.agent.download.journal import Journal
-from praesto.agent.download.publish import TREE, add_to_blobs, link_from_blob
+from praesto.agent.download.publish import (
+    TREE,
+    add_to_blobs,
+    link_from_blob,
+    origin_key,
+    recall_origin,
+    remember_origin,
+)
 
 log = logging.getLogger("praesto.download")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -252,9 +259,10 @@ class Engine:
                 # share its inode with the blob area (dedup): never reopen it for writing;
                 # drop this name, and take the blob back or fetch the file again.
                 staged.unlink()
-            if link_from_blob(self.options.blobs_dir, f.sha256, f.size, staged):
-                assert f.sha256 is not None
-                self.sha256[f.path] = f.sha256
+            known = f.sha256 or self._recalled(f)
+            if link_from_blob(self.options.blobs_dir, known, f.size, staged):
+                assert known is not None
+                self.sha256[f.path] = known
                 self.result.bytes_deduplicated += f.size
                 continue
             job = FileJob(f, staged, parts)
@@ -278,6 +286,16 @@ class Engine:
         for job in self.jobs:
             if job.file.size and job.remaining == len(job.parts):
                 os.posix_fallocate(job.fd, 0, job.file.size)
+
+    def _origin_key(self, f: RemoteFile) -> str:
+        assert f.git_sha1 is not None
+        return origin_key(self.plan.source.uri, self.plan.revision, f.path, f.git_sha1, f.size)
+
+    def _recalled(self, f: RemoteFile) -> str | None:
+        """A small file fetched before at this exact source and revision: its verified blob."""
+        if f.git_sha1 is None:
+            return None
+        return recall_origin(self.options.blobs_dir, self._origin_key(f))
 
     def _open(self, job: FileJob, *, keep: bool) -> None:
         job.staged.parent.mkdir(parents=True, exist_ok=True)
@@ -508,6 +526,8 @@ class Engine:
         os.chmod(job.staged, 0o444)
         crash_point(FILE_READ_ONLY)
         add_to_blobs(self.options.blobs_dir, sha256, job.staged)
+        if f.sha256 is None and f.git_sha1 is not None:  # verified by its git id: remember the bytes
+            remember_origin(self.options.blobs_dir, self._origin_key(f), sha256)
         self.sha256[f.path] = sha256
         if job.hasher.read_back:
             log.debug("file=%s hashed %d bytes from disk", f.path, job.hasher.read_back)

@@ -10,10 +10,12 @@ for it never sees a partial model. Published files are read-only.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import socket
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -124,6 +126,46 @@ def link_from_blob(blobs: Path | None, sha256: str | None, size: int, target: Pa
     except OSError:  # absent, or another filesystem (EXDEV): fetch it instead
         return False
     return True
+
+
+ORIGIN_INDEX = "by-origin"  # below the blob area: origin key -> the sha256 of bytes verified for it
+
+
+def origin_key(source_uri: str, revision: str, path: str, git_sha1: str, size: int) -> str:
+    """The name of one small file at one exact revision of one source.
+
+    A small Hugging Face file is known before download only by its git blob SHA-1. SHA-1 can
+    be collided on purpose, so content is never shared by SHA-1 alone (another repo could
+    plant bytes under a tenant's id); but the same path of the same source at the same
+    commit is the same bytes for everyone who may list it, so that is what is keyed.
+    """
+    text = f"{source_uri}\n{revision}\n{path}\n{git_sha1}\n{size}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def recall_origin(blobs: Path | None, key: str) -> str | None:
+    """The sha256 recorded for `key`, if any (the blob itself may be gone: link_from_blob says)."""
+    if blobs is None:
+        return None
+    try:
+        value = (blobs / ORIGIN_INDEX / key).read_text().strip()
+    except OSError:
+        return None
+    return value if len(value) == 64 and all(c in "0123456789abcdef" for c in value) else None
+
+
+def remember_origin(blobs: Path | None, key: str, sha256: str) -> None:
+    """Record, atomically, that the verified bytes for `key` are the blob `sha256`."""
+    if blobs is None:
+        return
+    index = blobs / ORIGIN_INDEX
+    try:
+        index.mkdir(parents=True, exist_ok=True)
+        tmp = index / f".{key}.{os.getpid()}.{threading.get_ident()}"
+        tmp.write_text(sha256)
+        os.replace(tmp, index / key)
+    except OSError:
+        return  # dedup is an optimisation; a failure to record must not fail the download
 
 
 def add_to_blobs(blobs: Path | None, sha256: str, path: Path) -> None:

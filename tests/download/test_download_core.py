@@ -186,6 +186,28 @@ def test_dedup_between_two_caches_links_instead_of_fetching(hub: LocalHub, tmp_p
         assert a.stat().st_ino == b.stat().st_ino and b.read_bytes() == files[path]
 
 
+def test_a_second_cache_of_the_same_revision_takes_nothing_from_the_origin(
+    hub: LocalHub, tmp_path: Path
+) -> None:
+    # Issue 14: small files are known only by git SHA-1, so they are shared per exact source,
+    # revision and path, never by SHA-1 alone (a crafted collision in another repo must not
+    # reach these bytes): the same repo at the same commit links everything...
+    files = sample_files()
+    hub.add_repo("org/a", files)
+    hub.add_repo("org/other", files)
+    options = options_for(hub, blobs_dir=tmp_path / "store" / ".praesto" / "blobs" / "sha256")
+    download(plan(_src("org/a"), options), tmp_path / "store" / "ns" / "a", options)
+    hub.reset_counters()
+    again = download(plan(_src("org/a"), options), tmp_path / "store" / "ns" / "a2", options)
+    assert hub.bytes_served == 0 and again.bytes_from_origin == 0
+    assert again.bytes_deduplicated == sum(len(v) for v in files.values())
+    assert tree_of(tmp_path / "store" / "ns" / "a2") == files
+    # ... while another repo with byte-identical small files still fetches them itself.
+    hub.reset_counters()
+    download(plan(_src("org/other"), options), tmp_path / "store" / "ns" / "other", options)
+    assert hub.bytes_served == sum(len(v) for v in files.values() if len(v) <= 1024)
+
+
 def test_pvc_mode_fills_an_existing_directory_in_place(hub: LocalHub, tmp_path: Path) -> None:
     files = sample_files()
     hub.add_repo("org/model", files)
