@@ -27,6 +27,7 @@ from praesto import names, rbac
 from praesto.store import StoreLayout
 from tests.support.hub import LocalHub
 from tests.support.kube import KubeEmulator, RequestRecord
+from tests.support.objects import modelcachenode
 
 NODE = "node-a"
 MCN = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
@@ -95,23 +96,8 @@ class Env:
         source: Obj = {"uri": f"hf://{repo or 'org/' + cache}", "revision": "main"}
         if secret:
             source["secretRef"] = {"name": secret[0], "key": secret[1]}
-        spec: Obj = {"modelCacheName": cache, "nodeName": node, "source": source, "size": size}
-        if ttl:
-            spec["unusedTTL"] = ttl
         return self.kube.create(
-            {
-                "apiVersion": names.API_VERSION,
-                "kind": names.MODELCACHENODE_KIND,
-                "metadata": {
-                    "name": names.modelcachenode_name(cache, node),
-                    "namespace": namespace,
-                    "labels": {
-                        names.LABEL_NODE: names.node_label_value(node),
-                        names.LABEL_MODEL_CACHE: cache,
-                    },
-                },
-                "spec": spec,
-            }
+            modelcachenode(cache, node, namespace, source=source, size=size, unused_ttl=ttl)
         )
 
     def create_secret(self, namespace: str, name: str, key: str, value: str) -> None:

@@ -36,25 +36,6 @@ def modelcache(name: str, namespace: str, *, node_selector: dict[str, str] | Non
     }
 
 
-def node_copy(cache: str, node: str, namespace: str) -> Obj:
-    """A ModelCacheNode as the sync hook makes it (hooks/local.py), for tests that act as one node."""
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.MODELCACHENODE_KIND,
-        "metadata": {
-            "name": names.modelcachenode_name(cache, node),
-            "namespace": namespace,
-            "labels": {names.LABEL_NODE: names.node_label_value(node), names.LABEL_MODEL_CACHE: cache},
-        },
-        "spec": {
-            "modelCacheName": cache,
-            "nodeName": node,
-            "source": {"uri": "hf://org/tiny", "revision": "main"},
-            "size": "1Gi",
-        },
-    }
-
-
 def pod(
     name: str, namespace: str, cache: str | None = None, *, scheduling: str | None = None, **meta: Any
 ) -> Obj:

@@ -20,9 +20,10 @@ from kubernetes.client.rest import ApiException
 from praesto import names
 from tests.cluster.agents import agent_pod, bound_to, remove_agent_pod
 from tests.cluster.installed import AGENT_SA, Installed
-from tests.cluster.tenants import node_copy, ready_node
+from tests.cluster.tenants import ready_node
 from tests.support.controlplane import wait_for
 from tests.support.helm_chart import NAMESPACE
+from tests.support.objects import modelcachenode
 
 Obj = dict[str, Any]
 TENANT = "confined"
@@ -36,7 +37,7 @@ def copies(installed: Installed) -> Iterator[dict[str, Obj]]:
     made = {}
     for node in (NODE_A, NODE_B):
         ready_node(admin, node)
-        made[node] = admin.apply(node_copy("shared-model", node, TENANT))
+        made[node] = admin.apply(modelcachenode("shared-model", node, TENANT))
     policy_in_force(installed)
     yield made
     for obj in made.values():

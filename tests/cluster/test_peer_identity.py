@@ -26,9 +26,10 @@ from praesto import names
 from praesto.store import StoreLayout
 from tests.cluster.agents import agent_pod, bound_to, remove_agent_pod
 from tests.cluster.installed import AGENT_SA, HOOKS_SA, Installed
-from tests.cluster.tenants import node_copy, ready_node
+from tests.cluster.tenants import ready_node
 from tests.peers.test_peer_server import REV, make_cache
 from tests.support.helm_chart import NAMESPACE
+from tests.support.objects import modelcachenode
 
 Obj = dict[str, Any]
 TENANT = "peer-tenant"
@@ -54,8 +55,8 @@ def world(
     admin = installed.admin
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT}})
     made = [
-        admin.apply(node_copy("placed", NODE_A, TENANT)),
-        admin.apply(node_copy("elsewhere", NODE_B, TENANT)),
+        admin.apply(modelcachenode("placed", NODE_A, TENANT)),
+        admin.apply(modelcachenode("elsewhere", NODE_B, TENANT)),
     ]
     pods = {}
     for node in (NODE_A, NODE_B):

@@ -15,6 +15,7 @@ from praesto.agent.peers.identity import Gate, Identities
 
 from praesto import names
 from tests.support.kube import KubeEmulator
+from tests.support.objects import modelcachenode
 from tests.support.peer_cluster import AGENT_SERVICE_ACCOUNT, MCN, peer_token
 
 SECRET = b"s3cret-shared-by-every-agent-0123"
@@ -39,26 +40,7 @@ class Peers:
 
     def place(self, cache: str, node: str, namespace: str = "team-a") -> None:
         """The ModelCacheNode the sync hook makes for `cache` on `node` (what grants reads)."""
-        self.kube.create(
-            {
-                "apiVersion": names.API_VERSION,
-                "kind": names.MODELCACHENODE_KIND,
-                "metadata": {
-                    "name": names.modelcachenode_name(cache, node),
-                    "namespace": namespace,
-                    "labels": {
-                        names.LABEL_NODE: names.node_label_value(node),
-                        names.LABEL_MODEL_CACHE: cache,
-                    },
-                },
-                "spec": {
-                    "modelCacheName": cache,
-                    "nodeName": node,
-                    "source": {"uri": "hf://org/m"},
-                    "size": "1Gi",
-                },
-            }
-        )
+        self.kube.create(modelcachenode(cache, node, namespace, source={"uri": "hf://org/m"}))
         assert self.kube.get(MCN, names.modelcachenode_name(cache, node), namespace)
 
 

@@ -28,6 +28,7 @@ from praesto import names
 from praesto.store import StoreLayout
 from tests.support.hub import LocalHub
 from tests.support.kube import KubeEmulator
+from tests.support.objects import modelcachenode
 
 MCN = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
 NAMESPACE = "team-a"
@@ -117,26 +118,8 @@ class Cluster:
 
     def select(self, cache: str, node: str, repo: str | None = None) -> Obj:
         """The ModelCacheNode the sync hook would create for `cache` on `node`."""
-        return self.kube.create(
-            {
-                "apiVersion": names.API_VERSION,
-                "kind": names.MODELCACHENODE_KIND,
-                "metadata": {
-                    "name": names.modelcachenode_name(cache, node),
-                    "namespace": NAMESPACE,
-                    "labels": {
-                        names.LABEL_NODE: names.node_label_value(node),
-                        names.LABEL_MODEL_CACHE: cache,
-                    },
-                },
-                "spec": {
-                    "modelCacheName": cache,
-                    "nodeName": node,
-                    "source": {"uri": f"hf://{repo or 'org/' + cache}", "revision": "main"},
-                    "size": "1Gi",
-                },
-            }
-        )
+        source = {"uri": f"hf://{repo or 'org/' + cache}", "revision": "main"}
+        return self.kube.create(modelcachenode(cache, node, NAMESPACE, source=source))
 
     def status(self, cache: str, node: str) -> Obj:
         obj = self.kube.get(MCN, names.modelcachenode_name(cache, node), NAMESPACE) or {}
