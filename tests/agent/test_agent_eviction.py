@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,20 +86,6 @@ def test_mounted_cache_reports_now_as_last_used(env: Env) -> None:
     assert env.status("tiny")["phase"] == names.PHASE_READY
     stamp = env.status("tiny")["lastUsedTime"]
     assert stamp >= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(env.clock() - 60))
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs: free space the test controls exactly."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @pytest.mark.root

@@ -8,7 +8,6 @@ caches pushed off a node by a namespace that holds more than its quota.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -33,20 +32,6 @@ SMALL = b'{"model_type": "tiny"}'
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
     yield from env_context(tmp_path)
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs: free space the test controls exactly."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 # ---- storage.size is a limit in node mode ------------------------------------------------------
