@@ -28,14 +28,9 @@ from praesto.quantity import QuantityError
 from praesto.store import StoreLayout
 
 
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags with environment defaults: a default given as a string is converted by argparse
+    with the flag's type, so a bad value in the environment is refused naming the flag."""
     add = parser.add_argument
     add(
         "--node-name",
@@ -44,13 +39,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--base-path", default=os.environ.get("PRAESTO_BASE_PATH", names.DEFAULT_BASE_PATH),
         help="node-local store; must already exist (default %(default)s)")  # fmt: skip
-    add("--concurrency", type=int, default=_env_int("PRAESTO_CONCURRENCY", 8),
+    add("--concurrency", type=int, default=os.environ.get("PRAESTO_CONCURRENCY") or "8",
         help="parallel connections per download (default %(default)s)")  # fmt: skip
-    add("--max-parallel-caches", type=int, default=_env_int("PRAESTO_MAX_PARALLEL_CACHES", 2),
+    add("--max-parallel-caches", type=int, default=os.environ.get("PRAESTO_MAX_PARALLEL_CACHES") or "2",
         help="caches downloading at once on this node (default %(default)s)")  # fmt: skip
     add("--reserve", default=os.environ.get("PRAESTO_RESERVE") or None,
         help="disk kept free: a quantity (50Gi) or a percent (15%%); default the larger of 30Gi and 15%% of the disk")  # fmt: skip
-    add("--metrics-port", type=int, default=_env_int("PRAESTO_METRICS_PORT", 9090),
+    add("--metrics-port", type=int, default=os.environ.get("PRAESTO_METRICS_PORT") or "9090",
         help="Prometheus /metrics port, 0 to disable (default %(default)s)")  # fmt: skip
     add(
         "--metrics-address",
@@ -71,7 +66,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--startup-taint-key", default=os.environ.get("PRAESTO_STARTUP_TAINT_KEY", names.DEFAULT_STARTUP_TAINT_KEY),
         help="taint this node may have joined with; lifted once its warmNewNodes caches are on disk "
         "(empty: never touch the Node) (default %(default)s)")  # fmt: skip
-    add("--startup-taint-deadline", type=float, default=float(_env_int("PRAESTO_STARTUP_TAINT_DEADLINE", 1800)),
+    add("--startup-taint-deadline", type=float, default=os.environ.get("PRAESTO_STARTUP_TAINT_DEADLINE") or "1800",
         help="seconds after the Node's creation when the taint is lifted anyway, with Events (default %(default)s)")  # fmt: skip
     add_peer_arguments(parser)
     add_budget_arguments(parser)

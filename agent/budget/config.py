@@ -18,15 +18,15 @@ def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--origin-budget-namespace", default=env("PRAESTO_ORIGIN_BUDGET_NAMESPACE", ""),
         help="namespace of the origin budget's Leases (the release's); empty disables the budget")  # fmt: skip
-    add("--origin-budget-max-nodes", type=int, default=int(env("PRAESTO_ORIGIN_BUDGET_MAX_NODES", "0") or 0),
+    add("--origin-budget-max-nodes", type=int, default=env("PRAESTO_ORIGIN_BUDGET_MAX_NODES") or "0",
         help="nodes that may pull from the origin at once, cluster-wide; 0 is no limit (default %(default)s)")  # fmt: skip
-    add("--origin-budget-per-host", type=int, default=int(env("PRAESTO_ORIGIN_BUDGET_PER_HOST", "0") or 0),
+    add("--origin-budget-per-host", type=int, default=env("PRAESTO_ORIGIN_BUDGET_PER_HOST") or "0",
         help="nodes that may pull from one source host at once; 0 is no limit (default %(default)s)")  # fmt: skip
     add("--origin-budget-bytes-per-second", default=env("PRAESTO_ORIGIN_BUDGET_BYTES_PER_SECOND", "0"),
         help="the cluster's origin bytes/s, a quantity (1Gi); each slot holder gets an equal share; 0 is none")  # fmt: skip
-    add("--origin-budget-lease-seconds", type=int, default=int(env("PRAESTO_ORIGIN_BUDGET_LEASE_SECONDS", "30") or 30),
+    add("--origin-budget-lease-seconds", type=int, default=env("PRAESTO_ORIGIN_BUDGET_LEASE_SECONDS") or "30",
         help="a slot whose holder stops renewing it frees after this long (default %(default)s)")  # fmt: skip
-    add("--origin-budget-poll-seconds", type=float, default=float(env("PRAESTO_ORIGIN_BUDGET_POLL_SECONDS", "2") or 2),
+    add("--origin-budget-poll-seconds", type=float, default=env("PRAESTO_ORIGIN_BUDGET_POLL_SECONDS") or "2",
         help="how often a waiting node looks at the slots again (default %(default)s)")  # fmt: skip
 
 

@@ -22,7 +22,7 @@ DEFAULT_TOKEN_FILE = "/var/run/secrets/praesto/peer-token/token"  # noqa: S105 -
 def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
     env = os.environ.get
     add = parser.add_argument
-    add("--peer-port", type=int, default=int(env("PRAESTO_PEER_PORT", "0") or 0),
+    add("--peer-port", type=int, default=env("PRAESTO_PEER_PORT") or "0",
         help="port serving Ready caches to other agents; 0 disables peers (default %(default)s)")  # fmt: skip
     add("--peer-address", default=env("POD_IP"),
         help="address other agents reach this one on (env POD_IP, from the downward API)")  # fmt: skip
@@ -32,11 +32,11 @@ def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
         help="this Pod's projected ServiceAccount token with audience praesto-peer (its node identity)")  # fmt: skip
     add("--peer-service-account", default=env("PRAESTO_PEER_SERVICE_ACCOUNT", ""),
         help="<namespace>/<name> of the agent ServiceAccount: peers must present its tokens")  # fmt: skip
-    add("--peer-max-connections", type=int, default=int(env("PRAESTO_PEER_MAX_CONNECTIONS", "128") or 128),
+    add("--peer-max-connections", type=int, default=env("PRAESTO_PEER_MAX_CONNECTIONS") or "128",
         help="open connections the peer server keeps; more get 503 (default %(default)s)")  # fmt: skip
-    add("--peer-idle-timeout", type=float, default=float(env("PRAESTO_PEER_IDLE_TIMEOUT", "30") or 30),
+    add("--peer-idle-timeout", type=float, default=env("PRAESTO_PEER_IDLE_TIMEOUT") or "30",
         help="seconds a peer connection may stay silent before it is closed (default %(default)s)")  # fmt: skip
-    add("--peer-max-uploads", type=int, default=int(env("PRAESTO_PEER_MAX_UPLOADS", "8") or 8),
+    add("--peer-max-uploads", type=int, default=env("PRAESTO_PEER_MAX_UPLOADS") or "8",
         help="concurrent uploads to other agents (default %(default)s)")  # fmt: skip
     add("--peer-upload-rate", default=env("PRAESTO_PEER_UPLOAD_RATE", "0"),
         help="bytes/s all uploads may use together, a quantity (500Mi); 0 is unlimited")  # fmt: skip
