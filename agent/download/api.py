@@ -7,11 +7,14 @@ and becomes a condition reason on the ModelCacheNode as it is.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+from praesto.agent.download.digests import ALGORITHMS, RunningDigest, StoreDigest
 
 from praesto.spec import Source
 
@@ -56,38 +59,49 @@ class RemoteFile:
     size: int
     sha256: str | None = None  # LFS files
     git_sha1: str | None = None  # small files: git blob id
-    md5: str | None = None  # object stores: a single-part S3 ETag is the content MD5
+    digest: StoreDigest | None = None  # object stores: the store's own checksum of the whole object
     etag: str | None = None  # object stores: fetched with If-Match, so a changed object is noticed
     version: str | None = None  # object stores: the object version planned (versioned buckets)
     key: str | None = None  # object stores: the object's key in its bucket
 
     @property
     def verified_by(self) -> str | None:
-        """The digest the origin published for this file before any byte was fetched, if any.
-
-        Only such a file may come from peers: what verifies it is the origin's word. A file
-        without one (multipart S3 ETags, a store without checksums) is fetched from the
-        origin only, so no peer can choose its bytes.
-        """
+        """The digest the origin published for this file before any byte was fetched, if any."""
         if self.sha256:
             return "sha256"
         if self.git_sha1:
             return "git-blob-sha1"
-        if self.md5:
-            return "md5"
+        return self.digest.algorithm if self.digest else None
+
+    @property
+    def peers_may_supply(self) -> bool:
+        """Only a file whose origin digest no one can forge may come from peers: what
+        verifies it is the origin's word. Any other file (no digest, or a CRC alone) is
+        fetched from the origin only, so no peer can choose its bytes."""
+        return bool(self.sha256 or self.git_sha1 or (self.digest and self.digest.cryptographic))
+
+    def second_digest(self) -> RunningDigest | None:
+        """What to compute besides sha256 to check the origin's digest (None: sha256 suffices)."""
+        if self.sha256:
+            return None
+        if self.git_sha1:
+            return hashlib.sha1(b"blob %d\0" % self.size, usedforsecurity=False)  # git's object id
+        if self.digest and self.digest.algorithm != "sha256":
+            return ALGORITHMS[self.digest.algorithm].new()
         return None
 
     def mismatch(self, sha256: str, second: str | None) -> tuple[str, str] | None:
         """(expected, got) when computed digests contradict the listing; None when they agree.
 
-        `second` is the digest the hasher computed besides sha256: git blob sha1 or MD5.
+        `second` is what `second_digest()` computed besides sha256.
         """
         if self.sha256:
             return None if sha256 == self.sha256 else (f"sha256 {self.sha256}", sha256)
         if self.git_sha1:
             return None if second == self.git_sha1 else (f"git blob {self.git_sha1}", str(second))
-        if self.md5:
-            return None if second == self.md5 else (f"MD5 {self.md5} (ETag)", str(second))
+        if self.digest:
+            got = sha256 if self.digest.algorithm == "sha256" else str(second)
+            return None if got == self.digest.value else (self.digest.describe(), got)
         return None
 
 

@@ -304,13 +304,7 @@ class Engine:
             job.staged.unlink()  # may be a read-only hard link from an earlier attempt
         job.fd = os.open(job.staged, flags, 0o644)
         f = job.file
-        job.hasher = StreamHasher(
-            job.fd,
-            f.size,
-            self.budget,
-            git_blob=f.sha256 is None and f.git_sha1 is not None,
-            md5=f.md5 is not None,
-        )
+        job.hasher = StreamHasher(job.fd, f.size, self.budget, f.second_digest())
 
     # ---- running ---------------------------------------------------------------------
     def run(self) -> None:
@@ -429,8 +423,8 @@ class Engine:
                     meter[0], meter[1] = 0, 0.0
             last[0] = now
 
-        # Peers first, for files the origin's own digest verifies; the origin fetches the rest.
-        if self.options.peers is not None and job.file.verified_by is not None:
+        # Peers first, for files an unforgeable origin digest verifies; the origin fetches the rest.
+        if self.options.peers is not None and job.file.peers_may_supply:
             self.options.peers.fetch(job.file, start, end, lambda o, c: sink(o, c, True), self.options.cancel)
         failures, expired = 0, 0
         target: Target | None = None

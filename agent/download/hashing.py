@@ -14,6 +14,8 @@ import hashlib
 import os
 import threading
 
+from praesto.agent.download.digests import RunningDigest
+
 
 class MemoryBudget:
     """Bytes of out-of-order chunks all files may hold together; keeps peak RSS bounded."""
@@ -38,18 +40,12 @@ class MemoryBudget:
 class StreamHasher:
     READ_BACK = 1 << 20
 
-    def __init__(
-        self, fd: int, size: int, budget: MemoryBudget, *, git_blob: bool, md5: bool = False
-    ) -> None:
+    def __init__(self, fd: int, size: int, budget: MemoryBudget, second: RunningDigest | None = None) -> None:
         self.fd = fd
         self.size = size
         self.budget = budget
         self.sha256 = hashlib.sha256()
-        self.sha1 = None  # the second digest: git blob sha1, or MD5 for object-store ETags
-        if git_blob:
-            self.sha1 = hashlib.sha1(b"blob %d\0" % size)  # noqa: S324 - git object id, not security
-        elif md5:
-            self.sha1 = hashlib.md5()  # noqa: S324 - compared with the store's ETag, not security
+        self.second = second  # what checks the origin's digest when it is not a sha256 (RemoteFile)
         self.frontier = 0
         self.read_back = 0  # bytes hashed from disk rather than from memory
         self._held: dict[int, bytes] = {}  # offset -> bytes, out of order, in memory
@@ -59,8 +55,8 @@ class StreamHasher:
 
     def _update(self, data: bytes | memoryview) -> None:
         self.sha256.update(data)
-        if self.sha1 is not None:
-            self.sha1.update(data)
+        if self.second is not None:
+            self.second.update(data)
 
     def add_on_disk(self, offset: int, length: int) -> None:
         """A range already written (resumed part): hash it from disk when its turn comes."""
@@ -121,7 +117,7 @@ class StreamHasher:
                 self.frontier = at + length
 
     def finish(self) -> tuple[str, str | None]:
-        """(sha256, git sha1) once every byte was fed; raises if a range is missing."""
+        """(sha256, the second digest) once every byte was fed; raises if a range is missing."""
         with self._lock:
             while self._busy:  # another thread is still hashing its last chunks
                 self._lock.wait()
@@ -129,7 +125,7 @@ class StreamHasher:
         self._advance()
         if self.frontier != self.size:
             raise OSError(f"hashed {self.frontier} of {self.size} bytes")
-        return self.sha256.hexdigest(), None if self.sha1 is None else self.sha1.hexdigest()
+        return self.sha256.hexdigest(), None if self.second is None else self.second.hexdigest()
 
     def discard(self) -> None:
         """Give held memory back (file retried or download aborted)."""

@@ -6,7 +6,8 @@ tells whether it does). The revision is a sha256 over (path, size, ETag, version
 every selected object, so status names exactly what was cached, and the fetch pins each
 object (If-Match on the ETag, the version when there is one): an object replaced
 mid-download is noticed, never mixed in. Object stores list no sha256: a single-part S3
-ETag is the content MD5 and is verified; sha256 is computed and kept in the manifest.
+ETag is the content MD5; every other object gets the store's own checksum from a HEAD
+(`storesums`). Either is verified; sha256 is computed and kept in the manifest.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from obstore.exceptions import (
 )
 from obstore.store import AzureStore, GCSStore, S3Store
 from praesto.agent.download.api import DownloadError, Options, Plan, RemoteFile
+from praesto.agent.download.digests import StoreDigest
 from praesto.agent.download.hfplan import check_repo_path
 from praesto.agent.download.objcreds import StoreConfig, store_config
+from praesto.agent.download.storesums import with_store_digests
 
 from praesto.spec import Source
 
@@ -153,6 +156,7 @@ def plan(source: Source, options: Options) -> Plan:
     if chosen and chosen[0][1].get("version") is None:
         chosen = _with_versions(store, chosen, source.uri, cfg)
     files = tuple(sorted((_remote(path, meta, cfg.etag_md5) for path, meta in chosen), key=lambda f: f.path))
+    files = with_store_digests(store, cfg, files)
     revision = revision_of(files)
     log.info("planned source=%s revision=%s files=%d", source.uri, revision, len(files))
     return Plan(source=source, revision=revision, files=files)
@@ -211,9 +215,9 @@ def _with_versions(
 def _remote(path: str, meta: dict[str, Any], etag_md5: bool) -> RemoteFile:
     etag = meta.get("e_tag")
     plain = etag.strip('"').lower() if isinstance(etag, str) else ""
-    md5 = plain if etag_md5 and _MD5.match(plain) else None  # multipart ETags have a "-N" suffix
+    md5 = StoreDigest("md5", plain, "ETag") if etag_md5 and _MD5.match(plain) else None  # multipart: "-N"
     version = meta.get("version")
     return RemoteFile(
-        path, int(meta["size"]), md5=md5, etag=etag if isinstance(etag, str) else None,
+        path, int(meta["size"]), digest=md5, etag=etag if isinstance(etag, str) else None,
         version=str(version) if version else None, key=str(meta["path"]),
     )  # fmt: skip

@@ -82,6 +82,8 @@ def manifest_for(plan: Plan, sha256: dict[str, str]) -> dict[str, Any]:
         entry: dict[str, Any] = {"path": f.path, "size": f.size, "sha256": sha256[f.path]}
         # what vouched for the bytes: the origin's digest, or the origin alone (fetched only from it)
         entry["verifiedBy"] = f.verified_by or "origin-only"
+        if f.digest and not f.sha256 and not f.git_sha1:  # the store's checksum: its value and header
+            entry["storeDigest"] = {"value": f.digest.value, "from": f.digest.header}
         if f.git_sha1:
             entry["gitBlobSha1"] = f.git_sha1
         if f.etag:  # object stores: exactly which object version was cached

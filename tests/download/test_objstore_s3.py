@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from praesto.agent.download import DownloadError, Options, download, plan
+from praesto.agent.download.digests import StoreDigest
 from praesto.agent.download.objplan import revision_of
 
 from praesto import names
@@ -176,14 +177,20 @@ def test_md5_mismatch_fails_after_one_refetch(s3: S3, tmp_path: Path) -> None:
     options = s3.options()
     resolved = plan(_src(f"s3://{BUCKET}/llama/v1"), options)
     files = tuple(
-        dataclasses.replace(f, md5="0" * 32) if f.path == "config.json" else f for f in resolved.files
+        dataclasses.replace(f, digest=StoreDigest("md5", "0" * 32, "ETag")) if f.path == "config.json" else f
+        for f in resolved.files
     )
     with pytest.raises(DownloadError) as info:
         download(dataclasses.replace(resolved, files=files), tmp_path / "m", options)
-    assert info.value.reason == "ChecksumMismatch" and "MD5" in info.value.message
+    assert (
+        info.value.reason == "ChecksumMismatch"
+        and "expected md5 " + "0" * 32 + " (ETag)" in info.value.message
+    )
     assert not (tmp_path / "m").exists()
     no_md5 = plan(_src(f"s3://{BUCKET}/llama/v1"), s3.options(credentials=s3.creds(S3_VERIFY_ETAG_MD5="0")))
-    assert all(f.md5 is None for f in no_md5.files)  # SSE-KMS buckets: ETags are not MD5s
+    assert not any(
+        f.digest and f.digest.header == "ETag" for f in no_md5.files
+    )  # SSE-KMS: ETags are not MD5s
 
 
 def test_size_larger_than_max_bytes_is_refused_before_writing(s3: S3, tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def test_a_file_without_an_origin_digest_never_comes_from_a_peer(hub: LocalHub, 
     planned = plan(Source("hf", "org/store-like", "main"), options)
     # As an object store lists a multipart object: a size and an ETag, no content digest.
     undigested = [
-        dataclasses.replace(f, sha256=None, git_sha1=None, md5=None) if f.path == "weights.bin" else f
+        dataclasses.replace(f, sha256=None, git_sha1=None, digest=None) if f.path == "weights.bin" else f
         for f in planned.files
     ]
     planned = dataclasses.replace(planned, files=tuple(undigested))
