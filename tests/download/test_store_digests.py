@@ -101,6 +101,14 @@ def test_a_checksum_for_a_replaced_object_is_not_used() -> None:
     assert _pick(dataclasses.replace(planned, etag='"new"'), headers, "az").digest is not None
 
 
+def test_a_composite_gcs_object_is_vouched_for_by_its_crc32c_alone() -> None:
+    """GCS composes objects without an MD5: the CRC32C verifies the fetch, peers stay out."""
+    headers = email.message.Message()
+    headers["x-goog-hash"] = "crc32c=JedDng=="
+    picked = _pick(RemoteFile("a", 1), headers, "gs")
+    assert picked.digest == StoreDigest("crc32c", "25e7439e", "x-goog-hash") and not picked.peers_may_supply
+
+
 def test_composite_s3_checksums_are_not_taken_for_the_object() -> None:
     full = email.message.Message()
     full["ETag"] = '"b024ccf8d30ecbac5c2f6303af250e16-3"'
