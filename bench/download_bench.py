@@ -42,6 +42,19 @@ receiving thread while cache-hot, files in parallel: pread back fell to ~10 of 1
 recv to 1.4 calls/MiB. What remains is sha256 (inherent) and the kernel's copies.
 On this shared machine the wall-clock effect was within the noise (sys time varied 2x run
 to run, other agents' tests loaded both cores); quote only interleaved medians.
+
+Measured 2026-12-03 on a quiet 2-core machine, three consecutive invocations each, 2 GiB,
+3 interleaved rounds per invocation (median s, [min-max]):
+  python -m bench.download_bench --no-hf --scenarios uncapped          (page cache warm)
+    ours 4.62 [4.59-4.95]  4.88 [4.30-4.92]  3.96 [3.91-4.13]
+    aria2c 5.92 [5.54-7.08]  5.58 [5.08-5.96]  5.52 [5.25-5.77]
+    -> aria2c/ours 1.28x, 1.14x, 1.40x; ours/cp 2.17x, 2.27x, 1.90x (warm cp: a memory copy)
+  python -m bench.download_bench --no-hf --scenarios uncapped --cold   (page cache dropped)
+    ours 3.68 [3.54-5.22]  3.86 [3.59-3.94]  3.53 [2.96-3.75]
+    aria2c 6.72 [5.36-7.36]  7.02 [5.59-8.15]  5.88 [5.72-6.30]
+    cp 3.46 [3.03-3.90]  3.55 [3.23-3.56]  3.29 [3.08-3.39]
+    -> aria2c/ours 1.83x, 1.82x, 1.66x; ours/cp 1.06x, 1.09x, 1.07x
+  Peak RSS, ours: medians 80-91 MiB across the six.
 """
 
 from __future__ import annotations
