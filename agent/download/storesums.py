@@ -20,6 +20,7 @@ fetched from the origin only, never from peers, which is safe; the reason is log
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -29,6 +30,7 @@ from typing import Literal
 from urllib.parse import quote, urlencode
 
 import obstore
+from obstore.exceptions import BaseError
 from obstore.store import AzureStore, GCSStore, S3Store
 from praesto.agent.download.api import RemoteFile
 from praesto.agent.download.digests import StoreDigest, from_base64
@@ -57,22 +59,36 @@ def with_store_digests(
         log.warning("no store checksums for %s: %s", cfg.bucket, error)
         return files
     transport = Transport("", None, timeout=30.0)
+    missed: list[str] = []  # "path: why", for one warning at the end, not one per object
+    signing_failed = threading.Event()  # signing fails alike for every object: stop asking
 
     def digest_of(f: RemoteFile) -> RemoteFile:
+        if signing_failed.is_set():
+            return f
         try:
             url, headers = head(f)
+        except (BaseError, OSError, ValueError, RuntimeError) as error:  # obstore.sign / the SDK's chain
+            signing_failed.set()
+            missed.append(f"{f.path}: signing the HEAD failed ({type(error).__name__})")
+            return f
+        try:
             resp = transport.request("HEAD", url, authorized=False, headers=headers)
             resp.read()
-            if resp.status != 200:
-                log.warning("no store checksum for %s: HEAD %s answered %d", f.path, redact(url), resp.status)
-                return f
-            return _pick(f, resp.headers, cfg.scheme)
-        except (Transient, OSError, ValueError, RuntimeError) as error:  # signing failed, or the network
-            log.warning("no store checksum for %s: %s", f.path, type(error).__name__)
+        except (Transient, OSError) as error:
+            missed.append(f"{f.path}: {error}")
             return f
+        if resp.status != 200:
+            missed.append(f"{f.path}: HEAD {redact(url)} answered {resp.status}")
+            return f
+        return _pick(f, resp.headers, cfg.scheme)
 
     with ThreadPoolExecutor(CONCURRENCY, thread_name_prefix="praesto-digest") as pool:
         found = {f.path: f for f in pool.map(digest_of, wanted)}
+    if missed or signing_failed.is_set():
+        log.warning(
+            "no store checksum read for %d of %d objects in %s (first: %s); they come from the origin only",
+            len(wanted) - sum(1 for f in found.values() if f.digest), len(wanted), cfg.bucket, missed[0],
+        )  # fmt: skip
     return tuple(found.get(f.path, f) for f in files)
 
 

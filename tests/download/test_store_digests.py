@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from boto3.s3.transfer import TransferConfig
-from praesto.agent.download import DownloadError, Options, download, plan
+from praesto.agent.download import DownloadError, Options, download, plan, storesums
 from praesto.agent.download.api import Plan, RemoteFile, Sink
 from praesto.agent.download.digests import ALGORITHMS, StoreDigest, from_base64
 from praesto.agent.download.objcreds import GCS_KEY_FILE
@@ -245,3 +245,31 @@ def test_azure_content_md5_when_set_else_origin_only(tmp_path: Path) -> None:
     )
     md5 = hashlib.md5(SMALL).hexdigest()
     assert entries["config.json"]["storeDigest"] == {"value": md5, "from": "Content-MD5"}
+
+
+@pytest.mark.skipif(azurite.skip_reason() is not None, reason=azurite.skip_reason() or "")
+def test_when_signing_fails_the_objects_come_from_the_origin_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Signing needs the cloud's signing service under workload identity (IAM signBlob, a user
+    delegation key); refused, it is not asked again per object, and nothing fails."""
+    with azurite.Azurite(tmp_path / "azurite") as server:
+        service = server.service()
+        service.create_container(BUCKET)
+        for i in range(40):
+            service.get_blob_client(BUCKET, f"m/{i}.txt").upload_blob(SMALL)
+        options = Options(credentials=server.settings())
+        calls: list[str] = []
+
+        def refused(store: object, method: str, path: str, expires: object) -> str:
+            calls.append(path)
+            raise ValueError("the signing service refused")  # as obstore reports a refused signBlob
+
+        monkeypatch.setattr("obstore.sign", refused)  # storesums calls obstore.sign at use
+        planned = plan(source(f"az://{BUCKET}/m"), options)
+    assert len(planned.files) == 40 and all(f.digest is None for f in planned.files)
+    assert 1 <= len(calls) <= storesums.CONCURRENCY  # given up after the first refusal
+    warnings = [
+        r.getMessage() for r in caplog.records if r.name == "praesto.download" and r.levelname == "WARNING"
+    ]
+    assert len(warnings) == 1 and "signing the HEAD failed" in warnings[0] and "origin only" in warnings[0]
