@@ -26,7 +26,19 @@ parts in flight, each still has to reach N-1 nodes, a hop (one part at a share o
 a node's upload cap, plus up to `Tuning.not_yet_pause` of polling) at a time; a
 larger model or a higher upload cap makes it a smaller share.
 
-Run here once to check it works (2026-12-03, `--size-gib 0.25`, 2 CPUs shared with
+Measured 2026-12-03 on a quiet 2-core machine, `python -m bench.p2p_bench` (defaults),
+seconds to all Ready, median (min-max) of 3 interleaved rounds, one invocation each:
+  before the gate fix (engine.py Gate: a seeder could settle at 4 of 8 connections):
+    1 node 25.37 (25.16-25.70), 2: 26.38 (25.84-26.54), 4: 28.12 (27.86-29.85),
+    8: 31.91 (31.40-33.19); 8/1 = 1.26; origin 1.00x in every run
+  after it:
+    1 node 27.22 (27.06-28.19), 2: 28.07 (27.43-28.14), 4: 29.80 (29.20-31.69),
+    8: 31.14 (30.15-32.01); 8/1 = 1.14; origin 1.00x in every run
+The tail above one node is the seeder's last parts in flight (8 x 16 MiB here, a quarter
+of the model), which finish together and are passed on only once whole: with 8 MiB parts
+while peering (an experiment, not adopted) 8/1 was 1.08 three times.
+
+Earlier, run once to check it works (2026-12-03, `--size-gib 0.25`, 2 CPUs shared with
 other work; not the lead's measurement): seconds to all Ready, median (min-max) of
 3 rounds: 1 node 13.81 (13.65-13.81), 2 nodes 14.11 (13.84-14.32), 4 nodes 16.06
 (15.59-16.31), 8 nodes 18.40 (18.27-20.12); origin 1.00x the model in every run;

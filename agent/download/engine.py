@@ -61,7 +61,7 @@ log = logging.getLogger("praesto.download")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 START_CONNECTIONS = 4  # parts in flight at first: enough to keep 2 cores busy on a fast origin
 SLOW_CONNECTION = 64e6  # bytes/s: a connection slower than this may be capped by the origin
-RATE_WINDOW = 1.0  # seconds over which rates are judged (shorter: chunk and burst noise decide)
+RATE_WINDOW = 0.3  # seconds over which rates are judged
 WIDEN_GAIN = 1.3  # doubling the connections must raise the total rate this much to be kept
 BUSY_CPU = 0.8  # the machine's CPUs busier than this over a window: more connections cannot help
 SETTLE_SECONDS = 5.0  # a settled gate may probe again after this: one window's verdict can be noise
@@ -106,13 +106,13 @@ class Gate:
     all busy, slow connections mean the CPU is the limit (loopback, a small node), not
     the origin, and the gate settles where it is.
 
-    Rates are judged from the second window after the start or a doubling (in the first,
-    connections are starting, and a capped origin sends each request's first bytes in a
-    burst, which inflates the rate a doubling is compared with), and settling lasts SETTLE_SECONDS, not for good: the
-    first windows also carry the small files (fetched outside the gate), so the rate a
-    probe is compared with can be inflated, and a wrong verdict held for the whole
-    download once left a capped origin at half its connections (bench/p2p_bench.py
-    seeders took 45 s instead of 26 s in 2 of 30 runs).
+    The first window after the start is not judged (connections are starting, and a
+    capped origin sends each request's first bytes in a burst, which inflated the rate
+    the first doubling was compared with), and settling lasts SETTLE_SECONDS, not for
+    good: a wrong verdict held for the whole download once left a capped origin at half
+    its connections (bench/p2p_bench.py seeders took 45-52 s instead of 27 s in about
+    one run in ten). Longer windows, or skipping one after every doubling, were steadier
+    but slowed the climb on a capped origin (download_bench capped: 0.77x aria2c).
     """
 
     def __init__(
@@ -133,7 +133,7 @@ class Gate:
         self._settled_until = float("-inf")
         self._mark: tuple[float, int] | None = None  # (time, total bytes) at the last judgement
         self._probe: float | None = None  # total rate before the last doubling, until judged
-        self._ramping = False  # the window right after a doubling: new connections still starting
+        self._ramping = False  # the first window after the start: connections still starting
         self._cond = threading.Condition()
 
     @property
@@ -192,7 +192,7 @@ class Gate:
                 self._settle()
                 log.debug("CPUs %.0f%% busy: %d in flight is the most that pays", cpu * 100, self.allowed)
                 return
-            self._probe, self._ramping = rate, True
+            self._probe = rate
             self.allowed = min(self.limit, self.allowed * 2)
             self.peak = max(self.peak, self.allowed)
             self._cond.notify_all()
