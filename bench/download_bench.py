@@ -43,18 +43,21 @@ recv to 1.4 calls/MiB. What remains is sha256 (inherent) and the kernel's copies
 On this shared machine the wall-clock effect was within the noise (sys time varied 2x run
 to run, other agents' tests loaded both cores); quote only interleaved medians.
 
-Measured 2026-12-03 on a quiet 2-core machine, three consecutive invocations each, 2 GiB,
-3 interleaved rounds per invocation (median s, [min-max]):
+Measured 2026-12-03 on a quiet 2-core machine (final code of that day), three
+consecutive invocations each, 2 GiB, 3 interleaved rounds per invocation (median s, [min-max]):
   python -m bench.download_bench --no-hf --scenarios uncapped          (page cache warm)
-    ours 4.62 [4.59-4.95]  4.88 [4.30-4.92]  3.96 [3.91-4.13]
-    aria2c 5.92 [5.54-7.08]  5.58 [5.08-5.96]  5.52 [5.25-5.77]
-    -> aria2c/ours 1.28x, 1.14x, 1.40x; ours/cp 2.17x, 2.27x, 1.90x (warm cp: a memory copy)
+    ours 4.11 [3.95-4.26]  4.12 [3.81-4.14]  4.47 [4.06-5.09]
+    aria2c 5.58 [5.51-5.91]  5.73 [5.41-6.04]  5.92 [4.67-6.22]
+    -> aria2c/ours 1.36x, 1.39x, 1.32x; ours/cp 1.93x, 2.18x, 2.91x (warm cp: a memory copy,
+       1.35-3.02 s, its write-back timing decides)
   python -m bench.download_bench --no-hf --scenarios uncapped --cold   (page cache dropped)
-    ours 3.68 [3.54-5.22]  3.86 [3.59-3.94]  3.53 [2.96-3.75]
-    aria2c 6.72 [5.36-7.36]  7.02 [5.59-8.15]  5.88 [5.72-6.30]
-    cp 3.46 [3.03-3.90]  3.55 [3.23-3.56]  3.29 [3.08-3.39]
-    -> aria2c/ours 1.83x, 1.82x, 1.66x; ours/cp 1.06x, 1.09x, 1.07x
-  Peak RSS, ours: medians 80-91 MiB across the six.
+    ours 3.44 [3.40-3.88]  4.05 [3.98-4.10]  4.50 [3.56-4.56]
+    aria2c 5.43 [5.27-5.96]  5.37 [5.29-6.82]  6.24 [6.24-6.64]
+    cp 3.49 [2.93-4.08]  3.62 [2.70-5.21]  4.73 [2.79-5.18]
+    -> aria2c/ours 1.58x, 1.32x, 1.39x; ours/cp 0.99x, 1.12x, 0.95x
+  python -m bench.download_bench --no-hf --scenarios capped (10 MB/s per connection), once:
+    ours 8.67 [8.52-8.76], aria2c 9.07 [8.88-9.82] -> 1.05x
+  Peak RSS, ours: medians 82-93 MiB uncapped, 135 MiB capped.
 """
 
 from __future__ import annotations
