@@ -38,28 +38,34 @@ def test_fast_connections_never_widen_the_gate() -> None:
     assert (gate.allowed, gate.peak, gate.settled) == (4, 4, False)
 
 
+class CappedDownload:
+    """Drives a Gate window by window: each connection at `per_connection` bytes/s (a capped
+    origin), the total at whatever rate a window is given."""
+
+    def __init__(self, gate: Gate, clock: Clock, per_connection: float) -> None:
+        self.gate, self.clock, self.done = gate, clock, 0
+        self.slow = (int(per_connection * RATE_WINDOW), RATE_WINDOW)
+        gate.mark(0)  # the download starts
+
+    def window(self, rate: float) -> None:
+        self.clock.now += RATE_WINDOW
+        self.done += int(rate * RATE_WINDOW)
+        self.gate.observe(*self.slow, self.done)
+
+
 def test_slow_connections_double_the_gate_while_the_total_rate_rises_then_it_settles() -> None:
     clock = Clock()
     gate = Gate(4, 32, slow=64e6, clock=clock)
-    slow = (int(10e6 * RATE_WINDOW), RATE_WINDOW)  # 10 MB/s: a capped connection
-    done = 0
-
-    def window(rate: float) -> None:
-        nonlocal done
-        clock.now += RATE_WINDOW
-        done += int(rate * RATE_WINDOW)
-        gate.observe(*slow, done)
-
-    gate.mark(done)  # the download starts
-    window(60e6)  # connections starting (a burst per request): not judged
+    run = CappedDownload(gate, clock, 10e6)  # 10 MB/s: a capped connection
+    run.window(60e6)  # connections starting (a burst per request): not judged
     assert gate.allowed == 4
-    window(40e6)  # 4 connections x 10 MB/s
+    run.window(40e6)  # 4 connections x 10 MB/s
     assert gate.allowed == 8
-    window(80e6)  # doubled: kept, and tried again
+    run.window(80e6)  # doubled: kept, and tried again
     assert gate.allowed == 16
-    window(85e6)  # no longer rising: something else is the limit
+    run.window(85e6)  # no longer rising: something else is the limit
     assert (gate.allowed, gate.peak, gate.settled) == (8, 16, True)
-    window(10e6)
+    run.window(10e6)
     assert gate.allowed == 8
 
 
@@ -68,24 +74,15 @@ def test_a_settled_gate_probes_again_later() -> None:
     rate): a gate settled too low on a capped origin tries again after SETTLE_SECONDS."""
     clock = Clock()
     gate = Gate(4, 8, slow=64e6, clock=clock)
-    slow = (int(2.5e6 * RATE_WINDOW), RATE_WINDOW)  # 2.5 MB/s per connection
-    done = 0
-
-    def window(rate: float) -> None:
-        nonlocal done
-        clock.now += RATE_WINDOW
-        done += int(rate * RATE_WINDOW)
-        gate.observe(*slow, done)
-
-    gate.mark(done)
-    window(60e6)  # starting: not judged
-    window(30e6)  # still far more than 4 capped connections carry (bursts, a noisy window)
-    window(17e6)  # 8 connections: below 30 x 1.3, so back to 4
+    run = CappedDownload(gate, clock, 2.5e6)
+    run.window(60e6)  # starting: not judged
+    run.window(30e6)  # still far more than 4 capped connections carry (bursts, a noisy window)
+    run.window(17e6)  # 8 connections: below 30 x 1.3, so back to 4
     assert (gate.allowed, gate.settled) == (4, True)
     while gate.settled:
-        window(10e6)  # 4 x 2.5 MB/s; the window that ends the settling is judged: doubling
+        run.window(10e6)  # 4 x 2.5 MB/s; the window that ends the settling is judged: doubling
     assert gate.allowed == 8
-    window(20e6)  # 8 x 2.5 MB/s: kept
+    run.window(20e6)  # 8 x 2.5 MB/s: kept
     assert (gate.allowed, gate.settled) == (8, False)
 
 
