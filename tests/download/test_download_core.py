@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from praesto.agent.download import DownloadCancelled, DownloadError, Options, download, plan
+from praesto.agent.download.api import Result
 
 from praesto import names
 from praesto.spec import Source
@@ -170,14 +171,24 @@ def test_unsafe_repo_paths_are_refused(hub: LocalHub) -> None:
         assert info.value.reason == "InvalidRepoFile" and repr(bad) in info.value.message
 
 
-def test_dedup_between_two_caches_links_instead_of_fetching(hub: LocalHub, tmp_path: Path) -> None:
-    files = sample_files()
+def _store_options(hub: LocalHub, tmp_path: Path) -> Options:
+    return options_for(hub, blobs_dir=tmp_path / "store" / ".praesto" / "blobs" / "sha256")
+
+
+def _second_cache(hub: LocalHub, tmp_path: Path, files: dict[str, bytes], repo: str, name: str) -> Result:
+    """org/a downloaded into the node's store, then `repo` as cache `name`, counted from zero."""
     hub.add_repo("org/a", files)
-    hub.add_repo("org/b", files)
-    options = options_for(hub, blobs_dir=tmp_path / "store" / ".praesto" / "blobs" / "sha256")
+    if repo != "org/a":
+        hub.add_repo(repo, files)
+    options = _store_options(hub, tmp_path)
     download(plan(_src("org/a"), options), tmp_path / "store" / "ns" / "a", options)
     hub.reset_counters()
-    second = download(plan(_src("org/b"), options), tmp_path / "store" / "ns" / "b", options)
+    return download(plan(_src(repo), options), tmp_path / "store" / "ns" / name, options)
+
+
+def test_dedup_between_two_caches_links_instead_of_fetching(hub: LocalHub, tmp_path: Path) -> None:
+    files = sample_files()
+    second = _second_cache(hub, tmp_path, files, "org/b", "b")
     lfs = [p for p, v in files.items() if len(v) > 1024]
     assert hub.bytes_served == sum(len(v) for p, v in files.items() if p not in lfs)  # small files only
     assert second.bytes_deduplicated == sum(len(files[p]) for p in lfs)
@@ -193,17 +204,14 @@ def test_a_second_cache_of_the_same_revision_takes_nothing_from_the_origin(
     # revision and path, never by SHA-1 alone (a crafted collision in another repo must not
     # reach these bytes): the same repo at the same commit links everything...
     files = sample_files()
-    hub.add_repo("org/a", files)
     hub.add_repo("org/other", files)
-    options = options_for(hub, blobs_dir=tmp_path / "store" / ".praesto" / "blobs" / "sha256")
-    download(plan(_src("org/a"), options), tmp_path / "store" / "ns" / "a", options)
-    hub.reset_counters()
-    again = download(plan(_src("org/a"), options), tmp_path / "store" / "ns" / "a2", options)
+    again = _second_cache(hub, tmp_path, files, "org/a", "a2")
     assert hub.bytes_served == 0 and again.bytes_from_origin == 0
     assert again.bytes_deduplicated == sum(len(v) for v in files.values())
     assert tree_of(tmp_path / "store" / "ns" / "a2") == files
     # ... while another repo with byte-identical small files still fetches them itself.
     hub.reset_counters()
+    options = _store_options(hub, tmp_path)
     download(plan(_src("org/other"), options), tmp_path / "store" / "ns" / "other", options)
     assert hub.bytes_served == sum(len(v) for v in files.values() if len(v) <= 1024)
 
