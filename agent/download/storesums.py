@@ -98,11 +98,7 @@ def _pick(f: RemoteFile, headers: Headers, scheme: str) -> RemoteFile:
         log.warning("no store checksum for %s: the object changed since it was listed", f.path)
         return f
     digest = _from_headers(headers, scheme)
-    if digest is None:
-        return f
-    if f.digest and not digest.cryptographic:
-        return f  # keep the ETag MD5 we had rather than a CRC
-    return replace(f, digest=digest)
+    return f if digest is None else replace(f, digest=digest)
 
 
 def _bare(etag: str) -> str:
@@ -136,7 +132,7 @@ def _from_headers(headers: Headers, scheme: str) -> StoreDigest | None:
     return from_base64("md5", value, "Content-MD5") if value else None
 
 
-def _object_path(cfg: StoreConfig, f: RemoteFile) -> str:
+def _object_path(f: RemoteFile) -> str:
     return quote(f.key or f.path, safe="/~")
 
 
@@ -155,7 +151,7 @@ def _signed_head(
         else:
             account = cfg.config["account_name"]
             base = cfg.config.get("endpoint") or f"https://{account}.blob.core.windows.net"
-        return f"{base}/{cfg.bucket}/{_object_path(cfg, f)}", {}
+        return f"{base}/{cfg.bucket}/{_object_path(f)}", {}
 
     return head
 
@@ -186,7 +182,7 @@ def _s3_head(cfg: StoreConfig) -> Callable[[RemoteFile], tuple[str, dict[str, st
             raise RuntimeError("the workload identity gave no AWS credentials")
 
     def head(f: RemoteFile) -> tuple[str, dict[str, str]]:
-        url = f"{bucket_url}/{_object_path(cfg, f)}"
+        url = f"{bucket_url}/{_object_path(f)}"
         if f.version:
             url += "?" + urlencode({"versionId": f.version})
         headers = {"x-amz-checksum-mode": "ENABLED"}
