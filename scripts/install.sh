@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # Installs everything the project, its tests and its benchmarks need, from the
 # project's own files: Debian packages (nginx and aria2 serve and fetch bytes in
-# tests and benchmarks), the pinned Python distribution with its test extra, and
-# Azurite (npm; the Azure Blob emulator the az:// tests run against) in build/azurite.
+# tests and benchmarks; runc, CNI plugins, busybox and iptables run the node tier),
+# the pinned Python distribution with its test extra, Azurite (npm; the
+# Azure Blob emulator the az:// tests run against) in build/azurite.
 set -euo pipefail
 venv=${1:-.venv}
 
 need_apt=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
 command -v aria2c >/dev/null 2>&1 || need_apt+=(aria2)
+# The node tier (tests/node): runc and the CNI plugins run its Pods, busybox-static fills its
+# test image, iptables is what the CNI bridge plugin and the kubelet program.
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || need_apt+=(runc)
+[ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
+[ -x /bin/busybox ] || need_apt+=(busybox-static)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq
