@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from praesto.hooks import v2
-from praesto.hooks.common import Obj, child_metadata, consumer_pods, meta, previous_status, section
+from praesto.hooks.common import Obj, child_metadata, consumer_pods, meta, section
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.local_status import aggregate
 
@@ -46,12 +46,17 @@ def demand_nodes(pods: Iterable[Mapping[str, Any]]) -> set[str]:
     return out
 
 
-def pinned_source(parent: Mapping[str, Any], spec: ModelCacheSpec) -> Source:
-    """The spec's source, pinned to the commit the cache resolved to once it is known.
+def pinned_source(spec: ModelCacheSpec, status: Mapping[str, Any]) -> Source:
+    """The spec's source, pinned to the commit in `status` (this response's) once it is known.
 
     Every node then downloads the same bytes even if the branch moves meanwhile.
+    `status` must be the status computed in the same pass, never the parent's
+    previous one: with `ignoreStatusChanges` Metacontroller makes no pass after
+    its own status write (`pkg/controller/composite/controller.go`
+    `updateParentObject`), so a pin taken from the old status would wait for an
+    unrelated event (issue 22).
     """
-    resolved = previous_status(parent).get("resolvedRevision")
+    resolved = status.get("resolvedRevision")
     source = spec.source
     if (
         source.scheme == "hf"
@@ -126,10 +131,11 @@ def sync_local(
     wanted = set(selected_nodes(nodes, spec.node_selector))
     demand = demand_nodes(pods) - wanted
     node_names = sorted(wanted | demand)
-    source = pinned_source(parent, spec).to_dict()
+    observed = v2.objects(request, "children", v2.MODELCACHENODE)
+    # Status first: the children derive from the status this response reports.
+    status = aggregate(parent, spec, node_names, len(demand), observed, now)
+    source = pinned_source(spec, status).to_dict()
     children = [modelcachenode(parent, spec, node, source) for node in node_names]
     if spec.source.secret_ref is not None:
         children.extend(secret_grant(parent, spec.source.secret_ref.name, config))
-    observed = v2.objects(request, "children", v2.MODELCACHENODE)
-    status = aggregate(parent, spec, node_names, len(demand), observed, now)
     return {"status": status, "children": children}
