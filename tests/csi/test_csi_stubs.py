@@ -1,15 +1,20 @@
-"""The committed stubs are exactly what the generator makes, and the wire facts match CSI v1."""
+"""The committed stubs are exactly what the generator makes, and the wire facts match CSI v1 and the kubelet."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
-from praesto.csi.proto import csi_pb2
+from praesto.csi.proto import csi_pb2, pluginregistration_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ("csi_pb2.py", "csi_pb2.pyi", "csi_pb2_grpc.py", "csi_pb2_grpc.pyi")
+GENERATED = tuple(
+    f"{stem}_pb2{kind}"
+    for stem in ("csi", "pluginregistration")
+    for kind in (".py", ".pyi", "_grpc.py", "_grpc.pyi")
+)
 
 
 def test_regenerating_gives_byte_identical_stubs(tmp_path: Path) -> None:
@@ -24,13 +29,14 @@ def test_regenerating_gives_byte_identical_stubs(tmp_path: Path) -> None:
 
 
 def test_grpc_stub_imports_messages_package_relative() -> None:
-    text = (ROOT / "csi" / "proto" / "csi_pb2_grpc.py").read_text()
-    assert "from praesto.csi.proto import csi_pb2 as csi__pb2" in text
-    assert "\nimport csi_pb2" not in text
+    for stem in ("csi", "pluginregistration"):
+        text = (ROOT / "csi" / "proto" / f"{stem}_pb2_grpc.py").read_text()
+        assert f"from praesto.csi.proto import {stem}_pb2 as {stem}__pb2" in text
+        assert f"\nimport {stem}_pb2" not in text
 
 
-def _numbers(message: str) -> dict[str, int]:
-    return {f.name: f.number for f in csi_pb2.DESCRIPTOR.message_types_by_name[message].fields}
+def _numbers(message: str, module: ModuleType = csi_pb2) -> dict[str, int]:
+    return {f.name: f.number for f in module.DESCRIPTOR.message_types_by_name[message].fields}
 
 
 def test_field_numbers_are_the_csi_v1_wire_numbers() -> None:
@@ -83,3 +89,20 @@ def test_services_declare_the_spec_rpcs() -> None:
         "NodeGetInfo",
     ]
     assert "ControllerGetCapabilities" in services["Controller"]
+
+
+def test_plugin_registration_is_the_kubelets_wire_format() -> None:
+    """k8s.io/kubelet v0.37.2 pkg/apis/pluginregistration/v1/api.proto: package `pluginregistration`."""
+    assert pluginregistration_pb2.DESCRIPTOR.package == "pluginregistration"
+    service = pluginregistration_pb2.DESCRIPTOR.services_by_name["Registration"]
+    assert service.full_name == "pluginregistration.Registration"
+    assert [m.name for m in service.methods] == ["GetInfo", "NotifyRegistrationStatus"]
+    assert _numbers("PluginInfo", pluginregistration_pb2) == {
+        "type": 1,
+        "name": 2,
+        "endpoint": 3,
+        "supported_versions": 4,
+    }
+    assert _numbers("RegistrationStatus", pluginregistration_pb2) == {"plugin_registered": 1, "error": 2}
+    assert _numbers("InfoRequest", pluginregistration_pb2) == {}
+    assert _numbers("RegistrationStatusResponse", pluginregistration_pb2) == {}
