@@ -10,7 +10,8 @@ import grpc
 import pytest
 from praesto.csi.proto import csi_pb2
 from praesto.csi.publisher import Publisher
-from praesto.csi.server import CsiServer, EndpointError
+from praesto.csi.server import CsiServer
+from praesto.csi.sockets import EndpointError
 
 import praesto
 from praesto import names, store

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -155,11 +155,20 @@ class InProcessDriver:
 class CliDriver:
     """`python -m praesto.csi.cli` as a child process, as the DaemonSet runs it."""
 
-    def __init__(self, base: Path, socket: Path) -> None:
+    def __init__(self, base: Path, socket: Path, extra_args: Sequence[str] = ()) -> None:
         self.socket = socket
         env = dict(os.environ, CSI_ENDPOINT=f"unix://{socket}", NODE_NAME=NODE)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "praesto.csi.cli", "--base-path", str(base), "--log-level", "WARNING"],
+            [
+                sys.executable,
+                "-m",
+                "praesto.csi.cli",
+                "--base-path",
+                str(base),
+                "--log-level",
+                "WARNING",
+                *extra_args,
+            ],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -188,8 +197,8 @@ class CliDriver:
 
 
 @contextlib.contextmanager
-def cli_driver(base: Path, socket: Path) -> Iterator[CliDriver]:
-    driver = CliDriver(base, socket)
+def cli_driver(base: Path, socket: Path, extra_args: Sequence[str] = ()) -> Iterator[CliDriver]:
+    driver = CliDriver(base, socket, extra_args)
     try:
         yield driver
     finally:
