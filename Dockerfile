@@ -14,18 +14,24 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/praesto
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY praesto ./praesto
 COPY hooks ./hooks
 COPY agent ./agent
 # csi/ includes the generated gRPC stubs (csi/proto/csi_pb2*.py), committed and
 # checked reproducible by the test suite; nothing is generated at build time.
 COPY csi ./csi
-RUN /opt/praesto/bin/pip install "setuptools>=68" wheel \
+# The build backend is exactly pyproject's [build-system].requires (one pin, read from there).
+# The smoke step imports every entry point's module (the praesto CLI, hooks server, agent CLI
+# and daemon, CSI plugin and its server): an import the wheel cannot satisfy fails the build.
+RUN /opt/praesto/bin/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires']))" > /tmp/build-requires.txt \
+ && /opt/praesto/bin/pip install -r /tmp/build-requires.txt \
  && /opt/praesto/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
  && /opt/praesto/bin/pip install /wheels/praesto-*.whl \
- && /opt/praesto/bin/python -c "import praesto.hooks.server, praesto.csi.proto.csi_pb2" \
- && /opt/praesto/bin/pip uninstall -y pip setuptools wheel
+ && cd / \
+ && /opt/praesto/bin/python -c "import praesto.hooks.cli, praesto.hooks.server, praesto.agent.cli, praesto.agent.daemon, praesto.csi.cli, praesto.csi.server, praesto.csi.proto.csi_pb2" \
+ && /opt/praesto/bin/praesto-agent run --help > /dev/null \
+ && /opt/praesto/bin/pip uninstall -y pip setuptools
 
 # --- runtime: the venv only, no compilers, no pip
 FROM ${PYTHON_IMAGE}

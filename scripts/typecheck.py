@@ -1,13 +1,14 @@
 """Run mypy over the installed layout of the `praesto` distribution.
 
 The top-level folders `hooks/`, `agent/` and `csi/` install as `praesto.hooks`
-and friends through setuptools `package-dir`. mypy cannot follow the editable
-install's import hook, so we give it a view of the installed layout made of
-symlinks under build/typecheck and check the package from there.
+and friends through setuptools `package-dir` (setup.py's FOLDERS, read from there).
+mypy cannot follow the editable install's import hook, so we give it a view of the
+installed layout made of symlinks under build/typecheck and check the package from there.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,7 +16,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBPACKAGES = {"hooks": "hooks", "agent": "agent", "csi": "csi"}
+
+
+def folders() -> dict[str, str]:
+    """Installed package -> folder, as setup.py maps them (its setup() runs only as __main__)."""
+    spec = importlib.util.spec_from_file_location("praesto_setup", ROOT / "setup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    mapping: dict[str, str] = module.FOLDERS
+    return mapping
 
 
 def build_view() -> Path:
@@ -26,8 +36,9 @@ def build_view() -> Path:
     for entry in (ROOT / "praesto").iterdir():
         if entry.name != "__pycache__":
             (package / entry.name).symlink_to(entry)
-    for name, folder in SUBPACKAGES.items():
-        (package / name).symlink_to(ROOT / folder, target_is_directory=True)
+    for name, folder in folders().items():
+        if name != "praesto":
+            (package / name.removeprefix("praesto.")).symlink_to(ROOT / folder, target_is_directory=True)
     return view
 
 

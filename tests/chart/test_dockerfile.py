@@ -1,48 +1,19 @@
-"""The image recipe: no Docker here, so the Dockerfile's invariants are checked by parsing it,
-and the wheel it installs is built for real to prove it carries every entry point and the CSI stubs."""
+"""The image recipe: no Docker here, so the Dockerfile's invariants are checked by parsing it.
+The wheel its builder stage makes is built for real, from `git archive HEAD`, in tests/test_wheel.py."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
-import shutil
-import subprocess
-import sys
-import zipfile
-from pathlib import Path
+import shlex
 
-import pytest
-
+from tests.support.dockerfile import build_args, stages
 from tests.support.helm_chart import ROOT
+from tests.support.installed_wheel import pyproject
 
-DOCKERFILE = ROOT / "Dockerfile"
 COMPILERS = re.compile(r"\b(gcc|g\+\+|clang|build-essential|make|python3-dev|libc6-dev|cargo|rustc)\b")
-
-
-def instructions() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            keyword, _, rest = line.partition(" ")
-            out.append((keyword.upper(), rest.strip()))
-    return out
-
-
-def stages() -> list[list[tuple[str, str]]]:
-    result: list[list[tuple[str, str]]] = []
-    for keyword, rest in instructions():
-        if keyword == "FROM":
-            result.append([])
-        if result:
-            result[-1].append((keyword, rest))
-    return result
-
-
-def build_args() -> dict[str, str]:
-    return dict(rest.split("=", 1) for keyword, rest in instructions() if keyword == "ARG" and "=" in rest)
+# Modules a console script loads only for one subcommand or at serve time; the smoke step imports them too.
+RUNTIME_MODULES = {"praesto.hooks.server", "praesto.agent.daemon", "praesto.csi.server"}
 
 
 def test_multi_stage_with_a_digest_pinned_base() -> None:
@@ -72,8 +43,8 @@ def test_runtime_stage_is_non_root_and_has_no_build_tools() -> None:
 def test_builder_copies_the_packages_including_the_csi_stubs() -> None:
     builder = stages()[0]
     copied = " ".join(rest for keyword, rest in builder if keyword == "COPY")
-    for folder in ("praesto", "hooks", "agent", "csi"):
-        assert re.search(rf"\b{folder} ", copied), folder
+    for source in ("pyproject.toml", "setup.py", "README.md", "praesto", "hooks", "agent", "csi"):
+        assert re.search(rf"\b{re.escape(source)} ", copied), source
     assert (ROOT / "csi" / "proto" / "csi_pb2.py").is_file()
     assert (ROOT / "csi" / "proto" / "csi_pb2_grpc.py").is_file()
 
@@ -101,6 +72,7 @@ def test_dockerignore_keeps_the_context_small_but_complete() -> None:
     ]
     for needed in (
         "pyproject.toml",
+        "setup.py",
         "README.md",
         "praesto/names.py",
         "hooks/server.py",
@@ -117,50 +89,26 @@ def test_dockerignore_keeps_the_context_small_but_complete() -> None:
         assert _ignored(unwanted, patterns), unwanted
 
 
-def test_the_wheel_the_image_installs_has_every_entry_point_and_the_stubs(tmp_path: Path) -> None:
-    """Build the wheel as the builder stage does, from exactly what the Dockerfile copies, offline."""
-    context = tmp_path / "context"
-    context.mkdir()
-    for keyword, rest in stages()[0]:
-        if keyword == "COPY" and not rest.startswith("--from"):
-            *sources, _ = rest.split()
-            for source in sources:
-                src = ROOT / source
-                if src.is_dir():
-                    shutil.copytree(src, context / source, ignore=shutil.ignore_patterns("__pycache__"))
-                else:
-                    shutil.copy2(src, context / source)
-    wheels = tmp_path / "wheels"
-    try:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "--no-deps",
-                "--no-build-isolation",
-                "-q",
-                "--wheel-dir",
-                str(wheels),
-                str(context),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=240,
-        )
-    except subprocess.CalledProcessError as err:
-        pytest.fail(f"building the wheel failed: {err.stderr.decode()[-2000:]}")
-    wheel = next(wheels.glob("praesto-*.whl"))
-    with zipfile.ZipFile(wheel) as zf:
-        names = set(zf.namelist())
-        entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    for module in (
-        "praesto/csi/proto/csi_pb2.py",
-        "praesto/csi/proto/csi_pb2_grpc.py",
-        "praesto/hooks/server.py",
-    ):
-        assert module in names, module
-    for script in ("praesto-hooks", "praesto-agent", "praesto-csi"):
-        assert f"{script} =" in entry_points, script
-    assert not any(n.startswith(("tests/", "bench/", "e2e/")) for n in names)
+def builder_run() -> str:
+    return " ".join(rest for keyword, rest in stages()[0] if keyword == "RUN")
+
+
+def test_the_builder_builds_with_exactly_the_declared_backend() -> None:
+    """The image installs pyproject's [build-system].requires, read from the file, and builds as the tests do."""
+    run = builder_run()
+    assert "tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires']" in run, run
+    assert "pip wheel --no-deps --no-build-isolation" in run, run
+    requires = pyproject()["build-system"]["requires"]
+    assert [r for r in requires if r.startswith("setuptools==")], f"pin the build backend: {requires}"
+
+
+def test_the_smoke_step_imports_every_entry_point_module() -> None:
+    """A module the wheel lacks fails the image build, whichever process would have needed it."""
+    imported: set[str] = set()
+    for command in builder_run().split("&&"):
+        words = shlex.split(command)
+        if words[-2:-1] == ["-c"] and words[-1].startswith("import "):
+            imported |= {name.strip() for name in words[-1].removeprefix("import ").split(",")}
+    entry_modules = {target.split(":")[0] for target in pyproject()["project"]["scripts"].values()}
+    assert entry_modules | RUNTIME_MODULES <= imported, sorted(entry_modules | RUNTIME_MODULES - imported)
+    assert "cd / " in builder_run(), "import from the install, not from the copied sources in the WORKDIR"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from praesto.hooks.cli import main as praesto_main
 from praesto.hooks.config import ConfigError, HooksConfig
 from praesto.hooks.modelcache import HOOKS
 
 from praesto import names
-from praesto.cli import main as praesto_main
 from tests.hooks.factory import SEED_LOCAL_SPEC, SEED_PVC_SPEC
 from tests.hooks.schemas import ROOT, validate_child
 
