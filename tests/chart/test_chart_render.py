@@ -218,9 +218,6 @@ def test_image_tags_follow_values() -> None:
     pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
     images = {c["name"]: c["image"] for c in pod["containers"]}
     assert images["agent"] == images["csi"] == "reg.example/p:0.6.2"
-    assert images["node-driver-registrar"].startswith(
-        "registry.k8s.io/sig-storage/csi-node-driver-registrar:v"
-    )
     assert images["livenessprobe"].startswith("registry.k8s.io/sig-storage/livenessprobe:v")
     env = {
         e["name"]: e.get("value")
@@ -340,7 +337,8 @@ def test_node_daemonset_mounts_and_privileges() -> None:
     assert volumes["store"]["hostPath"] == {"path": "/mnt/fast-ssd/praesto", "type": "Directory"}
     assert volumes["kubelet-dir"]["hostPath"]["path"] == "/var/lib/k0s/kubelet"
     containers = {c["name"]: c for c in pod["containers"]}
-    assert set(containers) == {"agent", "csi", "node-driver-registrar", "livenessprobe"}
+    # no node-driver-registrar: praesto-csi registers itself (csi/registration.py)
+    assert set(containers) == {"agent", "csi", "livenessprobe"}
     for name, container in containers.items():
         privileged = container["securityContext"].get("privileged", False)
         assert privileged == (name == "csi"), name
@@ -351,5 +349,15 @@ def test_node_daemonset_mounts_and_privileges() -> None:
             assert mounts["store"]["mountPath"] == "/mnt/fast-ssd/praesto"  # same path as on the host
     agent_sc = containers["agent"]["securityContext"]
     assert agent_sc["runAsNonRoot"] is True and agent_sc["capabilities"]["drop"] == ["ALL"]
-    registrar = containers["node-driver-registrar"]["args"]
-    assert "--kubelet-registration-path=/var/lib/k0s/kubelet/plugins/csi.praesto.io/csi.sock" in registrar
+    csi = containers["csi"]
+    csi_mounts = {m["name"]: m["mountPath"] for m in csi["volumeMounts"]}
+    assert volumes["registration-dir"]["hostPath"]["path"] == "/var/lib/k0s/kubelet/plugins_registry"
+    assert volumes["plugin-dir"]["hostPath"]["path"] == "/var/lib/k0s/kubelet/plugins/csi.praesto.io"
+    # the plugin serves /csi/csi.sock, which the kubelet sees at <kubeletDir>/plugins/csi.praesto.io/csi.sock
+    assert {
+        "--endpoint=unix://" + csi_mounts["plugin-dir"] + "/csi.sock",
+        "--registration-dir=" + csi_mounts["registration-dir"],
+        "--kubelet-endpoint=/var/lib/k0s/kubelet/plugins/csi.praesto.io/csi.sock",
+    } <= set(csi["args"])
+    # the registration socket is served outside the Bidirectional kubelet-dir mount
+    assert not csi_mounts["registration-dir"].startswith(csi_mounts["kubelet-dir"])
