@@ -219,6 +219,7 @@ class Job:
                 and cluster_credentials_allowed(self.ref.namespace, self.ref.source.uri),
                 concurrency=self.options.concurrency,
                 blobs_dir=self.layout.blobs_dir,
+                dedup_scope=self.ref.namespace,
                 staging_dir=self.layout.staging_dir(self.ref.namespace, self.ref.cache),
                 progress=lambda done, total: self.on_progress(self.ref, done, total),
                 cancel=self.options.cancel,

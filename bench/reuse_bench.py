@@ -8,8 +8,9 @@ process. Each round, in a fresh store:
 
 * cold: a ModelCacheNode for `org/first` (a few shards + small files), from the origin;
 * same source, another team: a ModelCacheNode of `org/first` at the same commit in another
-  namespace: every file linked from the blob area, small ones too (by source, revision and
-  path: agent/download/publish.py origin_key), nothing from the origin;
+  namespace: every large file linked from the blob area; the small ones (known by git SHA-1
+  only) are fetched again, since their bytes are shared only within a namespace (issue 21
+  item 11: agent/download/publish.py origin_key);
 * second identical cache: `org/second`, another repo with identical content, created once
   the first is Ready: every large file hard-linked from the content-addressed blob area;
 * rehydrate after eviction: `org/second` evicted by its unusedTTL while `org/first` (same
@@ -23,7 +24,7 @@ For another repo, not zero but a few bytes, by design: files below the Hub's LFS
 (config.json) are known to the plan only by their git blob id (SHA-1), so across repos they
 are fetched again. Sharing them by SHA-1 would let a repo author who forges a SHA-1
 collision plant bytes in another tenant's cache on this node; the same source at the same
-commit is the same bytes for everyone who may list it, so that is shared.
+commit is shared within one namespace only.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def main() -> int:
         f"  rehydrate with blobs on disk: {max(origin['rehydrate after eviction'])} origin bytes (target 0)"
     )
     same = median(seconds["same source, another team"])
-    print(f"  same source, another team: {max(origin['same source, another team'])} origin bytes (target 0), "
+    print(f"  same source, another team: {max(origin['same source, another team'])} origin bytes (small files only), "
           f"median {same:.2f} s (target < 1 s)")  # fmt: skip
     return 0
 

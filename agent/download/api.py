@@ -75,9 +75,15 @@ class RemoteFile:
 
     @property
     def peers_may_supply(self) -> bool:
-        """Only a file whose origin digest no one can forge may come from peers: what
-        verifies it is the origin's word. Any other file (no digest, or a CRC alone) is
-        fetched from the origin only, so no peer can choose its bytes."""
+        """Only a file the origin vouches for by sha256 may come from peers: what verifies it is
+        the origin's word, and no one can make other bytes match it. Git's SHA-1 and MD5 can be
+        collided on purpose (whoever publishes one of a crafted pair could pass the other off
+        from a peer), and a CRC is no digest at all: such files come from the origin only."""
+        return bool(self.sha256 or (self.digest and self.digest.algorithm == "sha256"))
+
+    @property
+    def cryptographically_verified(self) -> bool:
+        """A digest no accident can match (sha256, SHA-1, MD5): no store checksum is looked for."""
         return bool(self.sha256 or self.git_sha1 or (self.digest and self.digest.cryptographic))
 
     def second_digest(self) -> RunningDigest | None:
@@ -173,6 +179,9 @@ class Options:
     max_bytes: int | None = None  # refuse before writing when the source is larger (PVC: storage.size)
     concurrency: int = 32  # parallel connections: CDNs cap each one (see bench/download_bench.py)
     blobs_dir: Path | None = None  # content-addressed area for dedup (hard links)
+    # Who may reuse small files recorded by origin key (publish.origin_key): the namespace. Their
+    # bytes are verified only by git SHA-1, so they are never linked into another namespace.
+    dedup_scope: str = ""
     staging_dir: Path | None = None  # default: a sibling of dest on the same filesystem
     progress: ProgressCallback | None = None
     cancel: threading.Event = field(default_factory=threading.Event)

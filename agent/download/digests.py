@@ -61,7 +61,7 @@ def _crc64nvme() -> RunningDigest:
 class Algorithm:
     name: str
     new: Callable[[], RunningDigest]
-    cryptographic: bool  # no one can make other bytes match it: peers may supply the file
+    cryptographic: bool  # no accident makes other bytes match it (peers: sha256 only, api.RemoteFile)
 
 
 ALGORITHMS: dict[str, Algorithm] = {

@@ -310,7 +310,8 @@ class Engine:
 
     def _origin_key(self, f: RemoteFile) -> str:
         assert f.git_sha1 is not None
-        return origin_key(self.plan.source.uri, self.plan.revision, f.path, f.git_sha1, f.size)
+        scope = self.options.dedup_scope
+        return origin_key(scope, self.plan.source.uri, self.plan.revision, f.path, f.git_sha1, f.size)
 
     def _recalled(self, f: RemoteFile) -> str | None:
         """A small file fetched before at this exact source and revision: its verified blob."""

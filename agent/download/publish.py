@@ -133,15 +133,16 @@ def link_from_blob(blobs: Path | None, sha256: str | None, size: int, target: Pa
 ORIGIN_INDEX = "by-origin"  # below the blob area: origin key -> the sha256 of bytes verified for it
 
 
-def origin_key(source_uri: str, revision: str, path: str, git_sha1: str, size: int) -> str:
-    """The name of one small file at one exact revision of one source.
+def origin_key(scope: str, source_uri: str, revision: str, path: str, git_sha1: str, size: int) -> str:
+    """The name of one small file at one exact revision of one source, for one namespace.
 
     A small Hugging Face file is known before download only by its git blob SHA-1. SHA-1 can
     be collided on purpose, so content is never shared by SHA-1 alone (another repo could
-    plant bytes under a tenant's id); but the same path of the same source at the same
-    commit is the same bytes for everyone who may list it, so that is what is keyed.
+    plant bytes under a tenant's id); the same path of the same source at the same commit is
+    the same bytes, but only within `scope` (the namespace, `Options.dedup_scope`): another
+    namespace's bytes for it were verified by that SHA-1 alone, so they are never linked here.
     """
-    text = f"{source_uri}\n{revision}\n{path}\n{git_sha1}\n{size}"
+    text = f"{scope}\n{source_uri}\n{revision}\n{path}\n{git_sha1}\n{size}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -50,7 +50,7 @@ def with_store_digests(
     store: AzureStore | GCSStore | S3Store, cfg: StoreConfig, files: tuple[RemoteFile, ...]
 ) -> tuple[RemoteFile, ...]:
     """`files` with the store's checksum on each one that has no cryptographic digest yet."""
-    wanted = [f for f in files if not f.peers_may_supply and f.size > 0]
+    wanted = [f for f in files if not f.cryptographically_verified and f.size > 0]
     if not wanted or cfg.client_options.get("allow_invalid_certificates"):
         return files  # a checksum from a server whose certificate is not checked vouches for nothing
     try:

@@ -2,9 +2,10 @@
 
 Against the real emulators: moto (S3 additional checksums, read with a SigV4-signed HEAD
 that moto checks against the key), fake-gcs-server (`x-goog-hash`) and Azurite
-(`Content-MD5`, checked with its development key). A cryptographic digest (MD5, SHA-1,
-SHA-256) lets peers supply a file and catches a lying one; a CRC verifies the origin's
-bytes but keeps the file origin-only, since anyone can forge bytes that match a CRC.
+(`Content-MD5`, checked with its development key). Only SHA-256 lets peers supply a file
+(and catches a lying one); MD5 and SHA-1 verify the origin's bytes but keep the file
+origin-only, since colliding pairs can be made on purpose (issue 21 item 11), and so does a
+CRC, since anyone can forge bytes that match one.
 """
 
 from __future__ import annotations
@@ -79,12 +80,14 @@ def test_crc_implementations_match_the_published_check_values() -> None:
     check_value("crc64nvme", "ae8b14860a799888")
 
 
-def test_only_cryptographic_store_digests_let_peers_supply_a_file() -> None:
+def test_only_a_sha256_store_digest_lets_peers_supply_a_file() -> None:
     md5 = from_base64("md5", "1B2M2Y8AsgTpgAmY7PhCfg==", "Content-MD5")
     assert md5 == StoreDigest("md5", hashlib.md5(b"").hexdigest(), "Content-MD5")
     crc = from_base64("crc32c", "AAAAAA==", "x-goog-hash")
     assert crc is not None and not crc.cryptographic
-    assert RemoteFile("a", 1, digest=md5).peers_may_supply
+    assert md5 is not None and md5.cryptographic and not RemoteFile("a", 1, digest=md5).peers_may_supply
+    sha256 = StoreDigest("sha256", hashlib.sha256(b"").hexdigest(), "x-amz-checksum-sha256")
+    assert RemoteFile("a", 1, digest=sha256).peers_may_supply
     assert not RemoteFile("a", 1, digest=crc).peers_may_supply
     assert not RemoteFile("a", 1).peers_may_supply
     assert from_base64("md5", "not base64!", "Content-MD5") is None
@@ -196,7 +199,7 @@ def test_s3_bytes_that_contradict_the_stores_crc_fail_the_file(s3: dict[str, str
 
 # ---- GCS (fake-gcs-server) -----------------------------------------------------------------
 @pytest.mark.skipif(gcs_emulator.binary() is None, reason=gcs_emulator.SKIP_REASON)
-def test_gcs_md5_from_x_goog_hash_lets_peers_supply_and_catches_a_liar(tmp_path: Path) -> None:
+def test_gcs_md5_from_x_goog_hash_verifies_the_origin_and_keeps_peers_out(tmp_path: Path) -> None:
     with gcs_emulator.GCSEmulator(tmp_path / "gcs") as server:
         server.create_bucket(BUCKET)
         server.upload(BUCKET, "m/weights.bin", BIG)
@@ -210,7 +213,7 @@ def test_gcs_md5_from_x_goog_hash_lets_peers_supply_and_catches_a_liar(tmp_path:
         }
         dest, peer = fetch_twice(planned, options, tmp_path)
     assert tree_of(dest) == {"weights.bin": BIG, "config.json": SMALL}
-    assert peer.asked == peer.blamed == {"weights.bin", "config.json"}
+    assert peer.asked == peer.blamed == set()  # MD5 can be collided: origin only (item 11)
     assert {p: e["verifiedBy"] for p, e in manifest_entries(dest).items()} == {
         "weights.bin": "md5",
         "config.json": "md5",
@@ -237,7 +240,7 @@ def test_azure_content_md5_when_set_else_origin_only(tmp_path: Path) -> None:
         }
         dest, peer = fetch_twice(planned, options, tmp_path)
     assert tree_of(dest) == {"weights.bin": BIG, "config.json": SMALL}
-    assert peer.asked == {"config.json"}  # the blob without a store digest never came from a peer
+    assert peer.asked == set()  # no store digest, or an MD5 alone: never from a peer
     entries = manifest_entries(dest)
     assert (entries["config.json"]["verifiedBy"], entries["weights.bin"]["verifiedBy"]) == (
         "md5",
