@@ -7,8 +7,6 @@ a temp store, the local hub and a kubeconfig holding a TokenRequest token.
 from __future__ import annotations
 
 import copy
-import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,16 +17,14 @@ from kubernetes.client.rest import ApiException
 from tests.cluster.installed import AGENT_SA, Installed
 from tests.support.controlplane import Component
 from tests.support.helm_chart import NAMESPACE
+from tests.support.installed_wheel import installed_wheel
 
 Obj = dict[str, Any]
 
 
 def agent_command() -> str:
-    found = shutil.which("praesto-agent", path=str(Path(sys.executable).parent)) or shutil.which(
-        "praesto-agent"
-    )
-    assert found, "praesto-agent is not installed (make install)"
-    return found
+    """`praesto-agent` as the wheel installs it (tests/support/installed_wheel.py), not the editable tree."""
+    return installed_wheel().script("praesto-agent")
 
 
 def agent_pod(installed: Installed, node: str) -> Obj:

@@ -24,7 +24,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +68,7 @@ def make_tls_files(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "loca
 
 
 def _command() -> list[str]:
+    """`praesto-hooks` of the running venv (the editable tree); the tiers pass the installed wheel's instead."""
     exe = shutil.which("praesto-hooks", path=str(Path(sys.executable).parent)) or shutil.which(
         "praesto-hooks"
     )
@@ -111,8 +112,9 @@ def hooks_server(
     workers: int = 1,
     threads: int = 2,
     extra_args: tuple[str, ...] = (),
+    command: Sequence[str] | None = None,
 ) -> Iterator[RunningServer]:
-    """Start `praesto-hooks` on a free 127.0.0.1 port; yield it healthy; stop it cleanly."""
+    """Start `praesto-hooks` (or `command`) on a free 127.0.0.1 port; yield it healthy; stop it cleanly."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -120,7 +122,7 @@ def hooks_server(
     listener.listen(128)
     port = listener.getsockname()[1]
     args = [
-        *_command(),
+        *(command or _command()),
         "--bind",
         f"fd://{listener.fileno()}",
         "--workers",
