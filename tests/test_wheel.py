@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.helm_chart import ROOT
-from tests.support.installed_wheel import InstalledWheel, build_wheel, install_clean, pyproject
+from tests.support.installed_wheel import InstalledCommit, installed_commit, pyproject
 
 # The layout design.md fixes: each top-level folder installs as this package.
 PACKAGES = {"praesto": "praesto", "hooks": "praesto.hooks", "agent": "praesto.agent", "csi": "praesto.csi"}
@@ -42,23 +42,21 @@ print(json.dumps(failed))
 """
 
 
-def git_head_tree(destination: Path) -> Path:
-    """HEAD's files, as `git archive` gives them (no untracked or uncommitted change)."""
+def head_commit() -> str:
+    """HEAD's full hash; skips when there is no git checkout to archive."""
     try:
         top = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--show-toplevel"],
+            ["git", "-C", str(ROOT), "rev-parse", "--show-toplevel", "HEAD"],
             capture_output=True,
             text=True,
             check=False,
         )
     except FileNotFoundError:
         pytest.skip("git is not installed: the shipped wheel is built from `git archive HEAD`")
-    if top.returncode != 0 or Path(top.stdout.strip()) != ROOT:
+    lines = top.stdout.split()
+    if top.returncode != 0 or Path(lines[0]) != ROOT:
         pytest.skip(f"{ROOT} is not a git checkout: the shipped wheel is built from `git archive HEAD`")
-    destination.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(destination)], input=archive.stdout, check=True)
-    return destination
+    return lines[1]
 
 
 def modules(tree: Path) -> dict[str, str]:
@@ -73,33 +71,28 @@ def modules(tree: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def head(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return git_head_tree(tmp_path_factory.mktemp("git-archive") / "HEAD")
+def shipped() -> InstalledCommit:
+    """HEAD's wheel, installed clean (cached per commit under build/wheel, so xdist workers share it)."""
+    return installed_commit(head_commit())
 
 
-@pytest.fixture(scope="module")
-def shipped(head: Path, tmp_path_factory: pytest.TempPathFactory) -> InstalledWheel:
-    workdir = tmp_path_factory.mktemp("wheel")
-    wheel = build_wheel(head, workdir)
-    return install_clean(wheel, workdir / "venv", pyproject(head)["project"]["dependencies"])
-
-
-def test_every_module_and_its_data_is_in_the_wheel(head: Path, shipped: InstalledWheel) -> None:
-    with zipfile.ZipFile(shipped.wheel) as wheel:
+def test_every_module_and_its_data_is_in_the_wheel(shipped: InstalledCommit) -> None:
+    with zipfile.ZipFile(shipped.install.wheel) as wheel:
         names = set(wheel.namelist())
-    expected = modules(head)
+    expected = modules(shipped.tree)
     assert set(PACKAGES.values()) <= set(expected), sorted(expected)  # the four folders were found
     missing = sorted(dotted for dotted, path in expected.items() if path not in names)
-    assert not missing, f"modules missing from {shipped.wheel.name}: {missing}"
+    assert not missing, f"modules missing from {shipped.install.wheel.name}: {missing}"
     assert not [data for data in PACKAGE_DATA if data not in names]
     top_level = {name.split("/")[0] for name in names}
     assert {t for t in top_level if not t.endswith(".dist-info")} == {"praesto"}, top_level
 
 
-def test_every_module_imports_from_the_clean_venv(head: Path, shipped: InstalledWheel) -> None:
+def test_every_module_imports_from_the_clean_venv(shipped: InstalledCommit) -> None:
+    install = shipped.install
     done = subprocess.run(
-        [str(shipped.python), "-I", "-c", IMPORT_ALL, str(shipped.venv), *modules(head)],
-        cwd=shipped.venv,  # not the checkout: nothing may come from the working tree
+        [str(install.python), "-I", "-c", IMPORT_ALL, str(install.venv), *modules(shipped.tree)],
+        cwd=install.venv,  # not the checkout: nothing may come from the working tree
         capture_output=True,
         text=True,
         timeout=300,
@@ -109,13 +102,13 @@ def test_every_module_imports_from_the_clean_venv(head: Path, shipped: Installed
     assert json.loads(done.stdout.splitlines()[-1]) == {}
 
 
-def test_every_console_script_starts(head: Path, shipped: InstalledWheel) -> None:
-    scripts = pyproject(head)["project"]["scripts"]
+def test_every_console_script_starts(shipped: InstalledCommit) -> None:
+    scripts = pyproject(shipped.tree)["project"]["scripts"]
     assert {"praesto", "praesto-hooks", "praesto-agent", "praesto-csi"} <= set(scripts)
     for argv in [(name, "--help") for name in scripts] + list(STARTS):
         done = subprocess.run(
-            [shipped.script(argv[0]), *argv[1:]],
-            cwd=shipped.venv,
+            [shipped.install.script(argv[0]), *argv[1:]],
+            cwd=shipped.install.venv,
             capture_output=True,
             text=True,
             timeout=120,

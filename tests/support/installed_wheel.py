@@ -18,6 +18,8 @@ Everything lives under build/wheel/ (not committed):
 * `builder-<key>/`: a venv with `[build-system].requires`, keyed by that list.
 * `deps-<key>/`: a venv with `[project].dependencies` only, keyed by that list and the
   interpreter; made once from PyPI (or pip's cache), then only read.
+* `commit-<key>/`: the wheel of one commit (`git archive`) installed the same way, for
+  tests/test_wheel.py; made once per commit.
 * `sessions/<id>/`: one per process: an empty venv that sees `deps-<key>` through a
   `.pth` file and gets only the praesto wheel (`--no-deps`), so a rebuild costs one
   wheel build and one install. Removed at exit, or by a later process if its owner died.
@@ -202,15 +204,47 @@ def build_wheel(source_root: Path, workdir: Path) -> Path:
     return wheel
 
 
-def install_clean(wheel: Path, venv: Path, dependencies: list[str]) -> InstalledWheel:
-    """`wheel` installed into a new venv at `venv` that sees only the cached runtime dependencies."""
-    deps = deps_venv(dependencies)
-    _run([sys.executable, "-m", "venv", "--without-pip", venv], f"creating {venv}")
+def _install_into(venv: Path, wheel: Path, dependencies: list[str]) -> InstalledWheel:
+    """`wheel` alone installed into the empty `venv`, which sees the cached runtime dependencies."""
     (Path(_purelib(venv)) / "praesto_runtime_deps.pth").write_text(
-        f"import site; site.addsitedir({_purelib(deps)!r})\n"
+        f"import site; site.addsitedir({_purelib(deps_venv(dependencies))!r})\n"
     )
     _pip_into(venv, "--no-deps", wheel)
     return InstalledWheel(wheel, venv)
+
+
+def install_clean(wheel: Path, venv: Path, dependencies: list[str]) -> InstalledWheel:
+    """`wheel` installed into a new venv at `venv` that sees only the cached runtime dependencies."""
+    _run([sys.executable, "-m", "venv", "--without-pip", venv], f"creating {venv}")
+    return _install_into(venv, wheel, dependencies)
+
+
+def git_archive(commit: str, destination: Path) -> Path:
+    """The files of `commit` as `git archive` gives them: no untracked file, no uncommitted edit."""
+    destination.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(destination)], input=archive.stdout, check=True)
+    return destination
+
+
+@dataclass(frozen=True)
+class InstalledCommit:
+    tree: Path  # the commit's files, as archived
+    install: InstalledWheel
+
+
+def installed_commit(commit: str) -> InstalledCommit:
+    """The wheel of `commit` (a full hash), installed clean; made once per commit and shared by processes."""
+
+    def populate(venv: Path) -> None:
+        tree = git_archive(commit, venv / "source")
+        _install_into(venv, build_wheel(tree, venv / "build"), pyproject(tree)["project"]["dependencies"])
+
+    venv = _cached_venv("commit", [commit], populate)
+    tree = venv / "source"
+    deps_venv(pyproject(tree)["project"]["dependencies"])  # made again if a newer dependency list pruned it
+    (wheel,) = (venv / "build" / "dist").glob("praesto-*.whl")
+    return InstalledCommit(tree, InstalledWheel(wheel, venv))
 
 
 def _session_dir() -> Path:
