@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.flows import hook_client
+from tests.cluster.controllers import composite, decorator, running_metacontroller
 from tests.cluster.installed import METACONTROLLER_SA, Installed, install_chart
 from tests.support.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane
 from tests.support.hub import LocalHub
 from tests.support.kube_apply import Kube
-from tests.support.metacontroller import CompositeDriver, DecoratorDriver
 
+__all__ = ["composite", "decorator", "running_metacontroller"]  # fixtures (tests/cluster/controllers.py)
 _VERSION: list[str] = []
 
 
@@ -55,16 +55,6 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHub]:
 def metacontroller(installed: Installed) -> Kube:
     """The Metacontroller identity: the chart's ServiceAccount and ClusterRole."""
     return installed.kube_as(METACONTROLLER_SA)
-
-
-@pytest.fixture(scope="session")
-def composite(installed: Installed, metacontroller: Kube) -> CompositeDriver:
-    return CompositeDriver(metacontroller, installed.rendered("CompositeController"), hook_client(installed))
-
-
-@pytest.fixture(scope="session")
-def decorator(installed: Installed, metacontroller: Kube) -> DecoratorDriver:
-    return DecoratorDriver(metacontroller, installed.rendered("DecoratorController"), hook_client(installed))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from contextlib import ExitStack
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ from tests.cluster.installed import Installed
 from tests.support.controlplane import wait_for
 from tests.support.hub import LocalHub
 from tests.support.kube_apply import Kube
-from tests.support.metacontroller import HookClient, SyncResult
+from tests.support.metacontroller import HookClient
 
 Obj = dict[str, Any]
 MCN_API = names.API_VERSION
@@ -33,10 +36,11 @@ def start_agents(
     return agents
 
 
-def phase_is(*phases: str) -> Any:
-    def done(result: SyncResult | None) -> bool:
-        status = (result and result.parent and result.parent.get("status")) or {}
-        return status.get("phase") in phases
+def phase_is(*phases: str) -> Callable[[Obj | None], bool]:
+    """For `composite.wait_parent`: the ModelCache's status.phase is one of `phases`."""
+
+    def done(parent: Obj | None) -> bool:
+        return ((parent or {}).get("status") or {}).get("phase") in phases
 
     return done
 
@@ -55,3 +59,37 @@ def wait_gone(
         lambda: kube.get(api_version, kind, name, namespace) is None,
         deadline,
     )
+
+
+def merge_patch(
+    kube: Kube,
+    api_version: str,
+    kind: str,
+    name: str,
+    body: Obj,
+    namespace: str | None = None,
+    *,
+    status: bool = False,
+) -> Obj:
+    """A JSON merge patch (of the status subresource with `status`); the object as written, resourceVersion included."""
+    resource = kube.resource(api_version, kind)
+    target = resource.subresources["status"] if status else resource
+    out: Obj = target.patch(
+        body=body, name=name, namespace=namespace, content_type="application/merge-patch+json"
+    ).to_dict()
+    return out
+
+
+def heartbeat(kube: Kube, node: str) -> Obj:
+    """What a kubelet does every few seconds: a status-only write of its Node (a new resourceVersion)."""
+    current = kube.get("v1", "Node", node)
+    assert current is not None, node
+    conditions = [
+        {
+            **c,
+            "lastHeartbeatTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "message": f"beat {time.monotonic_ns()}",
+        }
+        for c in (current.get("status") or {}).get("conditions") or []
+    ]
+    return merge_patch(kube, "v1", "Node", node, {"status": {"conditions": conditions}}, status=True)

@@ -23,7 +23,7 @@ from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 from tests.support.controlplane import wait_for
 from tests.support.helm_chart import NAMESPACE
 from tests.support.hub import LocalHub
-from tests.support.metacontroller import CompositeDriver
+from tests.support.metacontroller import CompositeController, gone
 
 NS = "agent-tests"
 NODE = "agent-node"
@@ -56,7 +56,7 @@ def agent_may_get_secret(installed: Installed, name: str) -> bool:
 
 
 def test_private_model_through_the_per_cache_secret_grant(
-    installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeDriver
+    installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeController
 ) -> None:
     hub.add_repo("org/private", {"config.json": b"{}", "model.bin": b"p" * 30_000}, private=True)
     hub.tokens.add("hf_tenant_token")
@@ -71,7 +71,7 @@ def test_private_model_through_the_per_cache_secret_grant(
         "huggingface": {"repo": "org/private", "token": {"secretRef": {"name": "hf", "key": "HF_TOKEN"}}}
     }
     installed.admin.create(modelcache("private", NS, node_selector={POOL: "agent"}, source=source))
-    composite.sync_until(NS, "private", phase_is(names.PHASE_READY), deadline=90)
+    composite.wait_parent(NS, "private", phase_is(names.PHASE_READY), deadline=90)
     # The grant the sync hook returned, created by Metacontroller's identity: exactly one Secret.
     assert agent_may_get_secret(installed, "hf")
     assert not agent_may_get_secret(installed, "unrelated")
@@ -79,7 +79,7 @@ def test_private_model_through_the_per_cache_secret_grant(
     assert "hf_tenant_token" not in agent.log()
 
     installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "private", NS)
-    composite.sync_until(NS, "private", lambda r: r is None, deadline=60)
+    composite.wait_parent(NS, "private", gone, deadline=60)
     role = names.secret_reader_role_name("private")
     wait_gone(installed.admin, "rbac.authorization.k8s.io/v1", "RoleBinding", role, NS)
     wait_gone(installed.admin, "rbac.authorization.k8s.io/v1", "Role", role, NS)
@@ -87,7 +87,7 @@ def test_private_model_through_the_per_cache_secret_grant(
 
 
 def test_api_server_restart_mid_download_and_an_expired_watch(
-    installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeDriver
+    installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeController
 ) -> None:
     hub.add_repo("org/slow", {"config.json": b"{}", "model.bin": b"s" * 400_000})
     hub.faults.rate = 100_000  # bytes/s per response: the download takes a few seconds
@@ -97,7 +97,6 @@ def test_api_server_restart_mid_download_and_an_expired_watch(
                 "slow", NS, node_selector={POOL: "agent"}, source={"huggingface": {"repo": "org/slow"}}
             )
         )
-        composite.sync(NS, "slow")
         wait_for(
             "the agent to report the download",
             lambda: (
@@ -113,7 +112,7 @@ def test_api_server_restart_mid_download_and_an_expired_watch(
         installed.plane.compact_etcd()
         installed.plane.start_apiserver()
         try:
-            composite.sync_until(NS, "slow", phase_is(names.PHASE_READY), deadline=90)
+            composite.wait_parent(NS, "slow", phase_is(names.PHASE_READY), deadline=90)
         except TimeoutError as err:
             raise TimeoutError(f"{err}\nagent log:\n{agent.log()[-4000:]}") from None
     finally:
@@ -128,32 +127,32 @@ def test_api_server_restart_mid_download_and_an_expired_watch(
     )
     # ...and still sees what happens next: deleting the cache removes the node copy.
     installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "slow", NS)
-    composite.sync_until(NS, "slow", lambda r: r is None, deadline=60)
+    composite.wait_parent(NS, "slow", gone, deadline=60)
     assert not StoreLayout(agent.base).cache_dir(NS, "slow").exists()
 
 
 def test_a_failed_copy_retries_at_once_when_its_node_copy_is_deleted(
-    installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeDriver
+    installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeController
 ) -> None:
     """The one-step retry the Degraded condition and the user guide name: delete the node copy."""
     cache = modelcache(
         "later", NS, node_selector={POOL: "agent"}, source={"huggingface": {"repo": "org/later"}}
     )
     installed.admin.create(cache)
-    failed = composite.sync_until(NS, "later", phase_is(names.PHASE_FAILED), deadline=60)
-    assert failed is not None and failed.parent is not None
-    ready_condition = next(c for c in failed.parent["status"]["conditions"] if c["type"] == "Ready")
+    failed = composite.wait_parent(NS, "later", phase_is(names.PHASE_FAILED), deadline=60)
+    assert failed is not None
+    ready_condition = next(c for c in failed["status"]["conditions"] if c["type"] == "Ready")
     assert "the repo does not exist" in ready_condition["message"]
     hub.add_repo("org/later", {"config.json": b"{}"})  # the cause is fixed; the agent's backoff is long
     (copy,) = modelcachenodes(installed.admin, NS, "later").values()
     installed.admin.delete(names.API_VERSION, names.MODELCACHENODE_KIND, copy["metadata"]["name"], NS)
     started = time.monotonic()
-    composite.sync_until(NS, "later", phase_is(names.PHASE_READY), deadline=30)
+    composite.wait_parent(NS, "later", phase_is(names.PHASE_READY), deadline=30)
     assert time.monotonic() - started < 20  # well inside the first backoff the agent had scheduled
 
 
 def test_a_disk_too_small_is_explained_on_the_modelcache(
-    installed: Installed, hub: LocalHub, composite: CompositeDriver, tmp_path: Path
+    installed: Installed, hub: LocalHub, composite: CompositeController, tmp_path: Path
 ) -> None:
     """Finding 9: with the default reserve a small disk never downloads, and only the node copy said why."""
     opted_in_namespace(installed.admin, "small-disk")
@@ -168,8 +167,8 @@ def test_a_disk_too_small_is_explained_on_the_modelcache(
             "big", "small-disk", node_selector={POOL: "small"}, source={"huggingface": {"repo": "org/big"}}
         )
         installed.admin.create(cache)
-        result = composite.sync_until("small-disk", "big", phase_is(names.PHASE_FAILED), deadline=60)
-    assert result is not None and result.parent is not None
-    message = next(c for c in result.parent["status"]["conditions"] if c["type"] == "Ready")["message"]
+        result = composite.wait_parent("small-disk", "big", phase_is(names.PHASE_FAILED), deadline=60)
+    assert result is not None
+    message = next(c for c in result["status"]["conditions"] if c["type"] == "Ready")["message"]
     assert "InsufficientDiskSpace" in message and "free" in message and "reserve" in message
     assert "nodeAgent.reserve" in message  # the chart key to change, which exists (tests/chart)

@@ -1,4 +1,4 @@
-"""Local mode end to end on the real control plane: Metacontroller's algorithm, our hooks, two node agents.
+"""Local mode end to end on the real control plane: Metacontroller (event-driven), our hooks, two node agents.
 
 Everything that writes does so under the chart's identities: the driver as the
 Metacontroller ServiceAccount, the agents as the node-agent ServiceAccount.
@@ -15,18 +15,26 @@ from kubernetes import client
 from praesto import names
 from praesto.store import StoreLayout
 from tests.cluster.agents import AgentProcess
-from tests.cluster.flows import modelcachenodes, phase_is, start_agents
+from tests.cluster.flows import heartbeat, merge_patch, modelcachenodes, phase_is, start_agents
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, pod, ready_node
 from tests.support.chart_install import ensure_namespace
 from tests.support.controlplane import wait_for
 from tests.support.hub import LocalHub
-from tests.support.metacontroller import CONTROLLER_UID, LAST_APPLIED, CompositeDriver, DecoratorDriver
+from tests.support.metacontroller import (
+    CONTROLLER_UID,
+    LAST_APPLIED,
+    CompositeController,
+    DecoratorController,
+    decorator_key,
+    gone,
+)
 
 POOL = "test.praesto.io/pool"
 NS = "local-mode"
 NODES = ["local-a", "local-b"]
 MCN = names.MODELCACHENODE_KIND
+POKE = "test.praesto.io/poke"
 
 
 @pytest.fixture(scope="module")
@@ -42,29 +50,37 @@ def agents(
 
 
 def test_cache_becomes_ready_on_every_selected_node(
-    installed: Installed, hub: LocalHub, agents: dict[str, AgentProcess], composite: CompositeDriver
+    installed: Installed, hub: LocalHub, agents: dict[str, AgentProcess], composite: CompositeController
 ) -> None:
     hub.add_repo("org/tiny", {"config.json": b"{}", "model.safetensors": b"w" * 50_000})
     installed.admin.create(
         modelcache("tiny", NS, node_selector={POOL: "local"}, source={"huggingface": {"repo": "org/tiny"}})
     )
-    result = composite.sync_until(NS, "tiny", phase_is(names.PHASE_READY), deadline=90)
-    assert result is not None and result.parent is not None
-    status = result.parent["status"]
+    parent = composite.wait_parent(NS, "tiny", phase_is(names.PHASE_READY), deadline=90)
+    assert parent is not None
+    status = parent["status"]
     assert (status["readyNodes"], status["totalNodes"]) == (2, 2)
-    assert status["observedGeneration"] == result.parent["metadata"]["generation"]
-    # Once Ready, the resolved commit is pinned into every copy's spec (one InPlace update each);
-    # after that a sync that changes nothing writes nothing: no resync loop, no child churn.
-    pinned = composite.sync(NS, "tiny")
-    assert pinned is not None and pinned.parent is not None
-    commit = pinned.parent["status"]["resolvedRevision"]
-    assert all(w.startswith("update ModelCacheNode") for w in pinned.writes)
+    assert status["observedGeneration"] == parent["metadata"]["generation"]
+    # The resolved commit is pinned into every copy's spec by the pass that reported it, before
+    # that pass wrote the status: nothing after Ready is needed (#22). The copies were only ever
+    # updated in place: no resync loop, no child churn.
+    commit = status["resolvedRevision"]
     for child in modelcachenodes(installed.admin, NS, "tiny").values():
         assert child["spec"]["source"]["revision"] == commit
-    steady = composite.sync(NS, "tiny")
-    assert steady is not None and steady.writes == []
-    assert steady.parent is not None and steady.parent["status"]["phase"] == names.PHASE_READY
-    parent_uid = result.parent["metadata"]["uid"]
+    key = f"{NS}/tiny"
+    child_writes = [
+        w
+        for p in composite.passes(key)
+        for w in p.writes
+        if not w.startswith(("create ", "update-status ", f"update {names.MODELCACHE_KIND} "))
+    ]
+    assert all(w.startswith("update ModelCacheNode") for w in child_writes), child_writes
+    # A pass that changes nothing writes nothing: a selected Node's heartbeat brings one.
+    beat = heartbeat(installed.admin, NODES[0])
+    steady = composite.wait_pass(key, lambda p: p.triggered_by("update", beat), 30, "after the heartbeat")
+    assert steady.writes == [] and not steady.error
+    assert steady.response["status"]["phase"] == names.PHASE_READY
+    parent_uid = parent["metadata"]["uid"]
     children = modelcachenodes(installed.admin, NS, "tiny")
     assert set(children) == set(NODES)
     for node, child in children.items():
@@ -81,17 +97,28 @@ def test_cache_becomes_ready_on_every_selected_node(
 
 
 def test_decorator_labels_the_nodes_where_the_cache_is_ready(
-    installed: Installed, agents: dict[str, AgentProcess], decorator: DecoratorDriver
+    installed: Installed, agents: dict[str, AgentProcess], decorator: DecoratorController
 ) -> None:
     key = names.ready_label_key(NS, "tiny")
+
+    def labels(node: str) -> dict[str, str]:
+        found = installed.admin.get("v1", "Node", node)
+        return dict(((found or {}).get("metadata") or {}).get("labels") or {})
+
     for node in NODES:
-        labels = decorator.sync("v1", "Node", node)["metadata"]["labels"]
-        assert labels[key] == "true"
-    assert key not in (decorator.sync("v1", "Node", "local-outside")["metadata"].get("labels") or {})
+        wait_for(f"the decorator to label {node}", lambda node=node: labels(node).get(key) == "true", 30)  # type: ignore[misc]
+        assert labels(node)[key] == "true"
+    # A label change is an event the decorator acts on (a status-only one is not): after that
+    # pass, the Node outside the selector still has no readiness label.
+    poked = merge_patch(installed.admin, "v1", "Node", "local-outside", {"metadata": {"labels": {POKE: "1"}}})
+    decorator.wait_pass(
+        decorator_key("v1", "Node", "", "local-outside"), lambda p: p.triggered_by("update", poked), 30
+    )
+    assert key not in labels("local-outside")
 
 
 def test_another_tenants_pod_creates_no_copy_but_ours_does(
-    installed: Installed, agents: dict[str, AgentProcess], composite: CompositeDriver
+    installed: Installed, agents: dict[str, AgentProcess], composite: CompositeController
 ) -> None:
     ensure_namespace(installed.admin, "local-other")
     consumer = names.consumer_label_key("tiny")
@@ -100,7 +127,11 @@ def test_another_tenants_pod_creates_no_copy_but_ours_does(
         body = pod(name, namespace, labels={consumer: "true"})
         body["spec"]["nodeName"] = "local-outside"  # as if scheduled there
         core.create_namespaced_pod(namespace, body)
-    composite.sync(NS, "tiny")
+    wait_for(
+        "the demand copy on local-outside",
+        lambda: "local-outside" in modelcachenodes(installed.admin, NS, "tiny"),
+        30,
+    )
     children = modelcachenodes(installed.admin, NS, "tiny")
     # Only our own Pod's node gets a demand copy; another team's label is not demand.
     assert set(children) == {*NODES, "local-outside"}
@@ -110,7 +141,6 @@ def test_another_tenants_pod_creates_no_copy_but_ours_does(
         lambda: not core.list_namespaced_pod(NS, field_selector="metadata.name=ours").items,
         30,
     )
-    composite.sync(NS, "tiny")
     wait_for(
         "the demand copy to go with its Pod",
         lambda: set(modelcachenodes(installed.admin, NS, "tiny")) == set(NODES),
@@ -119,10 +149,10 @@ def test_another_tenants_pod_creates_no_copy_but_ours_does(
 
 
 def test_deleting_the_cache_removes_every_copy_then_the_cache(
-    installed: Installed, agents: dict[str, AgentProcess], composite: CompositeDriver
+    installed: Installed, agents: dict[str, AgentProcess], composite: CompositeController
 ) -> None:
     installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "tiny", NS)
-    composite.sync_until(NS, "tiny", lambda result: result is None, deadline=90)
+    composite.wait_parent(NS, "tiny", gone, deadline=90)
     assert modelcachenodes(installed.admin, NS, "tiny") == {}
     for node in NODES:
         assert not StoreLayout(agents[node].base).cache_dir(NS, "tiny").exists()

@@ -16,7 +16,7 @@ from tests.cluster.flows import modelcachenodes, phase_is, start_agents
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 from tests.support.hub import LocalHub
-from tests.support.metacontroller import CompositeDriver
+from tests.support.metacontroller import CompositeController, gone
 
 NS = "node-gone"
 NODE = "gone-node"
@@ -25,7 +25,7 @@ BOUND_SECONDS = 30  # from the ModelCache's delete to its disappearance, with th
 
 
 def test_cache_deletion_finishes_after_its_node_was_deleted(
-    installed: Installed, hub: LocalHub, composite: CompositeDriver, tmp_path_factory: object
+    installed: Installed, hub: LocalHub, composite: CompositeController, tmp_path_factory: object
 ) -> None:
     opted_in_namespace(installed.admin, NS)
     ready_node(installed.admin, NODE, {POOL: "gone"})
@@ -34,13 +34,13 @@ def test_cache_deletion_finishes_after_its_node_was_deleted(
     installed.admin.create(cache)
     with ExitStack() as stack:
         start_agents(stack, installed, hub, installed.workdir / "gone-agent", [NODE])
-        composite.sync_until(NS, "gone", phase_is(names.PHASE_READY), deadline=60)
+        composite.wait_parent(NS, "gone", phase_is(names.PHASE_READY), deadline=60)
     # The agent is gone with its node; the copy still carries the agent's finalizer.
     (copy,) = modelcachenodes(installed.admin, NS, "gone").values()
     assert names.FINALIZER_NODE_AGENT in copy["metadata"]["finalizers"]
     client.CoreV1Api(installed.admin.api).delete_node(NODE)
     started = time.monotonic()
     installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "gone", NS)
-    composite.sync_until(NS, "gone", lambda r: r is None, deadline=BOUND_SECONDS)
+    composite.wait_parent(NS, "gone", gone, deadline=BOUND_SECONDS)
     assert time.monotonic() - started < BOUND_SECONDS
     assert modelcachenodes(installed.admin, NS, "gone") == {}

@@ -33,7 +33,7 @@ from tests.support.chart_install import render_for_cluster
 from tests.support.controlplane import wait_for
 from tests.support.helm_chart import NAMESPACE
 from tests.support.hub import LocalHub, Span
-from tests.support.metacontroller import CompositeDriver
+from tests.support.metacontroller import CompositeController, gone
 
 Obj = dict[str, Any]
 NS = "origin-budget"
@@ -91,7 +91,7 @@ def most_nodes_at_once(spans: dict[str, list[Span]]) -> int:
 
 
 def test_six_agents_with_budget_two_never_pull_from_more_than_two_nodes_at_once(
-    installed: Installed, budget: list[str], composite: CompositeDriver, tmp_path: Path
+    installed: Installed, budget: list[str], composite: CompositeController, tmp_path: Path
 ) -> None:
     nodes = [f"budget-{i}" for i in range(6)]
     for node in nodes:
@@ -110,14 +110,14 @@ def test_six_agents_with_budget_two_never_pull_from_more_than_two_nodes_at_once(
         installed.admin.create(
             modelcache("six", NS, node_selector={POOL: "six"}, source={"huggingface": {"repo": "org/budget"}})
         )
-        result = composite.sync_until(NS, "six", phase_is(names.PHASE_READY), deadline=120)
-        assert result is not None and result.parent is not None
-        assert (result.parent["status"]["readyNodes"], result.parent["status"]["totalNodes"]) == (6, 6)
+        result = composite.wait_parent(NS, "six", phase_is(names.PHASE_READY), deadline=120)
+        assert result is not None
+        assert (result["status"]["readyNodes"], result["status"]["totalNodes"]) == (6, 6)
         spans = {node: list(hub.spans) for node, hub in hubs.items()}
         logs = {node: agent.log() for node, agent in agents.items()}
         children = modelcachenodes(installed.admin, NS, "six")
         installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "six", NS)
-        composite.sync_until(NS, "six", lambda r: r is None, deadline=90)  # the agents release their copies
+        composite.wait_parent(NS, "six", gone, deadline=90)  # the agents release their copies
     for node, node_spans in spans.items():  # every node fetched its own copy from the origin
         assert sum(1 for s in node_spans if s.cdn and s.method == "GET") >= 1, node
     assert most_nodes_at_once(spans) <= BUDGET, spans
@@ -134,7 +134,7 @@ def test_six_agents_with_budget_two_never_pull_from_more_than_two_nodes_at_once(
 
 
 def test_one_nodes_429_holds_every_nodes_next_origin_request_until_retry_after(
-    installed: Installed, budget: list[str], composite: CompositeDriver, tmp_path: Path
+    installed: Installed, budget: list[str], composite: CompositeController, tmp_path: Path
 ) -> None:
     nodes = ["retry-a", "retry-b", "retry-c"]
     for node in nodes:
@@ -151,12 +151,10 @@ def test_one_nodes_429_holds_every_nodes_next_origin_request_until_retry_after(
                 "retry", NS, node_selector={POOL: "retry"}, source={"huggingface": {"repo": "org/budget"}}
             )
         )
-        composite.sync(NS, "retry")
         host = hub.endpoint.split("://", 1)[1]
         shared: list[slots.Cooldown] = []
 
         def announced() -> bool:
-            composite.sync(NS, "retry")
             lease = leases(installed).get(slots.host_lease_name(host))
             cooldown = slots.cooldown_of(lease)
             if cooldown is not None:
@@ -174,11 +172,11 @@ def test_one_nodes_429_holds_every_nodes_next_origin_request_until_retry_after(
             stack.enter_context(AgentProcess(installed, node, hub.endpoint, tmp_path / node, tuple(budget)))
             for node in nodes[1:]
         ]
-        composite.sync_until(NS, "retry", phase_is(names.PHASE_READY), deadline=120)
+        composite.wait_parent(NS, "retry", phase_is(names.PHASE_READY), deadline=120)
         later = [s for s in hub.spans if s.bytes and s.start > seen_at]
         logs = [agent.log() for agent in (first, *others)]
         installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "retry", NS)
-        composite.sync_until(NS, "retry", lambda r: r is None, deadline=90)
+        composite.wait_parent(NS, "retry", gone, deadline=90)
     assert later, "nothing was fetched after the 429"
     early = [s for s in later if s.start < cooldown.until]
     assert early == [], f"origin requests before the shared Retry-After ({cooldown.until}): {early}"

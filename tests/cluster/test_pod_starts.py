@@ -31,7 +31,7 @@ from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 from tests.support.controlplane import wait_for
 from tests.support.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request, unmount_all_under
 from tests.support.hub import LocalHub
-from tests.support.metacontroller import CompositeDriver
+from tests.support.metacontroller import CompositeController
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
 
@@ -111,7 +111,7 @@ def metric(port: int, name: str, **labels: str) -> float:
 def test_miss_then_hit_reported_on_pods_metrics_and_status(
     installed: Installed,
     hub: LocalHub,
-    composite: CompositeDriver,
+    composite: CompositeController,
     node_side: tuple[AgentProcess, InProcessDriver, int],
     targets: Path,
 ) -> None:
@@ -138,7 +138,8 @@ def test_miss_then_hit_reported_on_pods_metrics_and_status(
         return True
 
     assert not mounted()
-    composite.sync(NS, "starts")  # the ModelCacheNode exists; the agent downloads the copy
+    # Metacontroller creates the ModelCacheNode; the agent downloads the copy.
+    wait_for("the ModelCacheNode", lambda: NODE in modelcachenodes(installed.admin, NS, "starts"), 30)
     mcn = modelcachenodes(installed.admin, NS, "starts")[NODE]
     assert mcn["spec"]["prewarm"] is True
     wait_for("the first Pod's mount", mounted, 60)
@@ -168,11 +169,11 @@ def test_miss_then_hit_reported_on_pods_metrics_and_status(
     assert (starts["hits"], starts["misses"], len(starts["recentWaitSeconds"])) == (1, 1, 2)
     miss_wait, hit_wait = starts["recentWaitSeconds"]
     assert miss_wait > 0 and 0 <= hit_wait < miss_wait
-    synced = composite.sync_until(
-        NS, "starts", lambda r: bool(r and r.parent and (r.parent.get("status") or {}).get("podStarts")), 30
+    synced = composite.wait_parent(
+        NS, "starts", lambda p: bool(((p or {}).get("status") or {}).get("podStarts")), 30
     )
-    assert synced is not None and synced.parent is not None
-    summary = synced.parent["status"]["podStarts"]
+    assert synced is not None
+    summary = synced["status"]["podStarts"]
     assert summary == {
         "hits": 1,
         "misses": 1,

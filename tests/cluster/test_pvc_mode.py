@@ -18,12 +18,12 @@ from kubernetes import client
 
 from praesto import names
 from tests.cluster.agents import agent_command
-from tests.cluster.flows import phase_is, wait_gone
+from tests.cluster.flows import merge_patch, phase_is, wait_gone
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace
 from tests.support.controlplane import wait_for
 from tests.support.hub import LocalHub
-from tests.support.metacontroller import CompositeDriver
+from tests.support.metacontroller import CompositeController, gone
 
 NS = "pvc-mode"
 CLASS = "pvc-rwx"
@@ -74,7 +74,7 @@ def run_like_the_kubelet(pod: Any, volume_root: Path, hub_endpoint: str) -> subp
 
 
 def test_a_download_pod_that_cannot_start_is_reported_within_one_sync(
-    installed: Installed, composite: CompositeDriver
+    installed: Installed, composite: CompositeController
 ) -> None:
     """Finding 5: a missing token Secret showed `Downloading` until the Job's 6-hour deadline."""
     pvc_namespace(installed)
@@ -87,27 +87,27 @@ def test_a_download_pod_that_cannot_start_is_reported_within_one_sync(
     installed.admin.create(
         modelcache("nosecret", NS, source=source, storage={"size": "1Gi", "storageClassName": CLASS})
     )
-    composite.sync(NS, "nosecret")
     core = client.CoreV1Api(installed.admin.api)
     pod = job_pod(core, names.download_job_name("nosecret"))
     container = pod.spec.containers[0]
     message = 'secret "no-such-secret" not found'  # what the kubelet reports for a missing secretKeyRef
     waiting = {"reason": "CreateContainerConfigError", "message": message}
-    core.patch_namespaced_pod_status(pod.metadata.name, NS, {"status": {"containerStatuses": [
+    reported = merge_patch(installed.admin, "v1", "Pod", pod.metadata.name, {"status": {"containerStatuses": [
         {"name": container.name, "image": container.image, "imageID": "", "ready": False, "restartCount": 0,
-         "state": {"waiting": waiting}}]}})  # fmt: skip
-    result = composite.sync(NS, "nosecret")  # one sync
-    assert result is not None and result.parent is not None
-    ready = next(c for c in result.parent["status"]["conditions"] if c["type"] == "Ready")
-    assert result.parent["status"]["phase"] == names.PHASE_PENDING
+         "state": {"waiting": waiting}}]}}, NS, status=True)  # fmt: skip
+    # One sync: the pass that the Pod's status change triggers (a related object) reports it.
+    result = composite.wait_pass(f"{NS}/nosecret", lambda p: p.triggered_by("update", reported), 30)
+    status = result.response["status"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert status["phase"] == names.PHASE_PENDING
     assert ready["reason"] == "CreateContainerConfigError"
     assert message in ready["message"] and "create what it names" in ready["message"]
     installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "nosecret", NS)
-    composite.sync_until(NS, "nosecret", lambda r: r is None, deadline=30)
+    composite.wait_parent(NS, "nosecret", gone, deadline=30)
 
 
 def test_pvc_job_runs_the_downloader_and_the_cache_becomes_ready_then_is_collected(
-    installed: Installed, hub: LocalHub, composite: CompositeDriver, tmp_path: Path
+    installed: Installed, hub: LocalHub, composite: CompositeController, tmp_path: Path
 ) -> None:
     pvc_namespace(installed)
     commit = hub.add_repo("org/shared", {"config.json": b'{"a": 1}', "weights.bin": b"x" * 20_000})
@@ -118,9 +118,9 @@ def test_pvc_job_runs_the_downloader_and_the_cache_becomes_ready_then_is_collect
         storage={"size": "1Gi", "storageClassName": CLASS},
     )
     installed.admin.create(cache)
-    result = composite.sync(NS, "shared")
-    assert result is not None and result.parent is not None
-    assert result.parent["status"]["phase"] in (names.PHASE_PENDING, names.PHASE_DOWNLOADING)
+    result = composite.wait_parent(NS, "shared", phase_is(names.PHASE_PENDING, names.PHASE_DOWNLOADING), 30)
+    assert result is not None
+    assert result["status"]["phase"] in (names.PHASE_PENDING, names.PHASE_DOWNLOADING)
     core, batch = client.CoreV1Api(installed.admin.api), client.BatchV1Api(installed.admin.api)
     pvc = core.read_namespaced_persistent_volume_claim(names.pvc_name("shared"), NS)
     assert pvc.spec.access_modes == ["ReadWriteMany"] and pvc.spec.storage_class_name == CLASS
@@ -153,9 +153,9 @@ def test_pvc_job_runs_the_downloader_and_the_cache_becomes_ready_then_is_collect
             }
         },
     )
-    ready = composite.sync_until(NS, "shared", phase_is(names.PHASE_READY), deadline=60)
-    assert ready is not None and ready.parent is not None
-    status = ready.parent["status"]
+    ready = composite.wait_parent(NS, "shared", phase_is(names.PHASE_READY), deadline=60)
+    assert ready is not None
+    status = ready["status"]
     assert status["pvcName"] == names.pvc_name("shared")
     # What the downloader reported through its termination message, not the request:
     assert status["resolvedRevision"] == commit
@@ -165,6 +165,6 @@ def test_pvc_job_runs_the_downloader_and_the_cache_becomes_ready_then_is_collect
     # Deleting the cache: finalize has nothing to wait for, the finalizer goes, and the real
     # garbage collector removes the PVC and the Job (and the Job its Pod).
     installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "shared", NS)
-    composite.sync_until(NS, "shared", lambda r: r is None, deadline=30)
+    composite.wait_parent(NS, "shared", gone, deadline=30)
     wait_gone(installed.admin, "batch/v1", "Job", names.download_job_name("shared"), NS)
     wait_gone(installed.admin, "v1", "PersistentVolumeClaim", names.pvc_name("shared"), NS)

@@ -22,13 +22,13 @@ from praesto.agent.warmup import REASON_DEADLINE, REASON_WARM
 from praesto import names
 from praesto.store import StoreLayout
 from tests.cluster.agents import AgentProcess
-from tests.cluster.flows import phase_is
+from tests.cluster.flows import modelcachenodes, phase_is
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, ready_node, unschedulable_message, wait_scheduled
 from tests.support.chart_install import ensure_namespace
 from tests.support.controlplane import wait_for
 from tests.support.hub import LocalHub
-from tests.support.metacontroller import CompositeDriver
+from tests.support.metacontroller import CompositeController
 
 NS = "warm-nodes"
 POOL = "test.praesto.io/pool"
@@ -105,7 +105,7 @@ def stack() -> Iterator[ExitStack]:
 def test_a_pod_waits_for_the_model_then_lands_on_the_warmed_node(
     installed: Installed,
     hub: LocalHub,
-    composite: CompositeDriver,
+    composite: CompositeController,
     namespace: str,
     stack: ExitStack,
     tmp_path: Path,
@@ -118,7 +118,7 @@ def test_a_pod_waits_for_the_model_then_lands_on_the_warmed_node(
 
     agent = start_agent(stack, installed, hub, tmp_path / "warm-1", "warm-1")
     assert tainted(installed, "warm-1")  # nothing is on disk yet: the agent keeps it
-    composite.sync_until(NS, "warm-llm", phase_is(names.PHASE_READY), deadline=90)
+    composite.wait_parent(NS, "warm-llm", phase_is(names.PHASE_READY), deadline=90)
     assert StoreLayout(agent.base).is_complete(NS, "warm-llm")
 
     assert wait_scheduled(installed.admin, NS, "inference", deadline=60) == "warm-1"
@@ -130,14 +130,19 @@ def test_a_pod_waits_for_the_model_then_lands_on_the_warmed_node(
 def test_the_deadline_lifts_the_taint_with_warnings_naming_the_missing_cache(
     installed: Installed,
     hub: LocalHub,
-    composite: CompositeDriver,
+    composite: CompositeController,
     namespace: str,
     stack: ExitStack,
     tmp_path: Path,
 ) -> None:
     joining_node(installed, "warm-late", "late")
     installed.admin.create(warm_cache("never-ready", "late", "org/absent"))
-    composite.sync(NS, "never-ready")  # its copy for warm-late exists, and fails: the repo is not there
+    # Metacontroller creates its copy for warm-late, which fails: the repo is not there.
+    wait_for(
+        "the copy on warm-late",
+        lambda: "warm-late" in modelcachenodes(installed.admin, NS, "never-ready"),
+        30,
+    )
     start_agent(stack, installed, hub, tmp_path / "warm-late", "warm-late", "--startup-taint-deadline=3")
     wait_for("the deadline to lift the startup taint", lambda: not tainted(installed, "warm-late"), 60)
 
@@ -158,17 +163,15 @@ def test_the_deadline_lifts_the_taint_with_warnings_naming_the_missing_cache(
     cache_events = recorded(NS, names.MODELCACHE_KIND, "never-ready")
     assert "node warm-late stopped waiting for this cache" in cache_events[0].message
 
-    def warm_condition(result: Any) -> bool:
-        conditions = (((result and result.parent) or {}).get("status") or {}).get("conditions") or []
+    def warm_condition(parent: Any) -> bool:
+        conditions = ((parent or {}).get("status") or {}).get("conditions") or []
         found = [c for c in conditions if c["type"] == names.CONDITION_WARM_BEFORE_SCHEDULABLE]
         return bool(found) and found[0]["status"] == "False"
 
-    result = composite.sync_until(NS, "never-ready", warm_condition, deadline=30)
-    assert result is not None and result.parent is not None
+    result = composite.wait_parent(NS, "never-ready", warm_condition, deadline=30)
+    assert result is not None
     warm = next(
-        c
-        for c in result.parent["status"]["conditions"]
-        if c["type"] == names.CONDITION_WARM_BEFORE_SCHEDULABLE
+        c for c in result["status"]["conditions"] if c["type"] == names.CONDITION_WARM_BEFORE_SCHEDULABLE
     )
     assert warm["reason"] == REASON_DEADLINE and warm["message"].startswith(
         "warm-late took Pods before this cache"
