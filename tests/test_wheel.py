@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.helm_chart import ROOT
-from tests.support.installed_wheel import InstalledCommit, installed_commit, pyproject
+from tests.support.installed_wheel import InstalledCommit, clean_env, installed_commit, pyproject
 
 # The layout design.md fixes: each top-level folder installs as this package.
 PACKAGES = {"praesto": "praesto", "hooks": "praesto.hooks", "agent": "praesto.agent", "csi": "praesto.csi"}
@@ -109,6 +109,7 @@ def test_every_console_script_starts(shipped: InstalledCommit) -> None:
         done = subprocess.run(
             [shipped.install.script(argv[0]), *argv[1:]],
             cwd=shipped.install.venv,
+            env=clean_env(),
             capture_output=True,
             text=True,
             timeout=120,

@@ -82,6 +82,12 @@ class InstalledWheel:
         return str(path)
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without PYTHONPATH: a path to the checkout would let the install import
+    the working tree (and pip would take its praesto.egg-info for an installed praesto)."""
+    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **extra}
+
+
 def _run(argv: list[str | Path], what: str, cwd: Path | None = None) -> str:
     done = subprocess.run(
         [str(a) for a in argv],
@@ -90,7 +96,7 @@ def _run(argv: list[str | Path], what: str, cwd: Path | None = None) -> str:
         text=True,
         timeout=STEP_TIMEOUT,
         check=False,
-        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+        env=clean_env(PIP_DISABLE_PIP_VERSION_CHECK="1", PYTHONDONTWRITEBYTECODE="1"),
     )
     if done.returncode != 0:
         raise RuntimeError(
