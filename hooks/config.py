@@ -70,8 +70,9 @@ class HooksConfig:
     # Images a ModelCache may name in spec.downloader.image besides downloader_image:
     # exact references, or prefixes ending in "*" (the chart's downloader.allowedImages).
     allowed_downloader_images: tuple[str, ...] = ()
-    # chart credentials.sources: what the workload identity may fetch (praesto/credscope.py)
-    credential_sources: tuple[str, ...] = ()
+    # chart credentials.namespaces and .sources: who may use the workload identity for what
+    # (praesto/credscope.py, the same rule the node agent applies)
+    credential_scope: credscope.CredentialScope = field(default_factory=credscope.CredentialScope)
 
     def downloader_image_allowed(self, image: str) -> bool:
         """The downloader Job runs with the cache's Secrets: only images the platform admin chose."""
@@ -123,8 +124,7 @@ class HooksConfig:
         ):
             if env.get(name):
                 kwargs[key] = _string_map(env, name)
-        if env.get(credscope.ENV_SOURCES):
-            kwargs["credential_sources"] = credscope.split_list(env[credscope.ENV_SOURCES])
+        kwargs["credential_scope"] = credscope.CredentialScope.from_env(env)
         if env.get(ENV_DOWNLOADER_ALLOWED_IMAGES):
             kwargs["allowed_downloader_images"] = _string_list(env, ENV_DOWNLOADER_ALLOWED_IMAGES)
         if env.get(ENV_DOWNLOADER_SERVICE_ACCOUNT):

@@ -146,8 +146,9 @@ def sync_pvc(
         if phase == names.PHASE_READY:
             downloaded = pvc_pod.report(pods)
         elif phase != names.PHASE_FAILED:
-            account = config.downloader_service_account if uses_identity(spec, config) else ""
-            no_account = pvc_pod.missing_service_account(request, str(meta(parent).get("namespace")), account)
+            namespace = str(meta(parent).get("namespace"))
+            account = config.downloader_service_account if uses_identity(namespace, spec, config) else ""
+            no_account = pvc_pod.missing_service_account(request, namespace, account)
             problem = ("WaitingForServiceAccount", no_account) if no_account else pvc_pod.stuck(pods)
             if problem is not None:
                 phase, (reason, message) = names.PHASE_PENDING, problem

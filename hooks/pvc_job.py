@@ -67,7 +67,7 @@ def download_args(spec: ModelCacheSpec) -> list[str]:
     return args
 
 
-def _env(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list[Obj]]:
+def _env(spec: ModelCacheSpec, config: HooksConfig, identity: bool) -> tuple[list[Obj], list[Obj]]:
     env: list[Obj] = [
         {"name": "HOME", "value": "/tmp"},
         {"name": "HF_HOME", "value": "/tmp/hf"},
@@ -77,7 +77,15 @@ def _env(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list[Obj
     env_from: list[Obj] = []
     if config.hf_endpoint:
         env.append({"name": "HF_ENDPOINT", "value": config.hf_endpoint})
-    env.extend({"name": k, "value": v} for k, v in sorted(config.downloader_env.items()))
+    # Identity settings come from the entitlement alone: a Job not entitled to the cluster's identity
+    # gets `false` (over anything its image sets), so its store client has every default chain off
+    # (instance metadata, GCE metadata, Azure managed identity) and goes anonymous (issue 21 item 1).
+    env.extend(
+        {"name": k, "value": v}
+        for k, v in sorted(config.downloader_env.items())
+        if k not in credscope.IDENTITY_ENV
+    )
+    env.append({"name": credscope.ENV_IDENTITY, "value": "true" if identity else "false"})
     if config.ca_bundle_configmap is not None:
         env += [{"name": "PRAESTO_CA_BUNDLE", "value": CA_FILE}, {"name": "SSL_CERT_FILE", "value": CA_FILE},
                 {"name": "REQUESTS_CA_BUNDLE", "value": CA_FILE}]  # fmt: skip
@@ -107,14 +115,14 @@ def _volumes(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list
     return volumes, mounts
 
 
-def uses_identity(spec: ModelCacheSpec, config: HooksConfig) -> bool:
+def uses_identity(namespace: str, spec: ModelCacheSpec, config: HooksConfig) -> bool:
     """Whether the Job runs as the workload-identity ServiceAccount. Never for a cache that names its
-    own Secret (that Secret only), nor for a source outside the chart's credentials.sources; the
-    ServiceAccount itself exists only in the namespaces the admin listed (downloaderNamespaces)."""
+    own Secret (that Secret only), nor outside the chart's credentials.namespaces and .sources: the
+    rule the node agent applies too (praesto/credscope.py)."""
     return (
         bool(config.downloader_service_account)
         and spec.source.secret_ref is None
-        and credscope.source_within(spec.source.uri, config.credential_sources)
+        and config.credential_scope.entitled(namespace, spec.source.uri)
     )
 
 
@@ -135,7 +143,8 @@ def image_not_allowed(spec: ModelCacheSpec, config: HooksConfig) -> str | None:
 def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksConfig) -> Obj:
     cache = str(meta(parent)["name"])
     overrides = spec.downloader
-    env, env_from = _env(spec, config)
+    identity = uses_identity(str(meta(parent).get("namespace") or ""), spec, config)
+    env, env_from = _env(spec, config, identity)
     extra_volumes, extra_mounts = _volumes(spec, config)
     container: Obj = {
         "name": CONTAINER_NAME,
@@ -157,7 +166,7 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
     if env_from:
         container["envFrom"] = env_from
     labels = {
-        **config.downloader_pod_labels,
+        **(config.downloader_pod_labels if identity else {}),  # e.g. Azure's: only with the identity
         names.LABEL_MODEL_CACHE: cache,
         names.LABEL_MANAGED_BY: names.MANAGED_BY,
     }
@@ -173,7 +182,7 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
             *extra_volumes,
         ],
     }
-    if uses_identity(spec, config):
+    if identity:
         pod_spec["serviceAccountName"] = config.downloader_service_account
     return {
         "apiVersion": "batch/v1",

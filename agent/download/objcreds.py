@@ -36,8 +36,10 @@ from typing import Any
 
 from praesto.agent.download.api import DownloadError
 
+from praesto import credscope
+
 GCS_KEY_FILE = "gcloud-application-credentials.json"
-ENV_IDENTITY = "PRAESTO_WORKLOAD_IDENTITY"  # "true": the chart configured credentials.identity
+ENV_IDENTITY = credscope.ENV_IDENTITY  # "true": the chart configured credentials.identity
 ENV_CA_FILE = "PRAESTO_CA_BUNDLE"  # extra CA bundle (PEM) every download trusts
 
 S3_SETTINGS = (
@@ -163,15 +165,7 @@ ENDPOINT_KEYS = (
     "GOOGLE_BASE_URL",
     "AZURE_STORAGE_ENDPOINT",
 )
-# What the workload identity reads from the process environment, per store.
-IDENTITY_ENV = (
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_ROLE_ARN",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    "GOOGLE_APPLICATION_CREDENTIALS",
-    "AZURE_FEDERATED_TOKEN_FILE",
-    ENV_IDENTITY,
-)
+IDENTITY_ENV = credscope.IDENTITY_ENV
 
 
 def store_config(

@@ -17,6 +17,7 @@ from praesto.agent.worker import (
 from praesto.hooks.config import HooksConfig
 
 from praesto import rbac
+from praesto.credscope import CredentialScope
 from tests.chart.test_chart_rbac import bound_roles, declared, granted
 from tests.chart.test_chart_render import validate_object
 from tests.support.helm_chart import find, one, render, render_objects
@@ -48,6 +49,13 @@ AZURE_LABEL = {"azure.workload.identity/use": "true"}
             {"identity": {"serviceAccountAnnotations": AZURE}},
             "azure.workload.identity/client-id is set without the label",
             'add that label',
+        ),
+        (  # issue 21 item 2: the downloader identity only where the cluster's credentials may serve
+            {"namespaces": ["team-a"],
+             "identity": {"serviceAccountAnnotations": AZURE, "serviceAccountLabels": AZURE_LABEL,
+                          "downloaderNamespaces": ["team-a", "team-b"]}},
+            "downloaderNamespaces: team-b is not in credentials.namespaces",
+            "add team-b to credentials.namespaces or remove it from downloaderNamespaces",
         ),
         (
             {"identity": {"serviceAccountAnnotations": AZURE, "serviceAccountLabels": {"azure.workload.identity/use": "false"}}},
@@ -115,7 +123,7 @@ def test_identity_reaches_both_service_accounts_and_pods() -> None:
         "serviceAccountLabels": AZURE_LABEL,
         "downloaderNamespaces": ["team-a", "team-b"],
     }
-    objects = render_objects({"credentials": {"identity": identity}})
+    objects = render_objects({"credentials": {"identity": identity, "namespaces": ["team-a", "team-b"]}})
     for obj in objects:
         validate_object(obj)
     agent_sa = one(objects, "ServiceAccount", "praesto-node-agent")
@@ -164,6 +172,19 @@ def test_cluster_credentials_serve_only_the_listed_namespaces() -> None:
     assert default[CLUSTER_CREDENTIALS_NAMESPACES_ENV] == ""  # none by default: every namespace is a tenant
     listed = _agent_env(render_objects({"credentials": {"namespaces": ["ml-prod", "ml-dev"]}}))
     assert listed[CLUSTER_CREDENTIALS_NAMESPACES_ENV] == "ml-prod,ml-dev"
+
+
+def test_agent_and_hooks_apply_one_credential_scope() -> None:
+    """Issue 21 item 2: the node agent (local mode) and the hooks (the PVC-mode Job) read the same
+    namespaces and sources, and decide with the same rule (praesto/credscope.py)."""
+    identity = {"serviceAccountAnnotations": AZURE, "serviceAccountLabels": AZURE_LABEL}
+    values = {"credentials": {"identity": identity, "namespaces": ["ml-prod"], "sources": ["s3://models"]}}
+    objects = render_objects(values)
+    agent = CredentialScope.from_env(_agent_env(objects))
+    assert _hooks_config(objects).credential_scope == agent == CredentialScope(("ml-prod",), ("s3://models",))
+    assert agent.entitled("ml-prod", "s3://models/llama")
+    assert not agent.entitled("ml-prod", "s3://models-private/llama")
+    assert not agent.entitled("team-x", "s3://models/llama")
 
 
 def test_cluster_credentials_can_be_narrowed_to_source_prefixes() -> None:

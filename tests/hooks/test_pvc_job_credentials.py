@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from praesto.agent.cli import build_parser
 from praesto.hooks.config import ConfigError, HooksConfig
@@ -49,6 +51,7 @@ def test_identity_ca_bundle_and_proxies_reach_the_job() -> None:
             "PRAESTO_DOWNLOADER_SERVICE_ACCOUNT": "praesto-downloader",
             "PRAESTO_DOWNLOADER_POD_LABELS": '{"azure.workload.identity/use": "true"}',
             "PRAESTO_CA_BUNDLE_CONFIGMAP": "corporate-ca/ca.crt",
+            "PRAESTO_CREDENTIALS_NAMESPACES": "team-a",
         }
     )
     job = _job(
@@ -71,21 +74,41 @@ def test_identity_ca_bundle_and_proxies_reach_the_job() -> None:
 
 def test_the_identity_serves_only_caches_without_a_secret_and_inside_the_listed_sources() -> None:
     # Issue 12: a cache that names its own Secret uses only it, and credentials.sources narrows
-    # what the cluster's identity may fetch, in PVC mode as on the nodes.
+    # what the cluster's identity may fetch, in PVC mode as on the nodes. Issue 21 item 2: and only
+    # in the namespaces of credentials.namespaces, with sources matched by whole segments.
     config = HooksConfig.from_env(
         {
             "PRAESTO_DOWNLOADER_SERVICE_ACCOUNT": "praesto-downloader",
-            "PRAESTO_CREDENTIALS_SOURCES": "az://weights/shared/, hf://my-org/",
+            "PRAESTO_DOWNLOADER_ENV": '{"PRAESTO_WORKLOAD_IDENTITY": "true", "AWS_ROLE_ARN": "arn:x"}',
+            "PRAESTO_DOWNLOADER_POD_LABELS": '{"azure.workload.identity/use": "true"}',
+            "PRAESTO_CREDENTIALS_NAMESPACES": "team-a",
+            "PRAESTO_CREDENTIALS_SOURCES": "az://weights/shared, hf://my-org/",
         }
     )
 
-    def account(uri: str, **source: object) -> object:
+    def template(uri: str, namespace: str = "team-a", **source: object) -> dict[str, Any]:
         spec = {"source": {"uri": uri, **source}, "storage": {"size": "1Gi", "storageClassName": "rwx"}}
-        return _job(config, spec)["spec"]["template"]["spec"].get("serviceAccountName")  # type: ignore[index]
+        parent = modelcache("llm", spec=spec, namespace=namespace)
+        job = download_job(parent, parse_spec(parent["spec"]), config)
+        validate_child(job)
+        return job["spec"]["template"]  # type: ignore[no-any-return]
 
-    assert account("az://weights/shared/llama") == "praesto-downloader"
-    assert account("az://weights/private/llama") is None
-    assert account("az://weights/shared/llama", secretRef={"name": "own"}) is None
+    def entitled(uri: str, namespace: str = "team-a", **source: object) -> bool:
+        made = template(uri, namespace, **source)
+        env = {e["name"]: e.get("value") for e in made["spec"]["containers"][0]["env"]}
+        account = made["spec"].get("serviceAccountName")
+        labelled = "azure.workload.identity/use" in made["metadata"]["labels"]
+        # the ServiceAccount, the identity env and the identity's Pod labels come together or not at all
+        assert (env["PRAESTO_WORKLOAD_IDENTITY"] == "true") == (account == "praesto-downloader") == labelled
+        assert "AWS_ROLE_ARN" not in env  # the cloud's own webhook injects it, never Praesto
+        return account is not None
+
+    assert entitled("az://weights/shared/llama")
+    assert entitled("az://weights/shared")
+    assert not entitled("az://weights/shared-private/llama")  # whole segments only
+    assert not entitled("az://weights/private/llama")
+    assert not entitled("az://weights/shared/llama", secretRef={"name": "own"})
+    assert not entitled("az://weights/shared/llama", namespace="team-b")  # never opted in
 
 
 @pytest.mark.parametrize(

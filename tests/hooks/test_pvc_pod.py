@@ -10,12 +10,17 @@ from praesto.hooks import modelcache, v2
 from praesto.hooks.pvc_pod import JOB_NAME_LABEL
 
 from praesto import names
+from praesto.credscope import CredentialScope
 from tests.hooks.factory import NOW, consumer, customize_request, job, pvc, sync_request
 from tests.hooks.golden import CONFIG
 from tests.hooks.scenarios import RWX, _pvc_parent
 
 Obj = dict[str, Any]
-IDENTITY = replace(CONFIG, downloader_service_account="praesto-downloader")
+IDENTITY = replace(
+    CONFIG,
+    downloader_service_account="praesto-downloader",
+    credential_scope=CredentialScope(namespaces=("default",)),  # the namespace these caches live in
+)
 
 
 def job_pod(*, waiting: Obj | None = None, terminated: Obj | None = None) -> Obj:

@@ -20,6 +20,11 @@ run on every render (included from credentials.yaml).
 {{- if and $identity (not (or (hasKey $ann "eks.amazonaws.com/role-arn") (hasKey $ann "iam.gke.io/gcp-service-account") (hasKey $ann "azure.workload.identity/client-id"))) -}}
 {{- fail "credentials.identity.serviceAccountAnnotations: no workload-identity annotation is set, so the ServiceAccounts would get no cloud identity; add eks.amazonaws.com/role-arn (AWS IRSA), iam.gke.io/gcp-service-account (GKE) or azure.workload.identity/client-id (Azure)" -}}
 {{- end -}}
+{{- range $ns := $id.downloaderNamespaces -}}
+{{- if not (has $ns $.Values.credentials.namespaces) -}}
+{{- fail (printf "credentials.identity.downloaderNamespaces: %s is not in credentials.namespaces, so its caches may not use the cluster's identity and the downloader ServiceAccount there would only be an identity any Pod of that namespace could borrow; add %s to credentials.namespaces or remove it from downloaderNamespaces" $ns $ns) -}}
+{{- end -}}
+{{- end -}}
 {{- if and (hasKey $ann "azure.workload.identity/client-id") (ne (get $labels "azure.workload.identity/use" | toString) "true") -}}
 {{- fail "credentials.identity.serviceAccountLabels: azure.workload.identity/client-id is set without the label azure.workload.identity/use: \"true\", so Azure would inject no token; add that label" -}}
 {{- end -}}
