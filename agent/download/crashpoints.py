@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import signal
 
+from praesto import names
+
 ENV = "PRAESTO_CRASH_AT"
 # In the order a download passes them (engine.py, publish.py):
 STAGING_CREATED = "staging-created"  # staging and the journal's header exist, nothing fetched
@@ -18,7 +20,12 @@ PARTS_JOURNALED = "parts-journaled"  # some parts are fsync'd and journaled
 FILE_READ_ONLY = "file-read-only"  # a verified file was made read-only; the journal does not say so yet
 TREE_MOVED = "tree-moved"  # the verified tree is at the destination; no completion marker yet
 COMPLETE_WRITTEN = "complete-written"  # the marker is written; staging not cleaned up yet
-POINTS = (STAGING_CREATED, PARTS_JOURNALED, FILE_READ_ONLY, TREE_MOVED, COMPLETE_WRITTEN)
+# Each small file the publisher writes (manifest, owner, complete marker) is written whole to a
+# temporary name and renamed: a kill between the two leaves `<file>.tmp` behind.
+WRITTEN_NOT_RENAMED = "written-not-renamed"  # point name: f"{WRITTEN_NOT_RENAMED}:{file name}"
+MARKER_FILES = (names.MANIFEST_FILE, names.OWNER_FILE, names.COMPLETE_FILE)
+MARKER_POINTS = tuple(f"{WRITTEN_NOT_RENAMED}:{name}" for name in MARKER_FILES)
+POINTS = (STAGING_CREATED, PARTS_JOURNALED, FILE_READ_ONLY, *MARKER_POINTS, TREE_MOVED, COMPLETE_WRITTEN)
 
 
 def crash_point(name: str) -> None:

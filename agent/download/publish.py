@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from praesto.agent.download.api import Options, Plan
-from praesto.agent.download.crashpoints import COMPLETE_WRITTEN, TREE_MOVED, crash_point
+from praesto.agent.download.crashpoints import COMPLETE_WRITTEN, TREE_MOVED, WRITTEN_NOT_RENAMED, crash_point
 
 from praesto import names
 
@@ -104,12 +104,22 @@ def manifest_for(plan: Plan, sha256: dict[str, str]) -> dict[str, Any]:
 
 
 def _write_synced(path: Path, data: bytes) -> None:
+    """Write `path` whole and read-only, or not at all, so that a kill at any step never blocks a retry.
+
+    The temporary file is created read-only (the mode applies to later opens, not to the
+    descriptor that creates it), so there is no chmod step. A kill before the rename leaves
+    it behind, read-only: the agent (uid 65532, no CAP_DAC_OVERRIDE) cannot reopen it for
+    writing, so a leftover is unlinked first, which needs only the folder's write permission.
+    """
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    with open(fd, "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-    os.chmod(tmp, FILE_MODE)
+    crash_point(f"{WRITTEN_NOT_RENAMED}:{path.name}")
     os.replace(tmp, path)
 
 
@@ -234,6 +244,7 @@ def publish(plan: Plan, staging: Path, dest: Path, pvc: bool, sha256: dict[str, 
             os.replace(tree / f.path, target)
         for d in {(dest / f.path).parent for f in plan.files}:
             fsync_dir(d)
+        crash_point(TREE_MOVED)
         _write_synced(dest / names.MANIFEST_FILE, manifest)
         _write_synced(dest / names.OWNER_FILE, owner)
     _write_synced(dest / names.COMPLETE_FILE, f"{plan.revision}\n".encode())

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from praesto.agent.download.crashpoints import COMPLETE_WRITTEN, FILE_READ_ONLY, POINTS
+from praesto.agent.download.crashpoints import COMPLETE_WRITTEN, FILE_READ_ONLY, MARKER_POINTS, POINTS
+from praesto.agent.download.publish import STAGING_IN_DEST
 
 from praesto import names
 from tests.download.conftest import MiB, sample_files, tree_of
@@ -151,14 +152,18 @@ def test_wait_returns_when_complete_and_times_out_otherwise(tmp_path: Path) -> N
 WITHOUT_DAC_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 
 
+@pytest.mark.parametrize("pvc", [False, True], ids=["node-copy", "pvc"])
 @pytest.mark.parametrize("point", POINTS)
 def test_a_kill_at_each_step_resumes_to_a_verified_published_cache(
-    point: str, hub: LocalHub, tmp_path: Path
+    point: str, pvc: bool, hub: LocalHub, tmp_path: Path
 ) -> None:
-    """SIGKILL at every step boundary of the crash-safety protocol (engine.py), then resume.
+    """SIGKILL at every step boundary of the crash-safety protocol (engine.py, publish.py), then resume,
+    for both destination shapes (a node copy renamed into place, a PVC filled in place).
 
     `file-read-only` is the stuck-state finding: chmod 0444 came before the "verified" journal
-    entry, and the resumed run (uid 65532) could not reopen the file, retried for ever."""
+    entry, and the resumed run (uid 65532) could not reopen the file, retried for ever. The
+    `written-not-renamed:<file>` points are the same class for every file the publisher writes
+    (#21 item 20): a read-only `.tmp` left by the kill must not fail every later run."""
     files = {"model.safetensors": os.urandom(4 * MiB), "config.json": b"{}"}
     hub.add_repo("org/model", files)
     hub.faults.rate = 2 * MiB  # per response, one part at a time: parts are journaled before the end
@@ -166,9 +171,12 @@ def test_a_kill_at_each_step_resumes_to_a_verified_published_cache(
     work.mkdir()
     prefix = WITHOUT_DAC_OVERRIDE if os.geteuid() == 0 and shutil.which("setpriv") else []
     stage, dest = work / "stage", work / "dest"
+    if pvc:  # an existing destination is a volume filled in place, staging inside it
+        dest.mkdir()
+        stage = dest / STAGING_IN_DEST
     args = [*prefix, sys.executable, "-m", "praesto.agent.cli", "download", "hf://org/model", "--dest", str(dest),
-            "--endpoint", hub.endpoint, "--staging-dir", str(stage), "--part-size", "1", "--concurrency", "1",
-            "--quiet"]  # fmt: skip
+            "--endpoint", hub.endpoint, "--staging-dir", str(work / "stage"), "--part-size", "1",
+            "--concurrency", "1", "--quiet"]  # fmt: skip
     env = {**os.environ, "HOME": str(work), "HF_HOME": str(work / "hf")}
     killed = subprocess.run(
         args, env={**env, "PRAESTO_CRASH_AT": point}, capture_output=True, text=True, timeout=60
@@ -177,11 +185,15 @@ def test_a_kill_at_each_step_resumes_to_a_verified_published_cache(
     if point == FILE_READ_ONLY:
         read_only = [p for p in (stage / "tree").rglob("*") if p.is_file() and not p.stat().st_mode & 0o200]
         assert read_only, "the crash point must leave a verified, read-only, unjournaled file"
+    if point in MARKER_POINTS:
+        left = [p for p in work.rglob("*.tmp") if p.name == point.split(":", 1)[1] + ".tmp"]
+        assert left, f"the crash point must leave {point.split(':', 1)[1]}.tmp behind"
     assert not (dest / names.COMPLETE_FILE).exists() or point == COMPLETE_WRITTEN
     hub.faults.rate = 0
     resumed = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
     assert resumed.returncode == 0, resumed.stderr
     assert tree_of(dest) == files
+    assert not list(work.rglob("*.tmp")), "no temporary file is left once the cache is published"
     manifest = json.loads((dest / names.MANIFEST_FILE).read_text())
     digests = {f["path"]: f["sha256"] for f in manifest["files"]}
     assert digests == {p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
