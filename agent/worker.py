@@ -31,21 +31,11 @@ CLUSTER_CREDENTIALS_NAMESPACES_ENV = credscope.ENV_NAMESPACES
 CLUSTER_CREDENTIALS_SOURCES_ENV = credscope.ENV_SOURCES
 
 
-def _listed(env: str) -> tuple[str, ...]:
-    return credscope.split_list(os.environ.get(env, ""))
-
-
 def cluster_credentials_allowed(namespace: str, uri: str = "") -> bool:
     """Whether a cache of `namespace` without a secretRef may use the cluster's Secret or identity
-    for source `uri`.
-
-    Every namespace is a possibly hostile tenant: the platform admin opts namespaces in, and may
-    narrow what the credentials fetch to URI prefixes (hf://my-org/, s3://models/), so an opted-in
-    namespace still cannot read the rest of what the organisation's credential can.
-    """
-    if namespace not in _listed(CLUSTER_CREDENTIALS_NAMESPACES_ENV):
-        return False
-    return credscope.source_within(uri, _listed(CLUSTER_CREDENTIALS_SOURCES_ENV))
+    for source `uri`: the chart's credentials.namespaces and .sources, by the one rule the hooks
+    apply to the PVC-mode Job too (praesto/credscope.py)."""
+    return credscope.CredentialScope.from_env(os.environ).entitled(namespace, uri)
 
 
 @dataclass(frozen=True)
@@ -58,6 +48,7 @@ class CacheRef:
     source: Source
     size_bytes: int | None  # spec.size
     ttl: float | None  # spec.unusedTTL in seconds
+    cache_uid: str = ""  # the owning ModelCache's UID (the controller ownerReference); "" when none
 
     @property
     def key(self) -> tuple[str, str]:
@@ -86,6 +77,8 @@ class CacheState:
     size_bytes: int | None = None
     evicted: bool = False  # set before the directory goes, so no reconcile re-downloads it meanwhile
     peer_bytes: int | None = None  # bytes the last download got from peers, until Ready shows them
+    # (inode, mtime, size, cache UID) of the manifest last found to be this cache's: not read again
+    matching_manifest: tuple[int, int, int, str] | None = None
 
 
 Downloader = Callable[[dlapi.Plan, Path, dlapi.Options], dlapi.Result]
@@ -223,6 +216,7 @@ class Job:
                 staging_dir=self.layout.staging_dir(self.ref.namespace, self.ref.cache),
                 progress=lambda done, total: self.on_progress(self.ref, done, total),
                 cancel=self.options.cancel,
+                cache_uid=self.ref.cache_uid,
             )
             plan = self.planner(self.ref.source, options)
             self.log.info(
@@ -283,7 +277,7 @@ class Job:
             return self.kube.read_token(self.ref.namespace, ref.name, ref.key), None, ""
         if ref is not None:
             namespace, name = self.ref.namespace, ref.name
-        elif self.ref.namespace not in _listed(CLUSTER_CREDENTIALS_NAMESPACES_ENV):
+        elif self.ref.namespace not in credscope.CredentialScope.from_env(os.environ).namespaces:
             return (
                 None,
                 None,
