@@ -149,13 +149,15 @@ def _cached_venv(kind: str, requirements: list[str], populate: Callable[[Path], 
         fd = _lock(lock_path, fcntl.LOCK_SH)
         if complete.exists():
             break
-        fcntl.flock(fd, fcntl.LOCK_EX)  # converting is not atomic: check again once exclusive
-        if not complete.exists():
-            shutil.rmtree(venv, ignore_errors=True)  # a half-made venv of a process that died
-            _run([sys.executable, "-m", "venv", "--without-pip", venv], f"creating {venv}")
-            populate(venv)
-            complete.touch()
-        os.close(fd)  # retake it shared; a pruner may have won in between, so loop
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # converting is not atomic: check again once exclusive
+            if not complete.exists():
+                shutil.rmtree(venv, ignore_errors=True)  # half made by a process that died or failed
+                _run([sys.executable, "-m", "venv", "--without-pip", venv], f"creating {venv}")
+                populate(venv)
+                complete.touch()
+        finally:
+            os.close(fd)  # then retake it shared (a pruner may win in between, hence the loop)
     _HELD.append(fd)
     _prune(kind, venv)
     return venv
