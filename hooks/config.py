@@ -8,6 +8,7 @@ process environment.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
@@ -33,6 +34,8 @@ ENV_DOWNLOADER_ENV = "PRAESTO_DOWNLOADER_ENV"  # JSON object {NAME: value}
 ENV_DOWNLOADER_SERVICE_ACCOUNT = "PRAESTO_DOWNLOADER_SERVICE_ACCOUNT"
 ENV_DOWNLOADER_POD_LABELS = "PRAESTO_DOWNLOADER_POD_LABELS"  # JSON object
 ENV_CA_BUNDLE_CONFIGMAP = "PRAESTO_CA_BUNDLE_CONFIGMAP"  # "name/key"
+# chart downloader.metadataEgress: CIDRs a downloader Pod without the identity may not reach
+ENV_DOWNLOADER_DENIED_EGRESS = "PRAESTO_DOWNLOADER_DENIED_EGRESS"  # comma-separated CIDRs
 
 DEFAULT_IMAGE_REPOSITORY = "ghcr.io/praesto/praesto"
 DEFAULT_DOWNLOADER_RESOURCES: Mapping[str, Any] = {
@@ -73,6 +76,9 @@ class HooksConfig:
     # chart credentials.namespaces and .sources: who may use the workload identity for what
     # (praesto/credscope.py, the same rule the node agent applies)
     credential_scope: credscope.CredentialScope = field(default_factory=credscope.CredentialScope)
+    # The cloud metadata addresses: a downloader Job without the identity gets a NetworkPolicy that
+    # denies its Pods egress to them (hooks/pvc_job.py metadata_egress_policy); empty: none.
+    denied_egress: tuple[str, ...] = ()
 
     def downloader_image_allowed(self, image: str) -> bool:
         """The downloader Job runs with the cache's Secrets: only images the platform admin chose."""
@@ -125,6 +131,8 @@ class HooksConfig:
             if env.get(name):
                 kwargs[key] = _string_map(env, name)
         kwargs["credential_scope"] = credscope.CredentialScope.from_env(env)
+        if env.get(ENV_DOWNLOADER_DENIED_EGRESS):
+            kwargs["denied_egress"] = _cidrs(env, ENV_DOWNLOADER_DENIED_EGRESS)
         if env.get(ENV_DOWNLOADER_ALLOWED_IMAGES):
             kwargs["allowed_downloader_images"] = _string_list(env, ENV_DOWNLOADER_ALLOWED_IMAGES)
         if env.get(ENV_DOWNLOADER_SERVICE_ACCOUNT):
@@ -161,6 +169,18 @@ def _string_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise ConfigError(f"{name}: must be a JSON list of non-empty strings")
     return tuple(v.strip() for v in value)
+
+
+def _cidrs(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    out = []
+    for item in credscope.split_list(env[name]):
+        try:
+            out.append(str(ipaddress.ip_network(item, strict=True)))
+        except ValueError:
+            raise ConfigError(
+                f"{name}: Invalid value: {item[:80]!r}: must be a CIDR such as 169.254.169.254/32"
+            ) from None
+    return tuple(out)
 
 
 def _integer(env: Mapping[str, str], name: str, minimum: int) -> int:

@@ -30,7 +30,13 @@ from praesto.hooks.common import (
     section,
 )
 from praesto.hooks.config import HooksConfig
-from praesto.hooks.pvc_job import EXIT_TOO_LARGE, download_job, image_not_allowed, uses_identity
+from praesto.hooks.pvc_job import (
+    EXIT_TOO_LARGE,
+    download_job,
+    image_not_allowed,
+    metadata_egress_policy,
+    uses_identity,
+)
 
 from praesto import names
 from praesto.quantity import format_bytes
@@ -141,6 +147,9 @@ def sync_pvc(
         )
     else:
         children = [persistent_volume_claim(parent, spec), download_job(parent, spec, config)]
+        egress = metadata_egress_policy(parent, spec, config)
+        if egress is not None:
+            children.append(egress)
         phase, reason, message = _job_state(job)
         pods = pvc_pod.job_pods(request, str(meta(parent).get("namespace")), names.download_job_name(cache))
         if phase == names.PHASE_READY:

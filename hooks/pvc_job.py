@@ -13,6 +13,7 @@ labels, and the extra CA bundle (an optional ConfigMap in the cache's namespace)
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
@@ -140,6 +141,45 @@ def image_not_allowed(spec: ModelCacheSpec, config: HooksConfig) -> str | None:
     )
 
 
+def _pod_labels(cache: str, config: HooksConfig, identity: bool) -> dict[str, str]:
+    return {
+        **(config.downloader_pod_labels if identity else {}),  # e.g. Azure's: only with the identity
+        names.LABEL_MODEL_CACHE: cache,
+        names.LABEL_MANAGED_BY: names.MANAGED_BY,
+    }
+
+
+def metadata_egress_policy(
+    parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksConfig
+) -> Obj | None:
+    """A NetworkPolicy denying the download Pods egress to the cloud metadata addresses, for a Job
+    not entitled to the cluster's identity (chart downloader.metadataEgress); None otherwise.
+
+    Everything else stays reachable (the origin, proxies, DNS and other in-cluster Pods). A Job that
+    runs as the identity keeps the metadata address: GKE serves workload identity there. NetworkPolicy
+    rules add up, so another policy in the namespace that allows all egress to these Pods wins.
+    """
+    namespace = str(meta(parent).get("namespace") or "")
+    if not config.denied_egress or uses_identity(namespace, spec, config):
+        return None
+    cache = str(meta(parent)["name"])
+    peers: list[Obj] = [{"namespaceSelector": {}}]  # in-cluster peers, whatever their addresses
+    for everything, family in (("0.0.0.0/0", 4), ("::/0", 6)):
+        denied = [c for c in config.denied_egress if ipaddress.ip_network(c).version == family]
+        peers.append({"ipBlock": {"cidr": everything, **({"except": denied} if denied else {})}})
+    selector = _pod_labels(cache, config, False)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": child_metadata(parent, names.download_job_name(cache)),
+        "spec": {
+            "podSelector": {"matchLabels": selector},
+            "policyTypes": ["Egress"],
+            "egress": [{"to": peers}],
+        },
+    }
+
+
 def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksConfig) -> Obj:
     cache = str(meta(parent)["name"])
     overrides = spec.downloader
@@ -165,11 +205,7 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
     }
     if env_from:
         container["envFrom"] = env_from
-    labels = {
-        **(config.downloader_pod_labels if identity else {}),  # e.g. Azure's: only with the identity
-        names.LABEL_MODEL_CACHE: cache,
-        names.LABEL_MANAGED_BY: names.MANAGED_BY,
-    }
+    labels = _pod_labels(cache, config, identity)
     pod_spec: Obj = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,  # workload-identity webhooks project their own token

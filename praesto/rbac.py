@@ -77,6 +77,8 @@ METACONTROLLER: tuple[Permission, ...] = (
     Permission("", "namespaces", ("list", "watch"), namespaced=False),
     Permission("", "persistentvolumeclaims", READ + WRITE),
     Permission("batch", "jobs", READ + WRITE),
+    # A downloader Job without the identity: egress to the metadata address denied (hooks/pvc_job.py).
+    Permission("networking.k8s.io", "networkpolicies", READ + WRITE),
     Permission("rbac.authorization.k8s.io", "roles", READ + WRITE),
     Permission("rbac.authorization.k8s.io", "rolebindings", READ + WRITE),
     # Granting `get` on a Secret through a Role requires holding it (RBAC escalation check).

@@ -194,3 +194,12 @@ def test_cluster_credentials_can_be_narrowed_to_source_prefixes() -> None:
         _agent_env(render_objects(values))[CLUSTER_CREDENTIALS_SOURCES_ENV]
         == "hf://my-org/,s3://models/shared/"
     )
+
+
+def test_metadata_egress_is_denied_to_downloaders_by_default() -> None:
+    """Issue 21 item 1: the chart offers egress denial to the metadata address (on by default)."""
+    assert _hooks_config(render_objects()).denied_egress == ("169.254.169.254/32", "fd00:ec2::254/128")
+    off = render_objects({"downloader": {"metadataEgress": {"deny": False}}})
+    assert _hooks_config(off).denied_egress == ()
+    with pytest.raises(helm.HelmError):
+        render({"downloader": {"metadataEgress": {"cidrs": ["metadata.internal"]}}})

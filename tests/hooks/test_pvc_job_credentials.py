@@ -7,11 +7,12 @@ from typing import Any
 import pytest
 from praesto.agent.cli import build_parser
 from praesto.hooks.config import ConfigError, HooksConfig
-from praesto.hooks.pvc import _job_state
+from praesto.hooks.pvc import _job_state, sync_pvc
 from praesto.hooks.pvc_job import CA_FILE, CREDENTIALS_DIR, download_job
 
+from praesto import names
 from praesto.spec import parse_spec
-from tests.hooks.factory import modelcache
+from tests.hooks.factory import NOW, modelcache
 from tests.hooks.schemas import validate_child
 
 S3_SPEC = {
@@ -164,3 +165,43 @@ def test_local_mode_states_both_sizes_when_the_model_is_larger_than_requested() 
     assert size["status"] == "False" and size["reason"] == "SizeExceedsRequest"
     assert str(3 << 30) in size["message"] and str(1 << 30) in size["message"] and "1Gi" in size["message"]
     assert status["phase"] == "Ready"  # the copy is whole and usable
+
+
+def test_a_job_without_the_identity_may_not_reach_the_metadata_address() -> None:
+    """Issue 21 item 1: the chart's downloader.metadataEgress becomes a NetworkPolicy beside each Job
+    that does not run as the identity, selecting exactly that Job's Pods."""
+    config = HooksConfig.from_env(
+        {
+            "PRAESTO_DOWNLOADER_SERVICE_ACCOUNT": "praesto-downloader",
+            "PRAESTO_CREDENTIALS_NAMESPACES": "team-a",
+            "PRAESTO_CREDENTIALS_SOURCES": "s3://models/shared",
+            "PRAESTO_DOWNLOADER_DENIED_EGRESS": "169.254.169.254/32,fd00:ec2::254/128",
+        }
+    )
+
+    def children(uri: str, namespace: str = "team-a") -> dict[str, Any]:
+        spec = {"source": {"uri": uri}, "storage": {"size": "1Gi", "storageClassName": "rwx"}}
+        parent = modelcache("llm", spec=spec, namespace=namespace)
+        made = sync_pvc({"parent": parent}, parent, parse_spec(parent["spec"]), config, NOW)["children"]
+        return {c["kind"]: c for c in made}
+
+    anonymous = children("s3://models/private/llama")
+    policy = anonymous["NetworkPolicy"]
+    validate_child(policy)
+    pod_labels = anonymous["Job"]["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items() and names.LABEL_MODEL_CACHE in selector
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    assert policy["spec"]["egress"] == [
+        {
+            "to": [
+                {"namespaceSelector": {}},
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}},
+                {"ipBlock": {"cidr": "::/0", "except": ["fd00:ec2::254/128"]}},
+            ]
+        }
+    ]
+    assert "NetworkPolicy" in children("s3://models/shared/llama", namespace="team-b")
+    assert "NetworkPolicy" not in children("s3://models/shared/llama")  # the identity (GKE serves it there)
+    with pytest.raises(ConfigError, match=r"PRAESTO_DOWNLOADER_DENIED_EGRESS.*must be a CIDR"):
+        HooksConfig.from_env({"PRAESTO_DOWNLOADER_DENIED_EGRESS": "metadata.internal"})

@@ -147,6 +147,7 @@ def test_composite_controller_manifest() -> None:
         names.MODELCACHENODE_PLURAL: "InPlace",
         "persistentvolumeclaims": "OnDelete",
         "jobs": "OnDelete",
+        "networkpolicies": "InPlace",
         "roles": "InPlace",
         "rolebindings": "Recreate",
     }
