@@ -231,6 +231,8 @@ class Agent(Removal):
         if not self.layout.base.is_dir():
             self._set(obj, names.PHASE_FAILED, st.REASON_BASE_PATH_MISSING, self._base_missing_message())
             return
+        if self._foreign_copy_stays(obj, ref, state):
+            return
         if self.layout.is_complete(ref.namespace, ref.cache):
             self._ready(obj, ref, state)
             return
@@ -256,7 +258,7 @@ class Agent(Removal):
         except (InvalidSpec, ValueError, QuantityError, TypeError, KeyError) as err:
             self._set(obj, names.PHASE_FAILED, st.REASON_INVALID_SPEC, f"{err}; fix the ModelCache spec")
             return None
-        return CacheRef(ns, name, cache, source, size, ttl)
+        return CacheRef(ns, name, cache, source, size, ttl, _owner_uid(obj))
 
     def _ready(self, obj: Obj, ref: CacheRef, state: CacheState) -> None:
         manifest = store.read_json(self.layout.manifest_path(ref.namespace, ref.cache)) or {}
@@ -512,6 +514,14 @@ def _rv(obj: Obj) -> int:
         return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
     except ValueError:
         return 0
+
+
+def _owner_uid(obj: Obj) -> str:
+    """The UID of the ModelCache that owns this ModelCacheNode (Metacontroller's controller reference)."""
+    for owner in obj["metadata"].get("ownerReferences") or []:
+        if owner.get("controller") and owner.get("kind") == names.MODELCACHE_KIND:
+            return str(owner.get("uid") or "")
+    return ""
 
 
 def _requested(layout: StoreLayout, ref: CacheRef) -> bool:

@@ -6,6 +6,7 @@ uses the agent's objects, states, lock, layout, metrics and status writer.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -132,6 +133,57 @@ class Removal:
             self._set(
                 obj, names.PHASE_EVICTED, st.REASON_EVICTED, message, {"progress": None, "sizeBytes": None}
             )
+
+    # ---- a copy that is not this cache's ----------------------------------------
+
+    def _foreign_copy_stays(self, obj: Obj, ref: CacheRef, state: CacheState) -> bool:
+        """Whether a copy that is not this cache's is still at its path (#21 item 9): then wait.
+
+        A completion marker proves only that the copy was complete for someone: a node away
+        while the cache was deleted and created again under the same name (maybe with another
+        source, by another tenant) finds the old copy at the new cache's path. Its manifest is
+        compared with this ModelCacheNode (store.copy_mismatch); a foreign copy is unpublished
+        (no new mount starts) and removed, after its last Pod mount ends, and the caller then
+        downloads the right one. A manifest found to match is not read again until it changes.
+        """
+        path = self.layout.manifest_path(ref.namespace, ref.cache)
+        try:
+            seen = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        signature = (seen.st_ino, seen.st_mtime_ns, seen.st_size, ref.cache_uid)
+        if state.matching_manifest == signature:
+            return False
+        source = ref.source
+        why = store.copy_mismatch(
+            store.read_json(path) or {},
+            source=source.uri,
+            revision=source.revision,
+            allow_patterns=source.allow_patterns,
+            ignore_patterns=source.ignore_patterns,
+            cache_uid=ref.cache_uid,
+        )
+        if why is None:
+            state.matching_manifest = signature
+            return False
+        with self.lock:
+            with contextlib.suppress(FileNotFoundError):
+                self.layout.complete_marker(ref.namespace, ref.cache).unlink()  # unpublished first
+            removed = eviction.remove_unless_mounted(self.layout, ref.namespace, ref.cache)
+        if removed:
+            logs.cache_logger(ref.namespace, ref.cache, modelCacheNode=ref.name).warning(
+                "discarded a copy that is not this cache's; downloading it again", extra={"why": why}
+            )
+            return False
+        mounts = len(store.mounts_for(self.layout, ref.namespace, ref.cache))
+        self._set(
+            obj,
+            names.PHASE_PENDING,
+            st.REASON_PENDING,
+            f"the copy found on this node is not this cache's ({why}); it is removed and downloaded "
+            f"again once its {mounts} Pod mount(s) end",
+        )
+        return True
 
     # ---- deletion ------------------------------------------------------------
 

@@ -69,6 +69,10 @@ OWNER_FILE = ".praesto-owner"
 MANIFEST_FILE = ".praesto-manifest.json"
 COMPLETE_FILE = ".praesto-complete"
 MARKER_FILES = (OWNER_FILE, MANIFEST_FILE, COMPLETE_FILE)
+# The manifest's key for the UID of the ModelCache a copy was downloaded for (the agent's copies;
+# a pre-baked copy from `praesto-agent download` has none): a cache re-created under the same name
+# never inherits the old one's copy (#21 item 9).
+MANIFEST_CACHE_UID = "cacheUID"
 
 DEFAULT_BASE_PATH = "/var/praesto"
 DEFAULT_REVISION = "main"

@@ -119,6 +119,37 @@ class StoreLayout:
         return self.internal / "copies" / (cache_key(namespace, name) + ".json")
 
 
+def copy_mismatch(
+    manifest: dict[str, Any],
+    *,
+    source: str,
+    revision: str,
+    allow_patterns: tuple[str, ...],
+    ignore_patterns: tuple[str, ...],
+    cache_uid: str,
+) -> str | None:
+    """Why a complete copy's manifest is not a copy of this cache (None when it is).
+
+    A node away while its cache was deleted and created again under the same name (maybe with
+    another source, maybe by another tenant) comes back to the old copy under the new cache's
+    path: its completion marker proves only that it was complete for someone. `revision` may be
+    the requested one (a branch) or the commit it resolved to; both are in the manifest. A copy
+    without a cache UID (pre-baked by `praesto-agent download`) belongs to whichever cache has
+    its source and revision.
+    """
+    if manifest.get("source") != source:
+        return f"it holds source {manifest.get('source')!r}, not {source}"
+    if revision and revision not in (manifest.get("revision"), manifest.get("resolvedRevision")):
+        return f"it holds revision {manifest.get('resolvedRevision')!r} of {source}, not {revision}"
+    patterns = (list(manifest.get("allowPatterns") or []), list(manifest.get("ignorePatterns") or []))
+    if patterns != (list(allow_patterns), list(ignore_patterns)):
+        return f"it was filtered by other allowPatterns/ignorePatterns {patterns}"
+    owner = manifest.get(names.MANIFEST_CACHE_UID)
+    if cache_uid and owner and owner != cache_uid:
+        return f"it belongs to an earlier ModelCache of this name (UID {owner}, not {cache_uid})"
+    return None
+
+
 # ---- mount records (written by the CSI driver, read by the agent) ----------
 
 

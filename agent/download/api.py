@@ -191,3 +191,6 @@ class Options:
     checkpoint_seconds: float = 1.0  # how often completed parts are fsync'd and journaled
     peers: PartSource | None = None  # other nodes' copies, tried before the origin per range
     origin: OriginGate | None = None  # the cluster's origin budget (praesto.agent.budget); None: ungated
+    # The owning ModelCache's UID, recorded in the manifest: the agent trusts a complete copy only
+    # for that cache (praesto.store.copy_mismatch). Empty for `praesto-agent download` (pre-baking).
+    cache_uid: str = ""

@@ -47,7 +47,7 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
     started = time.monotonic()
     check_size(plan, options)
     dest = Path(dest)
-    if is_published(dest, plan):
+    if is_published(dest, plan, options.cache_uid):
         log.info("already complete dest=%s commit=%s", dest, plan.revision)
         return Result(plan, seconds=time.monotonic() - started)
     staging, pvc = staging_for(dest, options)
@@ -63,7 +63,7 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
             engine.run()
         finally:
             engine.close()
-        publish(plan, staging, dest, pvc, engine.sha256)
+        publish(plan, staging, dest, pvc, engine.sha256, options.cache_uid)
     except OSError as error:
         if error.errno not in NO_SPACE:
             raise DownloadError(

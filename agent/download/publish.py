@@ -62,10 +62,12 @@ def complete_manifest(dest: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def is_published(dest: Path, plan: Plan) -> bool:
-    """`dest` already holds exactly this plan (same source, commit and files)."""
+def is_published(dest: Path, plan: Plan, cache_uid: str = "") -> bool:
+    """`dest` already holds exactly this plan (same source, commit and files), for this cache."""
     manifest = complete_manifest(dest)
     if manifest is None:
+        return False
+    if cache_uid and manifest.get(names.MANIFEST_CACHE_UID, cache_uid) != cache_uid:
         return False
     want = {(f.path, f.size) for f in plan.files}
     have = {(f.get("path"), f.get("size")) for f in manifest.get("files", [])}
@@ -76,7 +78,7 @@ def is_published(dest: Path, plan: Plan) -> bool:
     )
 
 
-def manifest_for(plan: Plan, sha256: dict[str, str]) -> dict[str, Any]:
+def manifest_for(plan: Plan, sha256: dict[str, str], cache_uid: str = "") -> dict[str, Any]:
     files = []
     for f in plan.files:
         entry: dict[str, Any] = {"path": f.path, "size": f.size, "sha256": sha256[f.path]}
@@ -91,7 +93,9 @@ def manifest_for(plan: Plan, sha256: dict[str, str]) -> dict[str, Any]:
         if f.version:
             entry["version"] = f.version
         files.append(entry)
+    owner = {names.MANIFEST_CACHE_UID: cache_uid} if cache_uid else {}
     return {
+        **owner,
         "source": plan.source.uri,
         "revision": plan.source.revision,
         "resolvedRevision": plan.revision,
@@ -205,7 +209,9 @@ def _folders(paths: Iterable[str]) -> set[str]:
     return out
 
 
-def publish(plan: Plan, staging: Path, dest: Path, pvc: bool, sha256: dict[str, str]) -> None:
+def publish(
+    plan: Plan, staging: Path, dest: Path, pvc: bool, sha256: dict[str, str], cache_uid: str = ""
+) -> None:
     """Move the verified tree into `dest`, then write the markers, complete last."""
     tree = staging / TREE
     tree.mkdir(parents=True, exist_ok=True)
@@ -215,7 +221,9 @@ def publish(plan: Plan, staging: Path, dest: Path, pvc: bool, sha256: dict[str, 
         fsync_dir(tree / folder)
     fsync_dir(tree)
     # Compact: json's C encoder (indent= falls back to pure Python: seconds at 100,000 files).
-    manifest = json.dumps(manifest_for(plan, sha256), sort_keys=True, separators=(",", ":")).encode()
+    manifest = json.dumps(
+        manifest_for(plan, sha256, cache_uid), sort_keys=True, separators=(",", ":")
+    ).encode()
     owner = json.dumps(
         {
             "writer": "praesto-agent",
