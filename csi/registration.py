@@ -19,7 +19,9 @@ host path, not the container's). Authorities (read for this module):
   would mean the registration socket itself), `pkg/volume/csi/csi_plugin.go`
   `RegistrationHandler` (supported_versions must hold a version of major 0 or
   1, "1.0.0" here; a driver already registered under the same name with an
-  equal or higher version makes a second registration fail);
+  equal or higher version makes a second registration fail, so a restarted
+  plugin replaces the socket file: the reconciler then unregisters the old
+  registration before it registers the new one);
 * kubernetes-csi/node-driver-registrar v2.17.0 `cmd/csi-node-driver-registrar/main.go`
   and `node_register.go`: the socket is `<driver name>-reg.sock`, a stale one
   is removed at start and the socket on SIGTERM, supported versions are
@@ -28,6 +30,11 @@ host path, not the container's). Authorities (read for this module):
   registration socket is gone. Where we differ: a socket that still answers
   is refused, not replaced (two plugins of one name on a node would fight),
   and a lost socket makes the process exit instead of failing a probe.
+
+Checked once by hand against the kubelet's own plugin manager (watcher,
+reconciler, operation executor) and the CSI handler's ValidatePlugin from
+k8s.io/kubernetes v1.37.2: registered, NodeGetInfo answered, unregistered on
+SIGTERM, exit 1 on refusal. The node tier runs the real kubelet.
 """
 
 from __future__ import annotations
