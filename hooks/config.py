@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import praesto
-from praesto import credscope
+from praesto import credscope, quota
 from praesto.names import is_dns_label
 
 ENV_DOWNLOADER_IMAGE = "PRAESTO_DOWNLOADER_IMAGE"
@@ -79,6 +79,8 @@ class HooksConfig:
     # The cloud metadata addresses: a downloader Job without the identity gets a NetworkPolicy that
     # denies its Pods egress to them (hooks/pvc_job.py metadata_egress_policy); empty: none.
     denied_egress: tuple[str, ...] = ()
+    # chart namespaceQuota: the sync hook enforces it too, in creation order (hooks/modelcache.py)
+    quotas: quota.Quotas = field(default_factory=quota.Quotas)
 
     def downloader_image_allowed(self, image: str) -> bool:
         """The downloader Job runs with the cache's Secrets: only images the platform admin chose."""
@@ -131,6 +133,10 @@ class HooksConfig:
             if env.get(name):
                 kwargs[key] = _string_map(env, name)
         kwargs["credential_scope"] = credscope.CredentialScope.from_env(env)
+        try:
+            kwargs["quotas"] = quota.from_env(env)
+        except quota.QuotaError as error:
+            raise ConfigError(str(error)) from None
         if env.get(ENV_DOWNLOADER_DENIED_EGRESS):
             kwargs["denied_egress"] = _cidrs(env, ENV_DOWNLOADER_DENIED_EGRESS)
         if env.get(ENV_DOWNLOADER_ALLOWED_IMAGES):

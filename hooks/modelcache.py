@@ -27,7 +27,7 @@ from praesto.hooks.local import sync_local
 from praesto.hooks.pvc import sync_pvc
 from praesto.hooks.pvc_pod import JOB_NAME_LABEL
 
-from praesto import names
+from praesto import names, quota
 from praesto.spec import InvalidSpec, ModelCacheSpec, SpecError, parse_spec
 
 Hook = Callable[[Any, HooksConfig, datetime], Obj]
@@ -49,17 +49,22 @@ def customize(request: Any, config: HooksConfig, now: datetime) -> Obj:
     parent = v2.parent_of(request)
     parent_meta = meta(parent)
     cache = str(parent_meta["name"])
+    namespace = str(parent_meta.get("namespace") or "")
     rules: list[Obj] = [
         {
             "apiVersion": "v1",
             "resource": "pods",
-            "namespace": str(parent_meta.get("namespace") or ""),
+            "namespace": namespace,
             "labelSelector": {"matchLabels": {names.consumer_label_key(cache): "true"}},
         }
     ]
+    if config.quotas.limit(namespace) is not None:
+        # The namespace's ModelCaches, so sync can enforce its quota in creation order.
+        rules.append(
+            {"apiVersion": names.API_VERSION, "resource": names.MODELCACHE_PLURAL, "namespace": namespace}
+        )
     spec = parent.get("spec")
     storage = spec.get("storage") if isinstance(spec, dict) else None
-    namespace = str(parent_meta.get("namespace") or "")
     if isinstance(storage, dict) and storage.get("storageClassName"):
         # PVC mode: the download Job's Pods (why it cannot start, what it downloaded) and,
         # with workload identity, the ServiceAccount it runs as (hooks/pvc_pod.py).
@@ -162,12 +167,38 @@ def downloader_errors(downloader: Mapping[str, Any]) -> list[SpecError]:
     return errors
 
 
+def quota_excess(request: Mapping[str, Any], parent: Mapping[str, Any], config: HooksConfig) -> str | None:
+    """Why the parent does not fit its namespace's quota, taken in creation order; None when it fits.
+
+    The validating webhook checks at create, but two caches created in the same instant both pass
+    it (its watch has shown neither), so the sync hook checks again, over the namespace's caches
+    (related by customize): the earlier one keeps its place, the later one gets no children.
+    """
+    namespace = str(meta(parent).get("namespace") or "")
+    limit = config.quotas.limit(namespace)
+    if limit is None:
+        return None
+    name = str(meta(parent)["name"])
+    siblings = [c for c in v2.objects(request, "related", v2.MODELCACHE) if meta(c).get("name") != name]
+    excess = quota.excess_in_creation_order([*siblings, parent], name, limit)
+    if excess is None:
+        return None
+    return (
+        f"{excess.describe(namespace, 'earlier')}; it gets no node copies or volume until it fits: delete "
+        f"ModelCaches this namespace no longer needs, or ask the platform admin to raise the chart's "
+        f"{quota.CHART_KEY} for {namespace}"
+    )
+
+
 def sync(request: Any, config: HooksConfig, now: datetime) -> Obj:
     parent = v2.parent_of(request)
     try:
         spec = parse_parent(parent)
     except InvalidSpec as err:
         return invalid_spec(request, parent, err, now)
+    over = quota_excess(request, parent, config)
+    if over is not None:
+        return refused(parent, spec, "QuotaExceeded", over, now)
     if spec.mode == names.MODE_PVC:
         return sync_pvc(request, parent, spec, config, now)
     return sync_local(request, parent, spec, config, now)
@@ -191,6 +222,14 @@ def invalid_spec(
     status: Obj = {**before, "observedGeneration": generation(parent), "phase": names.PHASE_FAILED}
     status["conditions"] = [condition(before, READY, False, "InvalidSpec", message, now, generation(parent))]
     return {"status": status, "children": children}
+
+
+def refused(parent: Mapping[str, Any], spec: ModelCacheSpec, reason: str, message: str, now: datetime) -> Obj:
+    """A cache that fails a security check gets no children (any it had are deleted) and says why."""
+    before = previous_status(parent)
+    status: Obj = {"observedGeneration": generation(parent), "phase": names.PHASE_PENDING, "mode": spec.mode}
+    status["conditions"] = [condition(before, READY, False, reason, message, now, generation(parent))]
+    return {"status": status, "children": []}
 
 
 def finalize(request: Any, config: HooksConfig, now: datetime) -> Obj:

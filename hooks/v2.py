@@ -38,6 +38,7 @@ def group_key(kind: str, api_version: str) -> str:
 
 
 MODELCACHENODE = group_key(names.MODELCACHENODE_KIND, names.API_VERSION)
+MODELCACHE = group_key(names.MODELCACHE_KIND, names.API_VERSION)
 PVC = group_key("PersistentVolumeClaim", "v1")
 JOB = group_key("Job", "batch/v1")
 ROLE = group_key("Role", "rbac.authorization.k8s.io/v1")

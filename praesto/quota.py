@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from praesto import names
-from praesto.quantity import QuantityError, parse_quantity
+from praesto.quantity import QuantityError, format_bytes, parse_quantity
 
 ENV = "PRAESTO_NAMESPACE_QUOTAS"
 CHART_KEY = "namespaceQuota"
@@ -93,3 +93,56 @@ def parse_quotas(text: str | None) -> Quotas:
 
 def from_env(environ: Mapping[str, str] = os.environ) -> Quotas:
     return parse_quotas(environ.get(ENV))
+
+
+def declared(cache: Mapping[str, Any]) -> int | None:
+    """The bytes a ModelCache object declares (spec.storage.size); None when it declares none."""
+    spec = cache.get("spec")
+    storage = spec.get("storage") if isinstance(spec, Mapping) else None
+    size = storage.get("size") if isinstance(storage, Mapping) else None
+    if not isinstance(size, str | int) or isinstance(size, bool):
+        return None
+    try:
+        return parse_quantity(size)
+    except QuantityError:
+        return None  # refused at create; nothing the namespace can hold
+
+
+@dataclass(frozen=True)
+class Excess:
+    """Why a cache does not fit: what the others hold, what it asks, the limit."""
+
+    used: int
+    others: int  # how many ModelCaches hold `used`
+    requested: int
+    limit: int
+
+    def describe(self, namespace: str, others: str = "other") -> str:
+        return (
+            f"namespace {namespace} has a quota of {format_bytes(self.limit)} ({self.limit} bytes) on cached "
+            f"bytes; {format_bytes(self.used)} ({self.used} bytes) is used by its {self.others} {others} "
+            f"ModelCache(s) and this one requests {format_bytes(self.requested)} ({self.requested} bytes)"
+        )
+
+
+def _creation_order(cache: Mapping[str, Any]) -> tuple[str, str]:
+    meta = cache.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
+
+
+def excess_in_creation_order(caches: Iterable[Mapping[str, Any]], name: str, limit: int) -> Excess | None:
+    """Whether cache `name` of one namespace fits its quota, the namespace's caches taken in creation
+    order (ties by name): each earlier cache that fitted counts, one that did not holds nothing.
+
+    The sync hook's rule: two caches created in the same instant can both pass the webhook (its
+    watch has shown neither), and the later one then gets no children (issue 21 item 17).
+    """
+    used = count = 0
+    for cache in sorted(caches, key=_creation_order):
+        size = declared(cache) or 0
+        if _creation_order(cache)[1] == name:
+            return None if used + size <= limit else Excess(used, count, size, limit)
+        if used + size <= limit:
+            used, count = used + size, count + 1
+    return None

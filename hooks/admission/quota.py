@@ -6,8 +6,9 @@ counts is `spec.storage.size`, which the node agent enforces as a hard limit on
 each node copy (and the PVC size in shared mode), so the sum over a namespace's
 ModelCaches bounds what it can hold on any one node and in PVCs. Used bytes
 come from the webhook's watch-fed ModelCache cache; two creates in the same
-instant may both pass (the watch has not shown either yet), and the node
-agent's eviction still takes from namespaces over their quota first.
+instant may both pass (the watch has not shown either yet), so the sync hook
+enforces the quota too, in creation order (hooks/modelcache.py): the later one
+gets no children.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from praesto.quantity import QuantityError, format_bytes, parse_quantity
-from praesto.quota import CHART_KEY, QuotaError, Quotas, from_env
+from praesto.quota import CHART_KEY, Excess, QuotaError, Quotas, declared, from_env
 from praesto.spec import ModelCacheSpec
 
 from .lookup import Lookups, LookupUnavailable
@@ -33,19 +33,9 @@ def configured() -> Quotas:
 
 def declared_bytes(caches: list[dict[str, Any]], excluding: str) -> tuple[int, int]:
     """(bytes, count) the namespace's other ModelCaches declare in spec.storage.size."""
-    total = count = 0
-    for obj in caches:
-        if (obj.get("metadata") or {}).get("name") == excluding:
-            continue
-        size = ((obj.get("spec") or {}).get("storage") or {}).get("size")
-        if not isinstance(size, (str, int)):
-            continue
-        try:
-            total += parse_quantity(size)
-        except QuantityError:
-            continue  # the webhook refused it at create; nothing the namespace can hold
-        count += 1
-    return total, count
+    sizes = [declared(obj) for obj in caches if (obj.get("metadata") or {}).get("name") != excluding]
+    counted = [size for size in sizes if size is not None]
+    return sum(counted), len(counted)
 
 
 def check(
@@ -83,9 +73,7 @@ def check(
         return
     raise Refusal(
         FIELD,
-        f"namespace {namespace} has a quota of {format_bytes(limit)} ({limit} bytes) on cached bytes; "
-        f"{format_bytes(used)} ({used} bytes) is used by its {count} other ModelCache(s) and this one "
-        f"requests {format_bytes(requested)} ({requested} bytes)",
+        Excess(used, count, requested, limit).describe(namespace),
         "delete ModelCaches this namespace no longer needs, request a smaller storage.size, or ask the "
         f"platform admin to raise the chart's {CHART_KEY} for {namespace}",
         FORBIDDEN,

@@ -6,6 +6,7 @@ from typing import Any
 
 import helm_python as helm
 import pytest
+from praesto.hooks.config import HooksConfig
 
 from praesto import quota
 from tests.support.helm_chart import one, render, render_objects
@@ -25,6 +26,7 @@ def test_quota_reaches_hooks_and_agent_and_parses_the_same() -> None:
     agent = one(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
     expected = quota.Quotas(500 * GiB, {"team-a": 2 * 1024 * GiB, "sandbox": 0})
     assert [quota.parse_quotas(_env(c)[quota.ENV]) for c in (hooks, agent)] == [expected, expected]
+    assert HooksConfig.from_env(_env(hooks)).quotas == expected  # the sync hook enforces it too
 
 
 def test_no_quota_by_default() -> None:
