@@ -61,10 +61,19 @@ def test_cache_becomes_ready_on_every_selected_node(
     status = parent["status"]
     assert (status["readyNodes"], status["totalNodes"]) == (2, 2)
     assert status["observedGeneration"] == parent["metadata"]["generation"]
-    # The resolved commit is pinned into every copy's spec by the pass that reported it, before
-    # that pass wrote the status: nothing after Ready is needed (#22). The copies were only ever
-    # updated in place: no resync loop, no child churn.
+    # The resolved commit is pinned into every copy's spec by the pass that reports it (#22; an
+    # agent's write racing that update is a conflict, and its event brings the next pass, so the
+    # pin is waited for; test_metacontroller_events.py pins without agents, exactly). The copies
+    # were only ever updated in place: no resync loop, no child churn.
     commit = status["resolvedRevision"]
+    wait_for(
+        "every copy pinned to the resolved commit",
+        lambda: (
+            {c["spec"]["source"]["revision"] for c in modelcachenodes(installed.admin, NS, "tiny").values()}
+            == {commit}
+        ),
+        30,
+    )
     for child in modelcachenodes(installed.admin, NS, "tiny").values():
         assert child["spec"]["source"]["revision"] == commit
     key = f"{NS}/tiny"

@@ -110,10 +110,15 @@ class CompositeController(Controller):
         self.parents = factory.informer(*self.parent_api)
         self.children = {t: factory.informer(*t) for t in self.child_types}
         self.customize = CustomizeManager(
-            factory, self.hooks, self.controller, lambda: self.parents.objects(), self.enqueue_parent, self.saw
+            factory,
+            self.hooks,
+            self.controller,
+            lambda: self.parents.objects(),
+            self.enqueue_parent,
+            self.saw,
         )
-        resync = self.spec.get("resyncPeriodSeconds")
-        self.parents.add_handler(_ParentEvents(self), max(1.0, resync) if resync else factory.resync_period)
+        resync = factory.handler_resync(self.spec.get("resyncPeriodSeconds"))
+        self.parents.add_handler(_ParentEvents(self), resync)
         for informer in self.children.values():
             informer.add_handler(_ChildEvents(self))
         factory.wait_synced()
@@ -130,9 +135,7 @@ class CompositeController(Controller):
         """Read the parent from the API server until `done(parent)` (None: gone); TimeoutError after `deadline`."""
         end = time.monotonic() + deadline
         while True:
-            parent = self.kube.get(
-                self.parent_resource.api_version, self.parent_resource.kind, name, namespace
-            )
+            parent = self.kube.get(self.parent_api[0], self.parent_resource.kind, name, namespace)
             if done(parent):
                 return parent
             if time.monotonic() > end:

@@ -169,6 +169,13 @@ class InformerFactory:
                 self._kinds[(api_version, plural)] = (str(resource.kind), bool(resource.namespaced))
             return self._kinds[(api_version, plural)]
 
+    def handler_resync(self, resync_period_seconds: float | None) -> float:
+        """A parent handler's resync: its own period (at least 1 s) when shorter than the shared
+        informer's, which resyncs every handler anyway (`informer.go` `addHandler`)."""
+        if resync_period_seconds:
+            return min(max(1.0, float(resync_period_seconds)), self.resync_period)
+        return self.resync_period
+
     def informer(self, api_version: str, plural: str) -> Informer:
         kind, _ = self.describe(api_version, plural)
         with self._lock:

@@ -76,9 +76,9 @@ class DecoratorController(Controller):
         self.customize = CustomizeManager(
             factory, self.hooks, self.controller, self._all_parents, self.enqueue_parent, self.saw
         )
-        resync = self.spec.get("resyncPeriodSeconds")
+        resync = factory.handler_resync(self.spec.get("resyncPeriodSeconds"))
         for informer, rule in self.informers.values():
-            informer.add_handler(_Events(self, rule), max(1.0, resync) if resync else factory.resync_period)
+            informer.add_handler(_Events(self, rule), resync)
         factory.wait_synced()
         self.start_workers()
 
