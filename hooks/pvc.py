@@ -24,6 +24,7 @@ from praesto.hooks.common import (
     consumer_pods,
     format_time,
     generation,
+    keep_observed,
     meta,
     parse_time,
     previous_status,
@@ -132,7 +133,9 @@ def sync_pvc(
     # so narrowing the allow-list later never deletes a filled volume's Job and its Ready state.
     not_allowed = image_not_allowed(spec, config) if job is None else None
     if not_allowed:
-        children: list[Obj] = [persistent_volume_claim(parent, spec)]
+        # Fails a security check the validator makes too (it may fail open): nothing new is made;
+        # an existing volume (the allow-list narrowed after its Job was deleted) is kept as it is.
+        children: list[Obj] = [keep_observed(p) for p in pvcs]
         phase, reason, message = (
             names.PHASE_FAILED,
             "DownloaderImageNotAllowed",

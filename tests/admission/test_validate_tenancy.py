@@ -116,8 +116,7 @@ def test_the_sync_hook_never_emits_a_job_with_an_image_outside_the_allow_list() 
     parent = cache(pvc_spec("attacker.example/evil:latest"))
     parent["metadata"].update({"uid": "uid-1", "generation": 1})
     response = HOOKS["sync"](sync_request(parent), CONFIG, datetime(2026, 12, 1, tzinfo=UTC))
-    kinds = [child["kind"] for child in response["children"]]
-    assert kinds == ["PersistentVolumeClaim"]
+    assert response["children"] == []  # issue 21 item 16: no children, not even the volume
     status = response["status"]
     assert status["phase"] == names.PHASE_FAILED and "downloadJobName" not in status
     ready = status["conditions"][0]

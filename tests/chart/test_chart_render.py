@@ -34,7 +34,7 @@ METACONTROLLER_SCHEMAS = crd_schemas(list(crd_documents(DATA)))
 
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
-    "no-cert-manager": {"webhooks": {"certManager": {"enabled": False}, "failurePolicy": "Ignore"}},
+    "no-cert-manager": {"webhooks": {"certManager": {"enabled": False}, "pods": {"failurePolicy": "Ignore"}}},
     "metacontroller-disabled": {"metacontroller": {"enabled": False}},
     "custom-basepath-nodeselector": {
         "localCache": {"basePath": "/mnt/fast-ssd/praesto"},
@@ -161,7 +161,15 @@ def test_network_policy_opens_only_the_https_port_to_the_listed_peers() -> None:
 
 
 def test_webhook_configurations() -> None:
-    objects = render_objects({"webhooks": {"failurePolicy": "Ignore", "timeoutSeconds": 3}})
+    objects = render_objects(
+        {
+            "webhooks": {
+                "pods": {"failurePolicy": "Ignore"},
+                "modelCaches": {"failurePolicy": "Ignore"},
+                "timeoutSeconds": 3,
+            }
+        }
+    )
     mutating = one(objects, "MutatingWebhookConfiguration")["webhooks"]
     validating = one(objects, "ValidatingWebhookConfiguration")["webhooks"]
     assert len(mutating) == len(validating) == 1
@@ -188,6 +196,16 @@ def test_webhook_configurations() -> None:
         }
     defaults = render_objects()
     assert one(defaults, "MutatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Fail"
+
+
+def test_each_webhook_has_its_own_failure_policy() -> None:
+    """Issue 21 item 16: an Ignore for the Pod webhook no longer makes the ModelCache validator fail open."""
+    objects = render_objects({"webhooks": {"pods": {"failurePolicy": "Ignore"}}})
+    assert one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Ignore"
+    assert one(objects, "ValidatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Fail"
+    with pytest.raises(helm.HelmError) as err:
+        render({"webhooks": {"failurePolicy": "Ignore"}})
+    assert "set webhooks.pods.failurePolicy and webhooks.modelCaches.failurePolicy instead" in str(err.value)
 
 
 def test_csi_driver_object() -> None:
@@ -236,7 +254,7 @@ def test_image_tags_follow_values() -> None:
     ("values", "expected"),
     [
         ({"localCache": {"basepath": "/x"}}, "additional properties 'basepath' not allowed"),
-        ({"webhooks": {"failurePolicy": "Sometimes"}}, "/webhooks/failurePolicy"),
+        ({"webhooks": {"pods": {"failurePolicy": "Sometimes"}}}, "/webhooks/pods/failurePolicy"),
         ({"nodeAgent": {"concurrency": "8"}}, "/nodeAgent/concurrency': got string, want integer"),
         ({"webhooks": {"certManager": {"enabled": "yes"}}}, "/webhooks/certManager/enabled"),
         ({"localCache": {"basePath": "relative/path"}}, "/localCache/basePath"),
