@@ -15,8 +15,11 @@ Nothing a peer says is trusted: hashes come from the origin's plan.
 
 A peer still downloading the file answers 425 for ranges it has not written yet
 (server.py): the range waits for it (backoff up to Retry-After) rather than going
-to the origin, as long as the peer's written bytes keep growing; a peer whose
-count stands still for `Tuning.stall_seconds` is dropped and the origin serves.
+to the origin. Nothing a peer claims is trusted to mean progress (its offer, its
+written count, its Retry-After), so waiting is bounded twice (issue 21 item 10):
+a range waits on "not yet" at most `Tuning.stall_seconds` beyond its own time
+(then the origin takes the rest and the peer is dropped), and a peer that answers
+"not yet" or "busy" without delivering a byte for `stall_seconds` is dropped.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from praesto.agent.download.api import DownloadCancelled, DownloadError, RemoteFile, Sink
@@ -46,7 +50,7 @@ class Tuning:
     timeout: float = 5.0  # socket timeout: a peer that stops sending is gone
     strikes: int = 2  # slow ranges before a peer is dropped
     busy_pause: float = 0.2  # all peers busy: wait this long, until the range's deadline
-    stall_seconds: float = 60.0  # a peer answering "not yet" whose written bytes stand still this long
+    stall_seconds: float = 60.0  # a peer answering only "not yet" or "busy" this long is dropped
     not_yet_pause: float = 0.25  # longest wait between asks for a range not written yet (a hop's lag)
     offer_seconds: float = 0.25  # how old peers' offers (what parts they hold) may get
     discover_seconds: float = 2.0  # how often peers are looked for again (new followers)
@@ -73,11 +77,23 @@ class _PeerTransport(Transport):
     def __init__(self, credentials: auth.Credentials, timeout: float) -> None:
         super().__init__("http://peer.invalid", None, timeout=timeout)
         self.credentials = credentials
+        self._deadline = threading.local()  # of the range being fetched on this thread (fetch_by)
 
     def _headers(self, url: str, authorized: bool, extra: dict[str, str]) -> dict[str, str]:
         headers = super()._headers(url, authorized, extra)
         headers["Authorization"] = self.credentials.header("GET", urlsplit(url).path, extra.get("Range"))
         return headers
+
+    def fetch_by(
+        self, deadline: float, target: Target, start: int, end: int, sink: Sink, cancel: threading.Event
+    ) -> int:
+        """`fetch`, cut with `_Slow` at `deadline` even while bytes still trickle in: the socket
+        timeout bounds only each read, and the base loop fills a whole chunk before its sink."""
+        self._deadline.value = deadline
+        try:
+            return self.fetch(target, start, end, sink, cancel)
+        finally:
+            self._deadline.value = None
 
     def request(
         self, method: str, url: str, *, authorized: bool, headers: dict[str, str] | None = None
@@ -86,6 +102,19 @@ class _PeerTransport(Transport):
         if resp.status == NOT_YET:
             resp.read()  # small body: the connection stays usable
             raise NotYet(resp.getheader(WRITTEN_HEADER, ""), retry_after(resp.getheader("Retry-After")))
+        deadline: float | None = getattr(self._deadline, "value", None)
+        if deadline is not None:
+
+            def readinto_by_deadline(buffer: Any) -> int:
+                """At most one socket read per call (a buffered readinto waits for the whole
+                chunk, one trickled byte at a time), and none after the deadline."""
+                if time.monotonic() > deadline:
+                    raise _Slow()
+                data = resp.read1(len(buffer))
+                memoryview(buffer)[: len(data)] = data
+                return len(data)
+
+            resp.readinto = readinto_by_deadline  # type: ignore[method-assign]
         return resp
 
 
@@ -120,7 +149,7 @@ class PeerSource:
         self._sent: dict[str, set[str]] = {}  # file path -> peers that delivered bytes of it
         self._origin_only: set[str] = set()
         self._strikes = dict.fromkeys(self.alive, 0)
-        self._moving: dict[str, tuple[str, float]] = {}  # peer -> (written bytes it last said, since)
+        self._waiting: dict[str, float] = {}  # peer -> since when it answered only "not yet"/"busy"
 
     # ---- PartSource ------------------------------------------------------------
     def fetch(self, file: RemoteFile, start: int, end: int, sink: Sink, cancel: threading.Event) -> int:
@@ -128,6 +157,7 @@ class PeerSource:
             return 0
         budget = max(self.tuning.min_seconds, (end - start) / self.tuning.min_rate)
         deadline = time.monotonic() + budget
+        latest = deadline + self.tuning.stall_seconds  # "not yet" never stretches a range beyond this
         delivered, tried, waits = 0, set[str](), 0
         while start + delivered < end:
             peer = self._choose(file.path, start + delivered, tried)
@@ -141,13 +171,18 @@ class PeerSource:
             try:
                 delivered += self._from(peer, file, start + delivered, end, sink, cancel, deadline, tried)
             except NotYet as early:
-                if not self._still_moving(peer, early.written):
+                if not self._still_waiting(peer, f"answered only 'not yet' ({early})"):
                     continue
+                if time.monotonic() >= latest:
+                    stall = self.tuning.stall_seconds
+                    self._drop(peer, f"claimed a part it had not sent {stall:g}s after it was due")
+                    break
                 waits += 1
                 pause = min(self.tuning.not_yet_pause, 0.05 * 2**waits, early.retry_after or 1.0)
                 if cancel.wait(pause):
                     raise DownloadCancelled() from None
-                deadline = time.monotonic() + budget  # the range's time starts when its bytes exist
+                # the range's time starts when its bytes exist, up to `latest`
+                deadline = min(time.monotonic() + budget, latest)
                 continue
             if time.monotonic() >= deadline:
                 break
@@ -181,17 +216,21 @@ class PeerSource:
             if not got[0]:
                 with self._lock:
                     self._sent.setdefault(file.path, set()).add(peer)
+                    self._waiting.pop(peer, None)  # it delivers: its clock starts again
             sink(offset, chunk)
             got[0] += len(chunk)
 
         path = file_path(*self.prefix, quote(file.path))
         try:
-            self.transport.fetch(Target(f"http://{peer}{path}", False), pos, end, counted, cancel)
+            self.transport.fetch_by(
+                deadline, Target(f"http://{peer}{path}", False), pos, end, counted, cancel
+            )
         except _Slow:
             self._strike(peer)
         except Transient as err:
             if err.retry_after is not None:  # busy: it said when to come back
                 tried.add(peer)
+                self._still_waiting(peer, "answered only 'busy'")
             else:
                 self._drop(peer, str(err))
         except (DownloadError, Expired, Redirect) as err:
@@ -267,16 +306,15 @@ class PeerSource:
         except (NotYet, Transient, OSError, ValueError, http.client.HTTPException):
             return None
 
-    def _still_moving(self, peer: str, written: str) -> bool:
-        """False (and the peer dropped) once its written bytes stood still for `stall_seconds`."""
+    def _still_waiting(self, peer: str, answered: str) -> bool:
+        """False (and the peer dropped) once it gave no byte for `stall_seconds` of answers that are
+        not bytes: what it says about its own progress (written count, Retry-After) may be a lie."""
         now = time.monotonic()
         with self._lock:
-            seen = self._moving.get(peer)
-            if seen is None or seen[0] != written:
-                self._moving[peer] = seen = (written, now)
-        if now - seen[1] <= self.tuning.stall_seconds:
+            since = self._waiting.setdefault(peer, now)
+        if now - since <= self.tuning.stall_seconds:
             return True
-        self._drop(peer, f"still downloading but wrote nothing for {self.tuning.stall_seconds:.0f}s")
+        self._drop(peer, f"{answered} and sent nothing for {self.tuning.stall_seconds:g}s")
         return False
 
     def _strike(self, peer: str) -> None:

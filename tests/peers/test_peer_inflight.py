@@ -165,7 +165,7 @@ def test_a_leader_whose_written_bytes_stand_still_is_dropped(leader: Leader) -> 
     finally:
         source.close()
     assert n == 0  # the origin fetches it
-    assert "wrote nothing" in source.dropped[leader.server.address]
+    assert "sent nothing for 0.3s" in source.dropped[leader.server.address]
 
 
 # ---- whole agents -----------------------------------------------------------------------
