@@ -25,6 +25,7 @@ from praesto.hooks.pvc_pod import TERMINATION_LOG
 
 from praesto.spec import parse_spec
 from tests.hooks.factory import modelcache
+from tests.support.helm_chart import ROOT
 from tests.support.hub import LocalHub
 from tests.support.oci_archive import extract_rootfs, read_image
 from tests.support.praesto_image import NONROOT, PRAESTO_IMAGE, VENV, PraestoImage, praesto_image
@@ -32,6 +33,7 @@ from tests.support.praesto_image import NONROOT, PRAESTO_IMAGE, VENV, PraestoIma
 NEEDS_ROOT = "needs root: chroot, bind mounts and running as uid 65532"
 CONSOLE_SCRIPTS = ("praesto", "praesto-agent", "praesto-hooks", "praesto-csi")
 STEP_TIMEOUT = 120.0
+NODE_BINARIES = ROOT / "build" / "cluster" / "node"  # scripts/build_cluster.sh tests/node links it here
 MODEL = {
     "config.json": b'{"model_type": "test"}',
     "tokenizer/vocab.txt": b"token\n" * 100,
@@ -178,3 +180,30 @@ def test_the_download_jobs_command_fills_the_cache_as_its_pod_runs_it(
     assert (cache / ".praesto-complete").is_file()
     assert all(p.stat().st_uid == NONROOT for p in cache.rglob("*"))
     assert commit in log.read_text()
+
+
+def test_containerd_imports_the_archive_and_its_snapshot_runs(image: PraestoImage, tmp_path: Path) -> None:
+    """What the node tier does with the archive: `ctr images import` into a containerd configured as
+    the tier configures it (started here for this test alone), then the unpacked snapshot runs."""
+    if os.geteuid() != 0:
+        pytest.skip(NEEDS_ROOT)
+    if not all((NODE_BINARIES / name).is_file() for name in ("containerd", "ctr")):
+        pytest.skip(f"the node tier's containerd is not built in {NODE_BINARIES} (make node-bin)")
+    from tests.support.node_images import PAUSE_IMAGE  # the node tier's own modules, only when it is built
+    from tests.support.node_runtime import Containerd
+
+    containerd = Containerd(NODE_BINARIES, tmp_path / "containerd", PAUSE_IMAGE)
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    containerd.start()
+    try:
+        containerd.import_image(image.archive)
+        assert PRAESTO_IMAGE in containerd.ctr("images", "ls", "-q").stdout.split()
+        containerd.ctr("images", "mount", "--snapshotter=overlayfs", PRAESTO_IMAGE, str(snapshot))
+        try:
+            agent = run_as_nonroot(snapshot, image, ["praesto-agent", "--help"])
+            assert agent.returncode == 0 and "usage: praesto-agent" in agent.stdout, agent.stderr
+        finally:
+            containerd.ctr("images", "unmount", "--rm", str(snapshot))
+    finally:
+        containerd.stop()
