@@ -90,6 +90,21 @@ def modelcachenode(parent: Mapping[str, Any], spec: ModelCacheSpec, node: str, s
     }
 
 
+# A copy in these phases reads no Secret: it is on disk, or gone until a Pod asks again (the agent
+# then reports Pending, WaitingForSecret, and the grant comes back on the next sync).
+SETTLED_PHASES = frozenset({names.PHASE_READY, names.PHASE_EVICTED})
+
+
+def copies_need_secret(node_names: Iterable[str], observed: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether some node copy may read the cache's Secret now: one not yet created or reported, or
+    pending, downloading or failed (and retrying). The per-cache grant exists only then (issue 21
+    item 4), not for as long as the cache exists; RBAC still cannot say which node's agent reads."""
+    phases = {
+        str(section(obj, "spec").get("nodeName")): section(obj, "status").get("phase") for obj in observed
+    }
+    return any(phases.get(node) not in SETTLED_PHASES for node in node_names)
+
+
 def secret_grant(parent: Mapping[str, Any], secret_name: str, config: HooksConfig) -> list[Obj]:
     """Role (get on that one Secret) + RoleBinding to the node agent's ServiceAccount."""
     role_name = names.secret_reader_role_name(str(meta(parent)["name"]))
@@ -136,6 +151,6 @@ def sync_local(
     status = aggregate(parent, spec, node_names, len(demand), observed, now)
     source = pinned_source(spec, status).to_dict()
     children = [modelcachenode(parent, spec, node, source) for node in node_names]
-    if spec.source.secret_ref is not None:
+    if spec.source.secret_ref is not None and copies_need_secret(node_names, observed):
         children.extend(secret_grant(parent, spec.source.secret_ref.name, config))
     return {"status": status, "children": children}
