@@ -4,7 +4,7 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install run test lint typecheck unit cluster-bin test-cluster bench stubs
+.PHONY: install run test lint typecheck unit cluster-bin test-cluster node-bin test-node bench stubs
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	bash scripts/install.sh $(VENV)
@@ -24,7 +24,7 @@ typecheck: install
 	$(PY) scripts/typecheck.py
 
 unit: install
-	$(VENV)/bin/pytest -n 2 --ignore=tests/cluster $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --ignore=tests/cluster --ignore=tests/node $(PYTEST_ARGS)
 
 ## Build the upstream control plane (etcd, kube-apiserver, controller-manager, scheduler) into build/cluster,
 ## and the oldest kube-apiserver the chart claims (tests/cluster/compat-1.30)
@@ -36,8 +36,16 @@ cluster-bin:
 test-cluster: install cluster-bin
 	$(VENV)/bin/pytest -p no:xdist tests/cluster $(PYTEST_ARGS)
 
-## Lint, type-check, then the whole test suite, control-plane tier included (what CI runs)
-test: lint typecheck unit test-cluster
+## Build the node tier's upstream kubelet, containerd, its runc shim and ctr into build/cluster (tests/node/go.mod)
+node-bin:
+	bash scripts/build_cluster.sh tests/node
+
+## The node tier alone: the control plane plus one real node (kubelet + containerd) running real Pods (root)
+test-node: install cluster-bin node-bin
+	$(VENV)/bin/pytest -p no:xdist tests/node $(PYTEST_ARGS)
+
+## Lint, type-check, then the whole test suite, control-plane and node tiers included (what CI runs)
+test: lint typecheck unit test-cluster test-node
 
 ## Regenerate the CSI gRPC stubs from csi/proto/csi.proto
 stubs: install

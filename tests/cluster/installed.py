@@ -52,14 +52,25 @@ class Installed:
         return one(self.objects, kind, name)
 
 
+def merged(base: Obj, extra: Obj) -> Obj:
+    """Helm's way of layering values: maps merge key by key, anything else replaces."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 @contextmanager
-def install_chart(control_plane: ControlPlane, workdir: Path) -> Iterator[Installed]:
+def install_chart(
+    control_plane: ControlPlane, workdir: Path, extra_values: Obj | None = None
+) -> Iterator[Installed]:
     """CRDs, RBAC, controllers and webhooks from the chart; praesto-hooks running as its ServiceAccount."""
     admin = Kube(control_plane.admin())
     install_crds(admin, [*sorted(CRD_DIR.glob("*.yaml")), METACONTROLLER_CRDS])
     ensure_namespace(admin, NAMESPACE)
     client_ca = control_plane.webhook_client_ca.cert_path
-    values = {**VALUES, "webhooks": {**VALUES["webhooks"], "clientAuth": {"caBundle": client_ca.read_text()}}}
+    client_auth = {"webhooks": {"clientAuth": {"caBundle": client_ca.read_text()}}}
+    values = merged(merged(VALUES, extra_values or {}), client_auth)
     objects = render_for_cluster(workdir / "chart", values)
     apply_rendered(admin, objects, webhook_url="", webhook_ca=b"", skip_kinds=WEBHOOK_KINDS)
     deployment = one(objects, "Deployment", HOOKS_SA)

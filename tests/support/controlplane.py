@@ -7,9 +7,10 @@ authentication, the Node and RBAC authorizers, and an admission chain that
 includes OwnerReferencesPermissionEnforcement, PodSecurity, NodeRestriction,
 the webhook plugins and ValidatingAdmissionPolicy. The controller-manager runs
 each controller under its own ServiceAccount (`--use-service-account-credentials`),
-as kubeadm sets it up. There is no kubelet: tests create Node objects
-themselves, so the node lifecycle controller (which would mark kubelet-less
-Nodes unreachable) is the one controller left off.
+as kubeadm sets it up. The control-plane tier has no kubelet: tests create Node
+objects themselves, so the node lifecycle controller (which would mark
+kubelet-less Nodes unreachable) is left off there; the node tier
+(`with_kubelets=True`) runs it beside a real kubelet.
 
 Identities: `admin` (system:masters) sets up fixtures; everything under test
 authenticates with a ServiceAccount token from the TokenRequest API
@@ -55,16 +56,17 @@ ADMISSION_PLUGINS = (
     "ValidatingAdmissionPolicy",
     "ResourceQuota",
 )
-# Every default controller except the node lifecycle one (no kubelets post heartbeats here)
-# and the two that need signing keys a test cluster has no use for (legacy token Secrets, CSRs).
-CONTROLLERS = ",".join(
-    (
-        "*",
-        "-node-lifecycle-controller",
-        "-serviceaccount-token-controller",
-        "-certificatesigningrequest-signing-controller",
-    )
-)
+# Every default controller except the two that need signing keys a test cluster has no use
+# for (legacy token Secrets, CSRs), and, where no kubelet posts heartbeats (the control-plane
+# tier's Node objects are written by tests), the node lifecycle one, which would mark those
+# Nodes unreachable. The node tier runs a real kubelet and needs it: it lifts the
+# `node.kubernetes.io/not-ready` taint the kubelet registers with.
+NO_SIGNING_CONTROLLERS = ("-serviceaccount-token-controller", "-certificatesigningrequest-signing-controller")
+
+
+def controllers_flag(*, with_kubelets: bool) -> str:
+    lifecycle = () if with_kubelets else ("-node-lifecycle-controller",)
+    return ",".join(("*", *lifecycle, *NO_SIGNING_CONTROLLERS))
 
 
 class ControlPlaneUnavailable(RuntimeError):
@@ -106,11 +108,16 @@ class Component:
     argv: list[str]
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] | None = None  # added to this process's environment
 
     def start(self) -> None:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **self.env} if self.env else None,
             )
 
     def stop(self) -> None:
@@ -149,6 +156,7 @@ class ControlPlane:
 
     workdir: Path
     binaries: Path
+    with_kubelets: bool = False
     components: dict[str, Component] = field(default_factory=dict)
     server: str = ""
 
@@ -179,6 +187,13 @@ class ControlPlane:
             self.webhook_client_ca.issue(
                 "kube-apiserver-webhook-client", common_name="kube-apiserver", client=True
             )
+        )
+        # The API server's client certificate towards kubelets (logs, exec), as kubeadm issues it.
+        kubelet_client = self.pki.issue(
+            "apiserver-kubelet-client",
+            common_name="kube-apiserver-kubelet-client",
+            organizations=("system:masters",),
+            client=True,
         )
         etcd_port, etcd_peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{etcd_port}"
@@ -213,6 +228,10 @@ class ControlPlane:
                 "--authorization-mode=Node,RBAC",
                 f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
                 f"--admission-control-config-file={admission_config}",
+                f"--kubelet-client-certificate={kubelet_client.cert_path}",
+                f"--kubelet-client-key={kubelet_client.key_path}",
+                f"--kubelet-certificate-authority={self.ca_path}",
+                "--kubelet-preferred-address-types=InternalIP",
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--allow-privileged=true",
                 "--profiling=false",
@@ -226,7 +245,7 @@ class ControlPlane:
             "system:kube-controller-manager",
             "--use-service-account-credentials=true",
             f"--root-ca-file={self.ca_path}",
-            f"--controllers={CONTROLLERS}",
+            f"--controllers={controllers_flag(with_kubelets=self.with_kubelets)}",
             "--concurrent-gc-syncs=5",
         )
         self._client_component("kube-scheduler", "system:kube-scheduler")
@@ -379,10 +398,12 @@ class ControlPlane:
         )
 
 
-def start_control_plane(workdir: Path, module: str = "tests/cluster") -> ControlPlane:
+def start_control_plane(
+    workdir: Path, module: str = "tests/cluster", *, with_kubelets: bool = False
+) -> ControlPlane:
     if workdir.exists():
         shutil.rmtree(workdir)
-    plane = ControlPlane(workdir, build_binaries(module))
+    plane = ControlPlane(workdir, build_binaries(module), with_kubelets=with_kubelets)
     try:
         plane.start()
     except BaseException:

@@ -1,0 +1,168 @@
+"""The chart's node agent and CSI plugin as host processes beside the node tier's kubelet.
+
+Both come from the installed wheel with the args and env the chart renders for their
+containers (tests/node/daemonset.py translates paths). The agent authenticates with a
+token bound to the DaemonSet's Pod on this node, as the kubelet would project it; the
+in-cluster configuration a container would use becomes a kubeconfig holding that token.
+The CSI plugin registers itself with the kubelet through `plugins_registry`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from praesto import names
+from tests.cluster.agents import bound_to, remove_agent_pod
+from tests.cluster.installed import AGENT_SA, Installed
+from tests.node.daemonset import HostPaths, host_argv, placeholder_pod, rendered_env
+from tests.support.controlplane import Component, wait_for
+from tests.support.helm_chart import NAMESPACE
+from tests.support.installed_wheel import installed_wheel
+from tests.support.real_node import RealNode
+
+Obj = dict[str, Any]
+REGISTRATION_DEADLINE = 60.0
+
+
+class NodeDaemons:
+    def __init__(self, installed: Installed, node: RealNode, workdir: Path) -> None:
+        self.installed = installed
+        self.node = node
+        self.workdir = workdir
+        self.daemonset = installed.rendered("DaemonSet")
+        values_paths = self._chart_paths()
+        self.base = workdir / "store"
+        self.paths = HostPaths(values_paths[0], node.kubelet.root_dir, values_paths[1], self.base)
+        self.downward = {"spec.nodeName": node.name, "metadata.namespace": NAMESPACE}
+        self.pod: Obj | None = None
+        self.agent: Component | None = None
+        self.csi: Component | None = None
+
+    def _chart_paths(self) -> tuple[str, str]:
+        """The kubelet dir and store path the chart rendered (from the DaemonSet's hostPath volumes)."""
+        volumes = {v["name"]: v for v in self.daemonset["spec"]["template"]["spec"]["volumes"]}
+        return volumes["kubelet-dir"]["hostPath"]["path"], volumes["store"]["hostPath"]["path"]
+
+    # ---- agent -----------------------------------------------------------------------
+    def _agent_component(self) -> Component:
+        assert self.pod is not None
+        kubeconfig = self.installed.plane.token_kubeconfig(
+            NAMESPACE, AGENT_SA, suffix=f"node-{self.node.name}", bound_object=bound_to(self.pod)
+        )
+        script = installed_wheel().script("praesto-agent")
+        argv = [
+            *host_argv(self.daemonset, "agent", script, self.downward, self.paths),
+            f"--kubeconfig={kubeconfig}",
+        ]
+        return Component("praesto-agent", argv, self.workdir / "agent.log")
+
+    def _csi_component(self) -> Component:
+        script = installed_wheel().script("praesto-csi")
+        argv = host_argv(self.daemonset, "csi", script, self.downward, self.paths)
+        return Component("praesto-csi", argv, self.workdir / "csi.log")
+
+    def _env(self, container: str) -> dict[str, str]:
+        spec = next(
+            c for c in self.daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == container
+        )
+        return rendered_env(spec, self.downward)
+
+    def start_agent(self) -> None:
+        self.agent = self._agent_component()
+        self.agent.env = self._env("agent")
+        self.agent.start()
+
+    def start_csi(self) -> None:
+        self.csi = self._csi_component()
+        self.csi.env = self._env("csi")
+        self.csi.start()
+
+    def restart_csi(self) -> None:
+        assert self.csi is not None
+        self.csi.stop()
+        self.start_csi()
+
+    def restart_agent(self) -> None:
+        assert self.agent is not None
+        self.agent.stop()
+        self.start_agent()
+
+    def leave(self) -> None:
+        """The node leaves the cluster: drained, agent and kubelet stopped, its Node object deleted."""
+        self.node.drain()
+        if self.agent is not None:
+            self.agent.stop()
+        self.node.kubelet.stop()
+        client.CoreV1Api(self.installed.admin.api).delete_node(self.node.name)
+        wait_for("the Node deleted", lambda: not self._node_exists(), 60)
+
+    def rejoin(self, register_with_taints: list[dict[str, str]]) -> None:
+        """The kubelet registers the node again (with these taints); the agent starts on it anew."""
+        self.node.kubelet.register_with_taints = register_with_taints
+        self.node.kubelet.restart()
+        wait_for("the Node registered again", self._node_exists, 60)
+        self.pod = self.installed.admin.apply(placeholder_pod(self.daemonset, self.node.name))
+        self.start_agent()
+        wait_for("csi.praesto.io registered again", self.csi_registered, REGISTRATION_DEADLINE)
+
+    def _node_exists(self) -> bool:
+        try:
+            client.CoreV1Api(self.installed.admin.api).read_node(self.node.name)
+        except client.ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def metrics_port(self) -> int:
+        """The agent's metrics port, as the chart renders it."""
+        assert self.agent is not None
+        (flag,) = [a for a in self.agent.argv if a.startswith("--metrics-port=")]
+        return int(flag.partition("=")[2])
+
+    def csi_socket(self) -> str:
+        """The CSI plugin's socket on the host (the chart's /csi/csi.sock through its hostPath)."""
+        assert self.csi is not None
+        (flag,) = [a for a in self.csi.argv if a.startswith("--endpoint=")]
+        return flag.partition("=")[2].removeprefix("unix://")
+
+    def csi_registered(self) -> bool:
+        """The kubelet lists our driver on its CSINode (it did so after GetInfo and validation)."""
+        storage = client.StorageV1Api(self.installed.admin.api)
+        try:
+            # kubernetes 36.0.3 raises on a CSINode whose `drivers` is null: read it raw
+            csinode = storage.read_csi_node(self.node.name, _preload_content=False)
+        except client.ApiException:
+            return False
+        drivers = (json.loads(csinode.data).get("spec") or {}).get("drivers") or []
+        return any(d.get("name") == names.CSI_DRIVER_NAME for d in drivers)
+
+    def __enter__(self) -> NodeDaemons:
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.base.chmod(0o775)
+        self.pod = self.installed.admin.apply(placeholder_pod(self.daemonset, self.node.name))
+        self.start_csi()
+        self.start_agent()
+        assert self.csi is not None
+        csi = self.csi
+
+        def registered() -> bool:
+            csi.check_running()
+            return self.csi_registered()
+
+        wait_for("the kubelet to register csi.praesto.io", registered, REGISTRATION_DEADLINE, interval=0.5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for component in (self.agent, self.csi):
+            if component is not None:
+                component.stop()
+        if self.pod is not None:
+            remove_agent_pod(self.installed, self.pod)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {c.name}\n{c.log_tail(8000)}" for c in (self.agent, self.csi) if c is not None)
