@@ -10,6 +10,8 @@ projects them.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,8 +167,8 @@ def test_an_agent_may_only_lift_the_startup_taint_from_its_own_node(
         as_agent.patch_node, NODE_A, {"spec": {"taints": added}}
     )
     label = {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}
-    assert "may not change a Node's labels" in refused(as_agent.patch_node, NODE_A, label)
-    assert "may not change a Node's labels" in refused(
+    assert "may not change a Node's metadata.labels" in refused(as_agent.patch_node, NODE_A, label)
+    assert "may not change a Node's spec.unschedulable" in refused(
         as_agent.patch_node, NODE_A, {"spec": {"unschedulable": True}}
     )
 
@@ -176,3 +178,98 @@ def test_an_agent_may_only_lift_the_startup_taint_from_its_own_node(
         names.DEFAULT_STARTUP_TAINT_KEY,
         "example.com/dedicated",
     ]
+
+
+# Every field a client may set on a Node's UPDATE, with a value the agent might try (#21 item 5). The
+# ObjectMeta fields the API server manages itself (or that are immutable) are listed apart; the test
+# fails when the API server's schema has a field in neither list.
+NODE_ATTEMPTS: dict[str, Obj] = {
+    "metadata.labels": {"metadata": {"labels": {"example.com/evil": "1"}}},
+    "metadata.annotations": {"metadata": {"annotations": {"example.com/evil": "1"}}},
+    # an owner that does not exist: the garbage collector would delete the Node
+    "metadata.ownerReferences": {
+        "metadata": {
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "name": "gone",
+                    "uid": "6b0c4f59-0000-4000-8000-000000000001",
+                }
+            ]
+        }
+    },
+    "metadata.finalizers": {"metadata": {"finalizers": ["example.com/hold-forever"]}},
+    "metadata.generateName": {"metadata": {"generateName": "evil-"}},
+    "spec.podCIDR": {"spec": {"podCIDR": "10.250.0.0/24"}},
+    "spec.podCIDRs": {"spec": {"podCIDRs": ["10.250.0.0/24"]}},
+    "spec.providerID": {"spec": {"providerID": "evil:///node"}},
+    "spec.unschedulable": {"spec": {"unschedulable": True}},
+    "spec.configSource": {
+        "spec": {
+            "configSource": {
+                "configMap": {"name": "evil", "namespace": "kube-system", "kubeletConfigKey": "kubelet"}
+            }
+        }
+    },
+    "spec.externalID": {"spec": {"externalID": "evil"}},
+    "spec.podPreemptionPolicy": {"spec": {"podPreemptionPolicy": {"disableResizePreemption": ["evil"]}}},
+}
+SERVER_MANAGED_METADATA = {
+    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields",
+}  # fmt: skip
+
+
+def _schema_fields(installed: Installed) -> set[str]:
+    """NodeSpec and ObjectMeta properties, as this API server serves them (OpenAPI v3)."""
+    response = installed.admin.api.call_api(
+        "/openapi/v3/api/v1", "GET", auth_settings=["BearerToken"], _preload_content=False
+    )
+    data = json.loads(response[0].data if isinstance(response, tuple) else response.data)
+    schemas = data["components"]["schemas"]
+    spec = set(schemas["io.k8s.api.core.v1.NodeSpec"]["properties"])
+    meta = set(schemas["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]["properties"])
+    return {f"spec.{f}" for f in spec - {"taints"}} | {
+        f"metadata.{f}" for f in meta - SERVER_MANAGED_METADATA
+    }
+
+
+def _comparable(node: Obj) -> Obj:
+    meta = {k: v for k, v in node["metadata"].items() if k not in ("managedFields", "resourceVersion")}
+    return {"metadata": meta, "spec": node.get("spec") or {}}
+
+
+def test_nothing_on_its_node_but_the_startup_taint_changes(
+    agent_a: client.CustomObjectsApi, installed: Installed
+) -> None:
+    """#21 item 5, as a class: the agent's attempt at every settable Node field is refused."""
+    as_agent = client.CoreV1Api(agent_a.api_client)
+    admin = client.CoreV1Api(installed.admin.api)
+    serialize = installed.admin.api.sanitize_for_serialization
+    before = _comparable(serialize(admin.read_node(NODE_A)))
+    changed, answers = [], {}
+    for field, patch in NODE_ATTEMPTS.items():
+        try:
+            as_agent.patch_node(NODE_A, patch)
+        except ApiException as err:
+            answers[field] = (err.status, str(err.body))
+            continue
+        # admitted: a field the API server itself drops (spec.configSource, no longer served; an
+        # alpha field behind a feature gate that is off), so nothing changed
+        if _comparable(serialize(admin.read_node(NODE_A))) != before:
+            changed.append(field)
+    assert changed == [], f"the agent changed its Node's {changed}"
+    for field, (status, body) in answers.items():
+        # Some are refused before the policy is asked: immutable fields by the API server's own
+        # validation (422), owner changes by OwnerReferencesPermissionEnforcement (the agent may not
+        # delete Nodes); clusters that lack either rely on the policy's expression, checked below.
+        named = field.removesuffix("s") if field == "spec.podCIDRs" else field  # defaulting sets podCIDR too
+        by_policy = "ValidatingAdmissionPolicy" in body
+        assert status in (403, 422) and (not by_policy or f"may not change a Node's {named}" in body), body
+    assert _comparable(serialize(admin.read_node(NODE_A))) == before
+    assert set(NODE_ATTEMPTS) == _schema_fields(installed), "a Node field the policy does not cover"
+    policy = installed.rendered("ValidatingAdmissionPolicy", f"{AGENT_SA}-own-node-taint")
+    guarded = {m.group(1) for v in policy["spec"]["validations"]
+               for m in re.finditer(r"has\(object\.((?:metadata|spec)\.\w+)\)", v["expression"])}  # fmt: skip
+    assert guarded == set(NODE_ATTEMPTS)
