@@ -49,4 +49,22 @@ run on every render (included from credentials.yaml).
 {{- toJson $out -}}
 {{- end }}
 
+{{- /* Who creates the downloader Jobs: the Metacontroller ServiceAccount (issue 21 item 3). */}}
+{{- define "praesto.downloaderJobCreator" -}}
+{{- with .Values.credentials.identity.downloaderJobCreator -}}
+{{ . }}
+{{- else -}}
+{{- if not .Values.metacontroller.enabled -}}
+{{- fail "credentials.identity.downloaderJobCreator: metacontroller.enabled is false, so the chart cannot tell which user creates the downloader Jobs; set it to your Metacontroller's ServiceAccount user, e.g. system:serviceaccount:metacontroller:metacontroller" -}}
+{{- end -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ .Release.Name }}-metacontroller
+{{- end -}}
+{{- end }}
+
+{{- /* The users the Job controller creates Pods as: its own ServiceAccount when the controller-manager
+runs with --use-service-account-credentials (kubeadm and most distributions), else the manager's. */}}
+{{- define "praesto.jobControllerUsers" -}}
+['system:serviceaccount:kube-system:job-controller', 'system:kube-controller-manager']
+{{- end }}
+
 {{- define "praesto.caBundleFile" -}}/etc/praesto/ca/ca.crt{{- end }}
