@@ -26,6 +26,16 @@ RAISING = [
     {"seLinuxOptions": {"type": "spc_t"}},
     {"seccompProfile": {"type": "Unconfined"}},
     {"windowsOptions": {"hostProcess": True}},
+    # issue 21 item 18: merged over the restricted baseline, each of these undoes part of it
+    {"allowPrivilegeEscalation": None},
+    {"runAsNonRoot": None},
+    {"capabilities": {"drop": []}},
+    {"capabilities": {"drop": ["NET_RAW"]}},
+    {"capabilities": None},
+    {"seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/anything.json"}},
+    {"seccompProfile": None},
+    {"appArmorProfile": {"type": "Localhost", "localhostProfile": "k8s-anything"}},
+    {"runAsUser": "1000"},
 ]
 
 
@@ -64,8 +74,25 @@ def test_the_validating_webhook_refuses_it_naming_the_field(context: dict[str, A
     assert f"containerSecurityContext.{next(iter(context))}" in answer["response"]["status"]["message"]
 
 
+@pytest.mark.parametrize(
+    "context",
+    [
+        {"allowPrivilegeEscalation": False, "privileged": False, "runAsNonRoot": True},
+        {"runAsUser": 1000, "runAsGroup": 1000, "readOnlyRootFilesystem": False, "procMount": "Default"},
+        {"capabilities": {"drop": ["ALL", "NET_RAW"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+        {"appArmorProfile": {"type": "RuntimeDefault"}},
+    ],
+)
+def test_what_keeps_the_container_restricted_is_accepted(context: dict[str, Any]) -> None:
+    response = modelcache.sync(sync_request(mc("fine", spec_with(context))), CONFIG, NOW)
+    [job] = [c for c in response["children"] if c["kind"] == "Job"]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"].items() >= context.items()
+
+
 def test_tightening_is_kept_and_raising_never_reaches_the_job() -> None:
     tight = _security_context({"runAsUser": 1000, "readOnlyRootFilesystem": True})
     assert tight["runAsUser"] == 1000 and tight["capabilities"] == {"drop": ["ALL"]}
     assert "privileged" not in _security_context({"privileged": True})
     assert _security_context({"capabilities": {"add": ["NET_ADMIN"]}})["capabilities"] == {"drop": ["ALL"]}
+    assert _security_context({"allowPrivilegeEscalation": None})["allowPrivilegeEscalation"] is False
