@@ -1,4 +1,5 @@
-"""The chart as the control-plane tier installs it: rendered objects applied, praesto-hooks running as its ServiceAccount."""
+"""The chart as the control-plane tier installs it: rendered objects applied, praesto-hooks (from the
+installed wheel) running as its ServiceAccount."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.support.chart_install import (
 )
 from tests.support.controlplane import ControlPlane
 from tests.support.helm_chart import CRD_DIR, NAMESPACE, RELEASE, one
+from tests.support.installed_wheel import installed_wheel
 from tests.support.kube_apply import Kube
 from tests.support.server import RunningServer, hooks_server
 
@@ -56,7 +58,9 @@ def merged(base: Obj, extra: Obj) -> Obj:
     """Helm's way of layering values: maps merge key by key, anything else replaces."""
     out = dict(base)
     for key, value in extra.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
     return out
 
 
@@ -85,7 +89,10 @@ def install_chart(
         if not a.startswith(managed)
     ]
     assert f"--client-ca-file={client_ca}" in args, args
-    with hooks_server(workdir / "hooks", tls=True, env=env, threads=4, extra_args=tuple(args)) as server:
+    hooks = installed_wheel().script("praesto-hooks")  # the wheel's, as the image runs it
+    with hooks_server(
+        workdir / "hooks", tls=True, env=env, threads=4, extra_args=tuple(args), command=[hooks]
+    ) as server:
         assert server.ca_path is not None
         webhooks = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
         apply_rendered(admin, webhooks, webhook_url=server.base_url, webhook_ca=server.ca_path.read_bytes())
