@@ -99,7 +99,11 @@ def test_the_builder_builds_with_exactly_the_declared_backend() -> None:
     assert "tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires']" in run, run
     assert "pip wheel --no-deps --no-build-isolation" in run, run
     requires = pyproject()["build-system"]["requires"]
-    assert [r for r in requires if r.startswith("setuptools==")], f"pin the build backend: {requires}"
+    pins = [r.removeprefix("setuptools==") for r in requires if r.startswith("setuptools==")]
+    assert pins, f"pin the build backend: {requires}"
+    # 77 is the first setuptools that understands `license = "Apache-2.0"` (PEP 639).
+    assert pyproject()["project"]["license"] == "Apache-2.0"
+    assert tuple(int(part) for part in pins[0].split(".")[:2]) >= (77, 0), pins
 
 
 def test_the_smoke_step_imports_every_entry_point_module() -> None:
