@@ -38,8 +38,6 @@ from urllib3.exceptions import ReadTimeoutError
 
 from praesto import names
 
-from .review import UserInfo
-
 log = logging.getLogger(__name__)
 
 ENV_LOOKUPS = "PRAESTO_ADMISSION_LOOKUPS"
@@ -66,9 +64,6 @@ class Lookups(Protocol):
     def count_nodes_matching(self, selector: Mapping[str, str]) -> int:
         """Nodes whose labels include every selector pair; raises LookupUnavailable."""
 
-    def may_get_secret(self, user: UserInfo, namespace: str, name: str) -> bool:
-        """Whether `user` may `get` Secret namespace/name (a SubjectAccessReview); raises LookupUnavailable."""
-
 
 @dataclass
 class StaticLookups:
@@ -78,8 +73,6 @@ class StaticLookups:
     storageclasses: set[str] = field(default_factory=set)
     node_labels: list[dict[str, str]] = field(default_factory=list)
     unavailable: str | None = None
-    # (username, namespace, secret) triples a SubjectAccessReview would deny; all else is allowed
-    secrets_denied: set[tuple[str, str, str]] = field(default_factory=set)
 
     def _check(self) -> None:
         if self.unavailable:
@@ -100,10 +93,6 @@ class StaticLookups:
     def count_nodes_matching(self, selector: Mapping[str, str]) -> int:
         self._check()
         return sum(1 for labels in self.node_labels if _matches(labels, selector))
-
-    def may_get_secret(self, user: UserInfo, namespace: str, name: str) -> bool:
-        self._check()
-        return (user.username, namespace, name) not in self.secrets_denied
 
 
 def _matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
@@ -284,7 +273,6 @@ class WatchedLookups:
         self.cold_wait = cold_wait if cold_wait is not None else float(os.environ.get(ENV_COLD_WAIT, "2"))
         custom = client.CustomObjectsApi(api)
         self.custom = custom
-        self.authorization = client.AuthorizationV1Api(api)
         self.modelcaches = _Reflector(
             "ModelCache",
             custom.list_cluster_custom_object,
@@ -358,34 +346,6 @@ class WatchedLookups:
         self.nodes.check(self.cold_wait)
         return sum(1 for labels in list(self.nodes.items.values()) if _matches(labels, selector))
 
-    def may_get_secret(self, user: UserInfo, namespace: str, name: str) -> bool:
-        """Asked per request, never cached: a revoked grant must take effect at once."""
-        review = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {
-                "user": user.username,
-                "uid": user.uid,
-                "groups": list(user.groups),
-                "extra": user.extra,
-                "resourceAttributes": {
-                    "namespace": namespace,
-                    "verb": "get",
-                    "resource": "secrets",
-                    "name": name,
-                },
-            },
-        }
-        try:
-            answer = self.authorization.create_subject_access_review(
-                review, _request_timeout=DIRECT_READ_TIMEOUT
-            )
-        except ApiException as error:
-            raise LookupUnavailable(f"SubjectAccessReview failed: HTTP {error.status}") from None
-        except Exception as error:
-            raise LookupUnavailable(f"SubjectAccessReview failed: {type(error).__name__}") from None
-        return bool(answer.status and answer.status.allowed)
-
 
 def default_api_client() -> Any:
     try:
@@ -411,9 +371,6 @@ class DisabledLookups:
         raise LookupUnavailable(self.reason)
 
     def count_nodes_matching(self, selector: Mapping[str, str]) -> int:
-        raise LookupUnavailable(self.reason)
-
-    def may_get_secret(self, user: UserInfo, namespace: str, name: str) -> bool:
         raise LookupUnavailable(self.reason)
 
 

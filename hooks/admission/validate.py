@@ -3,7 +3,10 @@
 Spec rules come from the shared `praesto.spec.parse_spec`, so the webhook, the
 sync hook and `praesto render` refuse exactly the same things. This module
 adds what needs the cluster (the StorageClass exists), the old object (spec
-immutable) and advice given as AdmissionReview warnings.
+immutable) and advice given as AdmissionReview warnings. Whether the author may
+read the Secret a cache names is checked by the API server itself (the chart's
+ValidatingAdmissionPolicy `*-modelcache-secret-access`, with the CEL authorizer),
+which no webhook outage or failurePolicy can skip.
 """
 
 from __future__ import annotations
@@ -81,44 +84,6 @@ def _check_storage_class(parsed: ModelCacheSpec, lookups: Lookups) -> None:
         )
 
 
-def _secret_ref_field(spec: Any) -> str:
-    """Where the user wrote the secretRef: the message must point at their own field."""
-    source = spec.get("source") if isinstance(spec, dict) else None
-    hf = source.get("huggingface") if isinstance(source, dict) else None
-    if isinstance(hf, dict) and hf.get("token") is not None:
-        return "spec.source.huggingface.token.secretRef.name"
-    return "spec.source.secretRef.name"
-
-
-def _check_secret_access(
-    request: review.Request, spec: Any, parsed: ModelCacheSpec, lookups: Lookups
-) -> None:
-    """A ModelCache makes Praesto read the Secret it names (the agent by a per-cache grant, the
-    downloader Job by mounting it) and sends it to the source URL the author chose: naming a
-    Secret must need the right to read it, or a user without Secret access could exfiltrate one."""
-    ref = parsed.source.secret_ref
-    if ref is None:
-        return
-    field = _secret_ref_field(spec)
-    try:
-        allowed = lookups.may_get_secret(request.user, request.namespace, ref.name)
-    except LookupUnavailable as error:
-        raise Refusal(
-            field,
-            f"Praesto could not check that you may read Secret {ref.name}: {error}",
-            "retry, or check the praesto-hooks logs",
-            UNAVAILABLE,
-        ) from None
-    if not allowed:
-        raise Refusal(
-            field,
-            f"{request.user.username or 'the requesting user'} may not get Secret {ref.name!r} in "
-            f"namespace {request.namespace}, and a ModelCache uses the Secret it names with Praesto's rights",
-            f"name a Secret you can read, or ask for `get` on secrets/{ref.name} in {request.namespace}",
-            FORBIDDEN,
-        )
-
-
 def _check_downloader_image(parsed: ModelCacheSpec, config: HooksConfig) -> None:
     problem = image_not_allowed(parsed, config)
     if problem:
@@ -180,7 +145,6 @@ def validate(
         _check_storage_class(parsed, lookups)
         if parsed.storage_class_name:  # local mode ignores spec.downloader (a warning says so)
             _check_downloader_image(parsed, config or HooksConfig())
-        _check_secret_access(request, spec, parsed, lookups)
         quota.check(request.namespace, str(sub(obj, "metadata").get("name") or ""), parsed, lookups, quotas)
     except Refusal as refusal:
         return review.deny(request.uid, refusal)

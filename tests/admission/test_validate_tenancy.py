@@ -1,6 +1,8 @@
-"""Issue 12, finding 4: a ModelCache author cannot borrow a Secret or pick the downloader's image.
+"""Issue 12, finding 4: a ModelCache author cannot pick the downloader's image.
 
-The webhook refuses, with the field, the cause and the fix; the sync hook never
+(Naming a Secret the author cannot read is refused by the API server itself, the
+chart's ValidatingAdmissionPolicy: tests/cluster/test_secret_access.py.) The
+webhook refuses, with the field, the cause and the fix; the sync hook never
 emits a Job with an image outside the allow-list even when the webhook was
 bypassed (failurePolicy Ignore, or created before the webhook existed).
 """
@@ -38,59 +40,11 @@ def run(obj: Obj, lookups: StaticLookups, user: dict[str, Any] = USER) -> Obj:
     return validate(review.parse_review(body), lookups, CONFIG)
 
 
-def with_token(secret: str) -> Obj:
-    source = {
-        "huggingface": {"repo": "org/model", "token": {"secretRef": {"name": secret, "key": "HF_TOKEN"}}}
-    }
-    return hf_spec(source=source)
-
-
 def pvc_spec(image: str | None) -> Obj:
     spec = hf_spec(storage={"size": "5Gi", "storageClassName": "nfs-rwx"})
     if image is not None:
         spec["downloader"] = {"image": image}
     return spec
-
-
-def test_naming_a_secret_the_author_cannot_read_is_refused() -> None:
-    # The attack: a user without Secret read names prod-db-password, which Praesto would
-    # mount into the downloader and send as HF_TOKEN to a URL of their choosing.
-    lookups = StaticLookups(storageclasses={"nfs-rwx"}, secrets_denied={("alice", NS, "prod-db-password")})
-    status = run(cache(with_token("prod-db-password")), lookups)["response"]
-    assert status["allowed"] is False
-    message = status["status"]["message"]
-    assert message.startswith("spec.source.huggingface.token.secretRef.name: alice may not get Secret")
-    assert "'prod-db-password'" in message and f"get` on secrets/prod-db-password in {NS}" in message
-    assert status["status"]["code"] == 403
-
-
-def test_a_readable_secret_is_allowed_and_the_credentials_form_names_its_own_field() -> None:
-    lookups = StaticLookups(secrets_denied={("bob", NS, "hf")})
-    assert run(cache(with_token("hf")), lookups)["response"]["allowed"] is True
-    s3 = {"source": {"uri": "s3://bucket/prefix", "secretRef": {"name": "aws"}}, "storage": {"size": "1Gi"}}
-    denied = StaticLookups(secrets_denied={("alice", NS, "aws")})
-    message = run(cache(s3), denied)["response"]["status"]["message"]
-    assert message.startswith("spec.source.secretRef.name: alice may not get Secret 'aws'")
-
-
-def test_when_access_cannot_be_checked_the_cache_is_refused_as_retryable() -> None:
-    status = run(cache(with_token("hf")), StaticLookups(unavailable="API server unreachable"))["response"]
-    assert status["allowed"] is False and status["status"]["code"] == 503
-    assert (
-        "could not check that you may read Secret hf: API server unreachable" in status["status"]["message"]
-    )
-
-
-def test_user_info_reaches_the_access_check_whole() -> None:
-    seen: list[review.UserInfo] = []
-
-    class Recording(StaticLookups):
-        def may_get_secret(self, user: review.UserInfo, namespace: str, name: str) -> bool:
-            seen.append(user)
-            return True
-
-    run(cache(with_token("hf")), Recording())
-    assert seen == [review.UserInfo("alice", "a-1", ("team-a",), {"scopes": ["x"]})]
 
 
 def test_downloader_images_outside_the_allow_list_are_refused() -> None:

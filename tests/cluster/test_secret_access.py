@@ -100,6 +100,17 @@ def test_a_secret_the_author_cannot_read_is_refused_then_admitted_once_granted(
     wait_for("the ModelCache to be admitted once the author may read the Secret", admitted, 30)
 
 
+def test_the_object_store_form_is_checked_and_named_too(author: Kube) -> None:
+    s3 = {"uri": "s3://attacker-bucket/x", "secretRef": {"name": "aws-prod"}}
+    with pytest.raises(ApiException) as refused:
+        author.create(modelcache("exfil-s3", TENANT, source=s3))
+    assert refused.value.status == 403
+    assert (
+        f"spec.source.secretRef.name: system:serviceaccount:{TENANT}:{AUTHOR} may not get Secret 'aws-prod'"
+        in str(refused.value.body)
+    )
+
+
 @pytest.fixture
 def validator_unreachable(installed: Installed) -> Iterator[None]:
     """The ModelCache validator failing open: failurePolicy Ignore, and nothing listening at its URL."""
