@@ -85,7 +85,7 @@ print(json.dumps({
 
 
 class ImageBuildError(RuntimeError):
-    """The machine lacks something the image needs (ldd, strip), or the install is not a venv."""
+    """The machine lacks something the image needs (ldd), or the Dockerfile no longer matches the layout."""
 
 
 @dataclass(frozen=True)
