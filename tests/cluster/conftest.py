@@ -17,6 +17,7 @@ from tests.cluster.controllers import composite, decorator, running_metacontroll
 from tests.cluster.installed import METACONTROLLER_SA, Installed, install_chart
 from tests.support.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane
 from tests.support.hub import LocalHub
+from tests.support.installed_wheel import installed_wheel
 from tests.support.kube_apply import Kube
 
 __all__ = ["composite", "decorator", "running_metacontroller"]  # fixtures (tests/cluster/controllers.py)
@@ -60,3 +61,8 @@ def metacontroller(installed: Installed) -> Kube:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _VERSION:
         terminalreporter.write_line(f"control-plane tier ran against kube-apiserver {_VERSION[0]}")
+    if installed_wheel.cache_info().currsize:
+        wheel = installed_wheel()
+        terminalreporter.write_line(
+            f"praesto processes ran from {wheel.wheel.name} installed in {wheel.venv}"
+        )
