@@ -18,7 +18,6 @@ from praesto.agent import baselock, capacity, logs
 from praesto.agent.budget.config import add_budget_arguments, build_budget, check_budget_arguments
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
-from praesto.agent.peers.auth import SecretError
 from praesto.agent.peers.config import add_peer_arguments, build_peering, check_peer_arguments
 from praesto.agent.reconcile import Agent, AgentConfig
 from praesto.agent.warmup import StartupTaint
@@ -129,9 +128,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         api = api_client(args.kubeconfig)
         agent = build(args, api)
-    except SecretError as err:
-        log.error(str(err))
-        return 2
     except (config.ConfigException, OSError) as err:
         log.error(f"cannot reach the Kubernetes API: {err}; run in-cluster or pass --kubeconfig")
         return 1

@@ -155,10 +155,19 @@ def secret_reader_role_name(cache_name: str) -> str:
     return _bounded_name("praesto-secret-reader-", cache_name)
 
 
-# Peers (agent/peers/identity.py): the audience of the agent Pod's projected peer token, and the
-# TokenReview extra the API server adds to a Pod-bound token naming the Pod's node.
+# Peers (agent/peers/auth.py, identity.py): every peer token is minted for one target node's
+# audience, `peer_audience(node)`; the TokenReview extras the API server adds to a Pod-bound
+# token name the Pod's node, name and UID.
 PEER_TOKEN_AUDIENCE = "praesto-peer"  # noqa: S105 - an audience name, not a secret
 TOKEN_EXTRA_NODE_NAME = "authentication.kubernetes.io/node-name"  # noqa: S105 - a key name
+TOKEN_EXTRA_POD_NAME = "authentication.kubernetes.io/pod-name"  # noqa: S105 - a key name
+TOKEN_EXTRA_POD_UID = "authentication.kubernetes.io/pod-uid"  # noqa: S105 - a key name
+
+
+def peer_audience(node: str) -> str:
+    """The audience of peer tokens meant for the agent on `node`: no other node accepts them."""
+    return f"{PEER_TOKEN_AUDIENCE}/{node}"
+
 
 # `praesto-agent download` exit code for SizeExceedsRequest; the PVC-mode Job's podFailurePolicy
 # fails the Job on it at once and the sync hook reports it (issue 7).

@@ -40,6 +40,11 @@ AGENT: tuple[Permission, ...] = (
 # Per-cache grant returned by the sync hook (Role in the cache's namespace, resourceNames = the Secret).
 AGENT_SECRET_GRANT = Permission("", "secrets", ("get",))
 
+# Peers (agent/peers/auth.py, chart nodeAgent.peers.enabled): a Role in the release namespace lets the
+# agent ServiceAccount request tokens for itself only (resourceNames); the chart's
+# ValidatingAdmissionPolicy binds each to the asking agent's own Pod and a peer audience.
+AGENT_PEERS: tuple[Permission, ...] = (Permission("", "serviceaccounts/token", ("create",)),)
+
 # Origin budget (agent/budget, chart originBudget.enabled): a Role in the release namespace only.
 # Slot names are not known ahead (per-host slots hash the host), so neither create nor update can
 # name them (resourceNames); the chart's ValidatingAdmissionPolicy confines the agent's writes to

@@ -1,71 +1,58 @@
-"""Peer request authentication: a per-node identity, and a signature bound to one exact request.
+"""Peer request authentication: per-node identity both ways, no shared secret.
 
 Every request carries, in one header,
 
-    Authorization: Praesto-v2 <node> <unix seconds> <nonce> <hmac> <token>
+    Authorization: Bearer <token>
 
-* `<token>`: the asking agent Pod's own ServiceAccount token with audience
-  `names.PEER_TOKEN_AUDIENCE`, projected by the kubelet and bound to the Pod, so
-  a TokenReview names the agent ServiceAccount and the Pod's node
-  (identity.py). This is the per-node identity: the serving agent answers only
-  for caches that have a ModelCacheNode on the asking node. A token with this
-  audience is refused by the API server itself (wrong audience), so a peer that
-  receives one cannot use it against the cluster.
-* `<hmac>`: HMAC-SHA256, keyed with the chart's shared peer secret, over the
-  method, path, Range header, node, time, nonce and a hash of the token. The
-  server refuses a signature older or newer than `SKEW` seconds and remembers
-  every nonce it accepted for that long (`Nonces`), so a captured request is
-  good for exactly one use, for those bytes only.
+where `<token>` is the asking agent Pod's own ServiceAccount token, minted by the
+TokenRequest API for the audience of the **target** node (`names.peer_audience`)
+and bound to the asking Pod (`TokenMinter`). So each token names both ends:
 
-Why keep the shared secret next to the token: peers talk plain HTTP, so anyone
-who can watch the pod network sees tokens. The secret never travels: without it
-a sniffed token cannot be put on any new request (and the HMAC check comes
-first, so no TokenReview is spent on strangers). Residual risks, stated plainly:
-an agent that is itself compromised holds the secret, and can then act with any
-peer token that was sent *to it*, until that token expires (the chart projects
-them for `expirationSeconds`, rotated by the kubelet): it can read what those
-nodes may read. Before, one leaked secret read every tenant's cache on every
-node, forever. mTLS would close this too, at the price of a CA and certificate
-rotation in the chart; tokens reuse what the kubelet already rotates.
+* the asker: the API server's TokenReview of a Pod-bound token names the Pod's
+  node (`names.TOKEN_EXTRA_NODE_NAME`); the serving agent then answers only for
+  caches that have a ModelCacheNode on that node (identity.py);
+* the target: only the node the audience names accepts it (its TokenReview asks
+  for its own audience), so a request captured on the way to one node, or a
+  token an agent received from another, is refused by every other node, and the
+  API server refuses it too (wrong audience).
+
+Minting is confined by the chart: a Role allows the agent ServiceAccount to
+request tokens for itself only (resourceNames), and a ValidatingAdmissionPolicy
+lets it bind them only to its own Pod (the pod-name and pod-uid of the token it
+calls the API with) and only for peer audiences. No agent can thus speak as
+another node.
+
+What remains, stated plainly: peers talk plain HTTP, so someone who can watch
+the traffic between two nodes sees a token and may replay it *to the same target
+node* until it expires (`TOKEN_SECONDS`, at most an hour by the policy; deleting
+the asking Pod revokes it at once), reading what the asking node may read. Before,
+with one shared HMAC secret, an agent holding it could act with any token sent to
+it, against every node. mTLS would close the rest at the price of a CA in the chart.
 """
 
 from __future__ import annotations
 
-import collections
 import hashlib
-import hmac
-import os
-import secrets
+import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Any
 
-SCHEME = "Praesto-v2"
-SKEW = 60  # seconds a signature stays valid either side of its timestamp
-MIN_SECRET_BYTES = 16
-NONCE_HEX = 32  # 128 random bits
-MAX_NONCES = 1_000_000  # beyond this many live nonces, new requests are refused (memory bound)
+from kubernetes import client
+
+from praesto import names
+
+log = logging.getLogger("praesto.peers")
+SCHEME = "Bearer"
+TOKEN_SECONDS = 600  # the TokenRequest API's minimum lifetime; renewed at RENEW_AT of it
+RENEW_AT = 0.8
+MAX_TOKEN_CHARS = 16384
+API_TIMEOUT = 5.0
 
 
-class SecretError(ValueError):
-    """The peer secret or token file is missing or unusable; the message says which and the fix."""
-
-
-def load_secret(path: str | Path) -> bytes:
-    try:
-        secret = Path(path).read_bytes().strip()
-    except OSError as err:
-        raise SecretError(
-            f"--peer-secret-file {path}: {err.strerror}; mount the chart's peer Secret there "
-            "or set --peer-port=0 to disable peers"
-        ) from None
-    if len(secret) < MIN_SECRET_BYTES:
-        raise SecretError(
-            f"--peer-secret-file {path}: the secret has {len(secret)} bytes, at least {MIN_SECRET_BYTES} "
-            "are needed; let the chart generate it (nodeAgent.peers)"
-        )
-    return secret
+class TokenError(Exception):
+    """No peer token could be minted now (API server unreachable, or the chart's grant missing)."""
 
 
 def token_digest(token: str) -> str:
@@ -73,137 +60,81 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _mac(
-    secret: bytes, method: str, path: str, span: str, node: str, stamp: str, nonce: str, token: str
-) -> str:
-    text = "\n".join((method, path, span, node, stamp, nonce, token_digest(token)))
-    return hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
-
-
-def sign(
-    secret: bytes,
-    token: str,
-    node: str,
-    method: str,
-    path: str,
-    span: str | None = None,
-    *,
-    now: float | None = None,
-    nonce: str | None = None,
-) -> str:
-    """The Authorization value for one request: `path` raw (quoted), `span` the exact Range header."""
-    stamp = str(int(time.time() if now is None else now))
-    nonce = nonce or secrets.token_hex(NONCE_HEX // 2)
-    mac = _mac(secret, method, path, span or "", node, stamp, nonce, token)
-    return f"{SCHEME} {node} {stamp} {nonce} {mac} {token}"
+def parse(header: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None."""
+    scheme, _, token = (header or "").partition(" ")
+    if scheme != SCHEME or not token or len(token) > MAX_TOKEN_CHARS or " " in token:
+        return None
+    return token
 
 
 @dataclass(frozen=True)
-class Signed:
-    """A parsed Authorization header; `token` is kept out of repr() (and so out of logs)."""
+class Pod:
+    """The agent's own Pod, to which every token it mints is bound (downward API)."""
 
-    node: str
-    stamp: int
-    nonce: str
-    mac: str
-    token: str = field(repr=False)
-
-
-def parse(header: str | None) -> Signed | None:
-    fields = (header or "").split(" ")
-    if len(fields) != 6 or fields[0] != SCHEME:
-        return None
-    _, node, stamp, nonce, mac, token = fields
-    if not (0 < len(node) <= 253 and stamp.isdigit() and len(stamp) <= 12 and token):
-        return None
-    if len(nonce) != NONCE_HEX or len(mac) != 64 or not _is_hex(nonce + mac):
-        return None
-    return Signed(node, int(stamp), nonce, mac, token)
+    namespace: str
+    name: str
+    uid: str
+    service_account: str
 
 
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
+class TokenMinter:
+    """Peer tokens of this agent Pod, one per target node, each reused until `RENEW_AT` of its life."""
 
-
-def check(
-    secret: bytes, signed: Signed, method: str, path: str, span: str | None, now: float | None = None
-) -> str | None:
-    """Why `signed` does not authenticate this request (method, path, Range), or None when it does."""
-    current = time.time() if now is None else now
-    if abs(current - signed.stamp) > SKEW:
-        return f"signature time is more than {SKEW}s from this node's clock"
-    expected = _mac(
-        secret, method, path, span or "", signed.node, str(signed.stamp), signed.nonce, signed.token
-    )
-    if not hmac.compare_digest(signed.mac, expected):
-        return "signature does not match this request (method, path, Range) under the chart's peer secret"
-    return None
-
-
-class Nonces:
-    """Nonces of accepted signatures, each kept until its signature expires: a replay is refused."""
-
-    def __init__(self, limit: int = MAX_NONCES) -> None:
-        self.limit = limit
+    def __init__(self, api: client.ApiClient, pod: Pod) -> None:
+        self.core = client.CoreV1Api(api)
+        self.pod = pod
         self._lock = threading.Lock()
-        self._seen: dict[str, float] = {}
-        self._order: collections.deque[tuple[float, str]] = collections.deque()
+        self._tokens: dict[str, tuple[float, str]] = {}  # target node -> (renew after, token)
+        self.minted = 0  # TokenRequests sent (tests: the reuse works)
 
-    def first_use(self, signed: Signed, now: float | None = None) -> bool:
-        """True the first time this nonce is seen within its window; False for a replay (or when full)."""
-        current = time.time() if now is None else now
-        expires = signed.stamp + SKEW + 1
-        with self._lock:
-            while self._order and self._order[0][0] < current:  # oldest first; late ones stay longer
-                _, old = self._order.popleft()
-                if self._seen.get(old, current + 1) < current:
-                    del self._seen[old]
-            if signed.nonce in self._seen or len(self._seen) >= self.limit:
-                return False
-            self._seen[signed.nonce] = expires
-            self._order.append((expires, signed.nonce))
-            return True
+    def __repr__(self) -> str:
+        return f"TokenMinter(pod={self.pod.namespace}/{self.pod.name})"
 
-    def __len__(self) -> int:
+    def token_for(self, node: str) -> str:
+        now = time.monotonic()
         with self._lock:
-            return len(self._seen)
+            held = self._tokens.get(node)
+        if held is not None and held[0] > now:
+            return held[1]
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": [names.peer_audience(node)],
+                "expirationSeconds": TOKEN_SECONDS,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": self.pod.name,
+                    "uid": self.pod.uid,
+                },
+            },
+        }
+        try:
+            made: Any = self.core.create_namespaced_service_account_token(
+                self.pod.service_account, self.pod.namespace, body, _request_timeout=API_TIMEOUT
+            )
+            token = str(made.status.token)
+        except Exception as err:
+            log.warning("minting a peer token for node %s failed: %s", node, type(err).__name__)
+            raise TokenError(f"cannot mint a peer token for node {node} now ({type(err).__name__})") from None
+        with self._lock:
+            self.minted += 1
+            self._tokens[node] = (now + RENEW_AT * TOKEN_SECONDS, token)
+        return token
 
 
 class Credentials:
-    """The asking side: this node's name, the shared secret and its projected token file.
+    """The asking side: this node's name and its minter; `header(target)` for one request."""
 
-    The kubelet rotates the token by swapping the file; it is read again whenever
-    the file changes, and never logged.
-    """
-
-    def __init__(self, node: str, secret: bytes, token_file: str | Path) -> None:
+    def __init__(self, node: str, minter: TokenMinter) -> None:
         self.node = node
-        self.secret = secret
-        self.token_file = Path(token_file)
-        self._lock = threading.Lock()
-        self._token: tuple[tuple[int, int], str] | None = None
+        self.minter = minter
 
     def __repr__(self) -> str:
-        return f"Credentials(node={self.node!r}, token_file={str(self.token_file)!r})"
+        return f"Credentials(node={self.node!r})"
 
-    def token(self) -> str:
-        try:
-            st = os.stat(self.token_file)
-            stamp = (st.st_ino, st.st_mtime_ns)
-            with self._lock:
-                if self._token is not None and self._token[0] == stamp:
-                    return self._token[1]
-            token = self.token_file.read_text().strip()
-        except OSError as err:
-            raise SecretError(
-                f"--peer-token-file {self.token_file}: {err.strerror}; the chart projects the agent's "
-                "peer token there (nodeAgent.peers)"
-            ) from None
-        if not token or " " in token:
-            raise SecretError(f"--peer-token-file {self.token_file}: not a ServiceAccount token")
-        with self._lock:
-            self._token = (stamp, token)
-        return token
-
-    def header(self, method: str, path: str, span: str | None = None) -> str:
-        return sign(self.secret, self.token(), self.node, method, path, span)
+    def header(self, target: str) -> str:
+        """The Authorization value for a request to the agent on node `target`; raises TokenError."""
+        return f"{SCHEME} {self.minter.token_for(target)}"

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 from kubernetes import client
-from praesto.agent.peers.auth import SecretError, load_secret
+from praesto.agent.peers.auth import Pod
 from praesto.agent.peers.peering import PeerConfig, Peering
 from praesto.agent.peers.server import Limits
 
 from praesto import names
 from praesto.quantity import QuantityError, parse_quantity
 from praesto.store import StoreLayout
-
-DEFAULT_SECRET_FILE = "/var/run/secrets/praesto/peer/secret"  # noqa: S105 - a path, not a secret
-DEFAULT_TOKEN_FILE = "/var/run/secrets/praesto/peer-token/token"  # noqa: S105 - a path, not a token
 
 
 def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,10 +22,10 @@ def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
         help="port serving Ready caches to other agents; 0 disables peers (default %(default)s)")  # fmt: skip
     add("--peer-address", default=env("POD_IP"),
         help="address other agents reach this one on (env POD_IP, from the downward API)")  # fmt: skip
-    add("--peer-secret-file", default=env("PRAESTO_PEER_SECRET_FILE", DEFAULT_SECRET_FILE),
-        help="shared secret signing peer requests (the chart's peer Secret)")  # fmt: skip
-    add("--peer-token-file", default=env("PRAESTO_PEER_TOKEN_FILE", DEFAULT_TOKEN_FILE),
-        help="this Pod's projected ServiceAccount token with audience praesto-peer (its node identity)")  # fmt: skip
+    add("--pod-name", default=env("POD_NAME", ""),
+        help="this agent Pod's name (env POD_NAME, downward API): peer tokens are bound to it")  # fmt: skip
+    add("--pod-uid", default=env("POD_UID", ""),
+        help="this agent Pod's UID (env POD_UID, downward API): peer tokens are bound to it")  # fmt: skip
     add("--peer-service-account", default=env("PRAESTO_PEER_SERVICE_ACCOUNT", ""),
         help="<namespace>/<name> of the agent ServiceAccount: peers must present its tokens")  # fmt: skip
     add("--peer-max-connections", type=int, default=env("PRAESTO_PEER_MAX_CONNECTIONS") or "128",
@@ -62,6 +58,13 @@ def check_peer_arguments(args: argparse.Namespace) -> str | None:
             f"--peer-service-account: {args.peer_service_account!r} is not <namespace>/<name>; "
             "the chart sets it to the agent ServiceAccount"
         )
+    pod_fields = (("--pod-name", args.pod_name, "metadata.name"), ("--pod-uid", args.pod_uid, "metadata.uid"))
+    for flag, value, field in pod_fields:
+        if not value:
+            return (
+                f"{flag}: Required value with --peer-port (peer tokens are bound to this Pod); "
+                f"set it from the downward API (fieldRef {field})"
+            )
     try:
         if parse_quantity(str(args.peer_upload_rate)) < 0:
             raise QuantityError("negative")
@@ -71,18 +74,15 @@ def check_peer_arguments(args: argparse.Namespace) -> str | None:
 
 
 def build_peering(args: argparse.Namespace, api: client.ApiClient, layout: StoreLayout) -> Peering | None:
-    """The agent's `Peering`, or None when peers are disabled; raises `auth.SecretError`.
-
-    The token file is read once here, so a missing projection fails at start, not at the first peer.
-    """
+    """The agent's `Peering`, or None when peers are disabled."""
     if not args.peer_port:
         return None
     host = str(args.peer_address)
     shown = f"[{host}]" if ":" in host else host  # IPv6 pod IPs
+    namespace, _, name = str(args.peer_service_account).partition("/")
     config = PeerConfig(
         address=f"{shown}:{args.peer_port}",
-        secret=load_secret(Path(args.peer_secret_file)),
-        token_file=Path(args.peer_token_file),
+        pod=Pod(namespace, str(args.pod_name), str(args.pod_uid), name),
         service_account=str(args.peer_service_account),
         bind=("::" if ":" in host else "0.0.0.0", args.peer_port),
         limits=Limits(
@@ -92,10 +92,4 @@ def build_peering(args: argparse.Namespace, api: client.ApiClient, layout: Store
             idle_seconds=args.peer_idle_timeout,
         ),
     )
-    peering = Peering(config, api, args.node_name, layout)
-    try:
-        peering.credentials.token()
-    except SecretError:
-        peering.server.server_close()
-        raise
-    return peering
+    return Peering(config, api, args.node_name, layout)

@@ -1,14 +1,13 @@
 """Who is asking, and may that node read this cache: TokenReview and ModelCacheNode grants.
 
-`Gate.admit` runs, for every peer request, cheapest first:
+`Gate` runs, for every peer request:
 
-1. the signature (auth.py): shared secret, method, path, Range, time; then the
-   nonce, refused on a second use. Nothing reaches the API server before this.
-2. the token, by TokenReview with audience `names.PEER_TOKEN_AUDIENCE`: it must
-   belong to the agent ServiceAccount and be bound to a Pod on a node
-   (`names.TOKEN_EXTRA_NODE_NAME`), the node the signature names. Reviews are
+1. the token (auth.py), by TokenReview with this node's own audience
+   (`names.peer_audience(node)`), so a token minted for another node is refused:
+   it must belong to the agent ServiceAccount and be bound to a Pod on a node
+   (`names.TOKEN_EXTRA_NODE_NAME`), which is the asking node. Reviews are
    remembered for `review_seconds` under a hash of the token, never the token.
-3. the cache: the asking node may read `<namespace>/<cache>` only while a
+2. the cache: the asking node may read `<namespace>/<cache>` only while a
    ModelCacheNode of that cache names it (`spec.nodeName`), so a node reads
    only what the cache's own nodeSelector placed on it; remembered
    `grant_seconds` (refusals `denied_seconds`, so a new copy is not refused long).
@@ -57,6 +56,7 @@ class Identities:
         self,
         api: client.ApiClient,
         service_account: str,
+        node: str,
         *,
         review_seconds: float = 60.0,
         grant_seconds: float = 10.0,
@@ -64,6 +64,7 @@ class Identities:
     ) -> None:
         namespace, _, name = service_account.partition("/")
         self.username = f"system:serviceaccount:{namespace}:{name}"
+        self.audience = names.peer_audience(node)  # only tokens minted for this node are accepted
         self.auth = client.AuthenticationV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.review_seconds = review_seconds
@@ -82,9 +83,7 @@ class Identities:
             seen = self._reviews.get(key)
         if seen is not None and seen.until > now:
             return seen.value
-        body = client.V1TokenReview(
-            spec=client.V1TokenReviewSpec(token=token, audiences=[names.PEER_TOKEN_AUDIENCE])
-        )
+        body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=[self.audience]))
         try:
             review: Any = self.auth.create_token_review(body, _request_timeout=API_TIMEOUT)
         except Exception as err:
@@ -96,12 +95,14 @@ class Identities:
         user = status.user if status is not None else None
         if status is None or not status.authenticated or user is None:
             raise Refused(
-                401, "peer token not accepted by the API server (expired, revoked or wrong audience)"
+                401,
+                "peer token not accepted by the API server for this node's audience "
+                f"{self.audience} (expired, revoked, or minted for another node)",
             )
         if user.username != self.username:
             raise Refused(401, f"peer token belongs to {user.username}, not the node agent ({self.username})")
-        if names.PEER_TOKEN_AUDIENCE not in (status.audiences or []):
-            raise Refused(401, f"peer token lacks the audience {names.PEER_TOKEN_AUDIENCE}")
+        if self.audience not in (status.audiences or []):
+            raise Refused(401, f"peer token lacks this node's audience {self.audience}")
         nodes = list((user.extra or {}).get(names.TOKEN_EXTRA_NODE_NAME) or [])
         if len(nodes) != 1 or not nodes[0]:
             raise Refused(
@@ -155,33 +156,19 @@ class Identities:
 class Gate:
     """Everything a peer request must pass before any byte of a cache is read for it."""
 
-    def __init__(self, secret: bytes, identities: Identities) -> None:
-        self.secret = secret
+    def __init__(self, identities: Identities) -> None:
         self.identities = identities
-        self.nonces = auth.Nonces()
 
-    def authenticate(self, method: str, path: str, span: str | None, header: str | None) -> str:
-        """The asking node; raises `Refused` (401) for anything but a fresh, exact, first-use request."""
-        signed = auth.parse(header)
-        if signed is None:
-            raise Refused(
-                401, f"Authorization: missing or not '{auth.SCHEME} <node> <time> <nonce> <hmac> <token>'"
-            )
-        problem = auth.check(self.secret, signed, method, path, span)
-        if problem is not None:
-            raise Refused(401, f"Authorization: {problem}")
-        if not self.nonces.first_use(signed):
-            raise Refused(401, "Authorization: this signature was already used (replay refused)")
+    def authenticate(self, header: str | None) -> str:
+        """The asking node; raises `Refused` (401, or 503 when the API server cannot say)."""
+        token = auth.parse(header)
+        if token is None:
+            raise Refused(401, f"Authorization: missing or not '{auth.SCHEME} <token>'")
         try:
-            node = self.identities.node_of(signed.token)
+            return self.identities.node_of(token)
         except Refused as refused:
             prefix = "Authorization: " if refused.status == 401 else ""
             raise Refused(refused.status, prefix + refused.message) from None
-        if node != signed.node:
-            raise Refused(
-                401, f"Authorization: signed as node {signed.node}, but the token is bound to {node}"
-            )
-        return node
 
     def authorise(self, node: str, namespace: str, cache: str) -> None:
         self.identities.may_read(node, namespace, cache)

@@ -33,12 +33,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from praesto.agent.download.api import DownloadCancelled, Options, Plan
-from praesto.agent.peers.auth import Credentials
+from praesto.agent.peers.auth import Credentials, Pod, TokenMinter
 from praesto.agent.peers.identity import Gate, Identities
 from praesto.agent.peers.server import Limits, PeerServer
 from praesto.agent.peers.source import PeerSource, Tuning
@@ -57,8 +56,7 @@ Report = Callable[[CacheRef, str], None]
 @dataclass(frozen=True)
 class PeerConfig:
     address: str  # host:port other agents reach this one on (status.peer.address); "" = where it binds
-    secret: bytes = field(repr=False)
-    token_file: Path  # this agent Pod's projected peer token (audience names.PEER_TOKEN_AUDIENCE)
+    pod: Pod  # this agent's own Pod: every peer token it mints is bound to it (auth.TokenMinter)
     service_account: str  # "<namespace>/<name>" of the agent ServiceAccount: the only peers accepted
     bind: tuple[str, int] = ("0.0.0.0", 0)  # where the server listens
     limits: Limits = field(default_factory=Limits)
@@ -76,8 +74,8 @@ class Peering:
         self.config = config
         self.custom = client.CustomObjectsApi(api)
         self.node_name = node_name
-        self.credentials = Credentials(node_name, config.secret, config.token_file)
-        self.gate = Gate(config.secret, Identities(api, config.service_account))
+        self.credentials = Credentials(node_name, TokenMinter(api, config.pod))
+        self.gate = Gate(Identities(api, config.service_account, node_name))
         self.server = PeerServer(layout, self.gate, config.bind, config.limits)
         self.address = config.address or self.server.address
 
@@ -127,7 +125,8 @@ class Peering:
                 and status.get("resolvedRevision") == plan.revision
             ):
                 seeder = _address(active[leader])
-                options.peers = self._source(ref, plan, [seeder, *self._holders(others, plan)], [seeder])
+                holders = {seeder: leader, **self._holders(others, plan)}
+                options.peers = self._source(ref, plan, holders, [seeder])
                 log.info("copying %s/%s from node %s while it downloads", ref.namespace, ref.cache, leader)
                 return
             shows = (
@@ -152,7 +151,7 @@ class Peering:
             if options.cancel.wait(self.config.poll_seconds):
                 raise DownloadCancelled()
 
-    def _source(self, ref: CacheRef, plan: Plan, addresses: list[str], seeders: list[str]) -> PeerSource:
+    def _source(self, ref: CacheRef, plan: Plan, addresses: dict[str, str], seeders: list[str]) -> PeerSource:
         tuning = dataclasses.replace(self.config.tuning, stall_seconds=self.config.stall_seconds)
         return PeerSource(
             addresses,
@@ -166,15 +165,16 @@ class Peering:
         )
 
     @staticmethod
-    def _holders(others: list[Obj], plan: Plan) -> list[str]:
-        """Addresses of other nodes that hold (Ready) or are fetching (Downloading) this revision."""
-        return [
-            _address(o)
+    def _holders(others: list[Obj], plan: Plan) -> dict[str, str]:
+        """Address -> node of other nodes that hold (Ready) or are fetching (Downloading) this
+        revision; only a node's own agent may write its copy's status (the own-node policy)."""
+        return {
+            _address(o): _node(o)
             for o in others
             if _phase(o) in (names.PHASE_READY, names.PHASE_DOWNLOADING)
             and (o.get("status") or {}).get("resolvedRevision") == plan.revision
             and _address(o)
-        ]
+        }
 
     def _others(self, ref: CacheRef) -> list[Obj]:
         """Other nodes' ModelCacheNodes of this cache; [] when the API cannot say (origin then)."""

@@ -15,9 +15,9 @@ says what this node can serve of that revision (`{"complete": true}`, or the
 part size and, per file, "all" or the journaled part indices), so askers can
 pick parts from every peer that has them (swarm.py).
 
-Every request passes `identity.Gate` first: a signature bound to the request
-and a per-node token (401), and a ModelCacheNode of the cache on the asking
-node (403). A node-wide cap on concurrent uploads (503 + Retry-After beyond it)
+Every request passes `identity.Gate` first: the asking Pod's token minted for
+this node's audience, whose TokenReview names the asking node (401), and a
+ModelCacheNode of the cache on that node (403). A node-wide cap on concurrent uploads (503 + Retry-After beyond it)
 and on bytes/s keep a node's disk and NIC for its own Pods. Connections are
 capped too (`Limits.max_connections`: beyond it a connection gets 503 and is
 closed at once, without a thread) and every socket has an idle timeout
@@ -236,9 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         raw = urlsplit(self.path).path
         try:
-            node = self.server.gate.authenticate(
-                "GET", raw, self.headers.get("Range"), self.headers.get("Authorization")
-            )
+            node = self.server.gate.authenticate(self.headers.get("Authorization"))
             match = _ROUTE.match(raw) or _PARTS.match(raw)
             if match is None:
                 raise Refused(

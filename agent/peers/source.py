@@ -71,17 +71,22 @@ class NotYet(Exception):
 
 
 class _PeerTransport(Transport):
-    """`Transport` that signs each attempt afresh (method, path, Range, new nonce) and tells 425
-    "not yet" apart from every other refusal (which drops the peer)."""
+    """`Transport` that authenticates each request with this Pod's token for the target node's
+    audience (`node_of` maps a peer address to its node), and tells 425 "not yet" apart from
+    every other refusal (which drops the peer)."""
 
-    def __init__(self, credentials: auth.Credentials, timeout: float) -> None:
+    def __init__(self, credentials: auth.Credentials, timeout: float, node_of: Callable[[str], str]) -> None:
         super().__init__("http://peer.invalid", None, timeout=timeout)
         self.credentials = credentials
+        self.node_of = node_of
         self._deadline = threading.local()  # of the range being fetched on this thread (fetch_by)
 
     def _headers(self, url: str, authorized: bool, extra: dict[str, str]) -> dict[str, str]:
         headers = super()._headers(url, authorized, extra)
-        headers["Authorization"] = self.credentials.header("GET", urlsplit(url).path, extra.get("Range"))
+        try:
+            headers["Authorization"] = self.credentials.header(self.node_of(urlsplit(url).netloc))
+        except auth.TokenError as err:
+            raise Transient(str(err)) from None  # this peer is dropped; the origin serves
         return headers
 
     def fetch_by(
@@ -114,14 +119,14 @@ class _PeerTransport(Transport):
                 memoryview(buffer)[: len(data)] = data
                 return len(data)
 
-            resp.readinto = readinto_by_deadline  # type: ignore[method-assign]
+            resp.readinto = readinto_by_deadline  # type: ignore[method-assign,assignment]
         return resp
 
 
 class PeerSource:
     def __init__(
         self,
-        addresses: list[str],
+        peers: dict[str, str],
         credentials: auth.Credentials,
         namespace: str,
         cache: str,
@@ -129,8 +134,10 @@ class PeerSource:
         tuning: Tuning | None = None,
         *,
         seeders: list[str] | None = None,
-        discover: Callable[[], list[str]] | None = None,
+        discover: Callable[[], dict[str, str]] | None = None,
     ) -> None:
+        """`peers` and what `discover` returns: address -> the node it serves (from its
+        ModelCacheNode, whose status only that node's agent may write): tokens are minted for it."""
         self.tuning = tuning or Tuning()
         self.node = credentials.node
         self.seeders = list(seeders or [])  # peers fetching from the origin: asked for parts nobody has
@@ -140,8 +147,9 @@ class PeerSource:
         self._discovered = time.monotonic()
         self._polling = threading.Lock()
         self.prefix = (namespace, cache, revision)
-        self.transport = _PeerTransport(credentials, self.tuning.timeout)
-        asked = neighbours(self.node, addresses, self.tuning.max_peers)
+        self.nodes = dict(peers)
+        self.transport = _PeerTransport(credentials, self.tuning.timeout, lambda address: self.nodes[address])
+        asked = neighbours(self.node, list(peers), self.tuning.max_peers)
         self.alive = list(dict.fromkeys([*self.seeders, *asked]))
         self.dropped: dict[str, str] = {}  # address -> why
         self._lock = threading.Lock()
@@ -275,8 +283,11 @@ class PeerSource:
         finally:
             self._polling.release()
 
-    def _add(self, addresses: list[str]) -> None:
+    def _add(self, peers: dict[str, str]) -> None:
         with self._lock:
+            for address, node in peers.items():
+                self.nodes.setdefault(address, node)
+            addresses = list(peers)
             known = set(self.alive) | set(self.dropped)
             room = self.tuning.max_peers + len(self.seeders) - len(self.alive)
             for peer in neighbours(self.node, [a for a in addresses if a not in known], max(0, room)):

@@ -148,8 +148,8 @@ def ready_condition(status: Obj) -> Obj:
 
 
 def rbac_violations(requests: list[RequestRecord]) -> list[RequestRecord]:
-    """Calls outside `praesto.rbac.AGENT` (Secrets: namespaced `get` by name only)."""
-    allowed = {(p.group, p.resource, verb) for p in rbac.AGENT for verb in p.verbs}
+    """Calls outside `praesto.rbac.AGENT` and `AGENT_PEERS` (Secrets: namespaced `get` by name only)."""
+    allowed = {(p.group, p.resource, verb) for p in rbac.AGENT + rbac.AGENT_PEERS for verb in p.verbs}
     grant = rbac.AGENT_SECRET_GRANT
     bad = []
     for r in requests:

@@ -1,10 +1,8 @@
-"""Chart wiring of peer-to-peer distribution: secret (reused across upgrades), flags, ports, policy."""
+"""Chart wiring of peer-to-peer distribution: per-node token grant and policy, flags, ports."""
 
 from __future__ import annotations
 
-import base64
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import helm_python as helm
@@ -12,24 +10,14 @@ import pytest
 from kubernetes import client
 from praesto.agent import cli as agent_cli
 from praesto.agent import daemon
+from praesto.agent.peers.auth import Pod
 from praesto.agent.peers.config import build_peering
 
-from praesto import names
+from praesto import names, rbac
 from praesto.store import StoreLayout
-from tests.support.helm_chart import (
-    CHART_DIR,
-    NAMESPACE,
-    RELEASE,
-    find,
-    one,
-    parse_manifests,
-    render,
-    render_objects,
-)
-from tests.support.kube import KubeEmulator
-from tests.support.kube_discovery import discovery_front
+from tests.support.helm_chart import NAMESPACE, RELEASE, find, one, render, render_objects
 
-PEER_SECRET = f"{RELEASE}-node-agent-peer"
+PEER = f"{RELEASE}-node-agent-peer"
 
 
 def pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -37,48 +25,25 @@ def pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return spec
 
 
-def test_agent_gets_pod_ip_port_and_the_secret_no_other_container_does(tmp_path: Any) -> None:
+def test_agent_gets_pod_ip_name_uid_and_port_and_no_shared_secret(tmp_path: Any) -> None:
+    """Issue 21 item 12: no shared secret any more; the agent mints tokens bound to its own Pod."""
     objects = render_objects({"nodeAgent": {"peers": {"port": 9200, "maxUploads": 3, "uploadRate": "200Mi"}}})
-    secret = one(objects, "Secret", PEER_SECRET)
-    value = base64.b64decode(secret["data"]["secret"])
-    assert len(value) >= 32
+    assert not [o for o in find(objects, "Secret") if "peer" in o["metadata"]["name"]]
     spec = pod_spec(objects)
     containers = {c["name"]: c for c in spec["containers"]}
     agent = containers.pop("agent")
     assert {"name": "peers", "containerPort": 9200, "protocol": "TCP"} in agent["ports"]
     env = {e["name"]: e for e in agent["env"]}
-    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-    volume = next(v for v in spec["volumes"] if v.get("secret", {}).get("secretName") == PEER_SECRET)
-    mount = next(m for m in agent["volumeMounts"] if m["name"] == volume["name"])
-    assert mount["readOnly"] is True
-    # the node identity: a Pod-bound token for the peer audience only, in the agent container only
-    projected = next(v for v in spec["volumes"] if v["name"] == "peer-token")["projected"]["sources"]
-    assert projected == [
-        {
-            "serviceAccountToken": {
-                "path": "token",
-                "audience": names.PEER_TOKEN_AUDIENCE,
-                "expirationSeconds": 3600,
-            }
-        }
-    ]
-    token_mount = next(m for m in agent["volumeMounts"] if m["name"] == "peer-token")
-    assert token_mount["readOnly"] is True
-    for other in containers.values():
-        mounted = {m["name"] for m in other.get("volumeMounts", [])}
-        assert volume["name"] not in mounted and "peer-token" not in mounted
+    fields = {
+        name: env[name]["valueFrom"]["fieldRef"]["fieldPath"] for name in ("POD_IP", "POD_NAME", "POD_UID")
+    }
+    assert fields == {"POD_IP": "status.podIP", "POD_NAME": "metadata.name", "POD_UID": "metadata.uid"}
+    assert not [v for v in spec["volumes"] if "peer" in v["name"]]
     assert f"--peer-service-account={NAMESPACE}/{spec['serviceAccountName']}" in agent["args"]
 
     # the real agent parser accepts the flags, and they build a working peer config
-    (tmp_path / "peer").mkdir()
-    secret_file = tmp_path / "peer" / "secret"
-    secret_file.write_bytes(value)
-    token_file = tmp_path / "peer" / "token"
-    token_file.write_text("header.payload.signature")
-    env = {"NODE_NAME": "w1", "POD_IP": "127.0.0.1"}
-    expanded = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in agent["args"]]
-    expanded = [a.replace(mount["mountPath"] + "/secret", str(secret_file)) for a in expanded]
-    expanded = [a.replace(token_mount["mountPath"] + "/token", str(token_file)) for a in expanded]
+    env_values = {"NODE_NAME": "w1", "POD_IP": "127.0.0.1", "POD_NAME": "a", "POD_UID": "u"}
+    expanded = [re.sub(r"\$\((\w+)\)", lambda m: env_values[m.group(1)], a) for a in agent["args"]]
     args = agent_cli.build_parser(with_run=True).parse_args(expanded)
     assert daemon.check_arguments(args) is None
     assert (args.peer_port, args.peer_address, args.peer_max_uploads) == (9200, "127.0.0.1", 3)
@@ -86,10 +51,40 @@ def test_agent_gets_pod_ip_port_and_the_secret_no_other_container_does(tmp_path:
     assert peering is not None
     try:
         assert peering.address == "127.0.0.1:9200"
-        assert peering.config.limits.rate == 200 << 20 and peering.config.secret == value
-        assert peering.credentials.token() == "header.payload.signature"
+        assert peering.config.limits.rate == 200 << 20
+        assert peering.config.pod == Pod(NAMESPACE, "a", "u", spec["serviceAccountName"])
     finally:
         peering.server.server_close()
+    missing = agent_cli.build_parser(with_run=True).parse_args([*expanded, "--pod-name=", "--pod-uid=u"])
+    problem = daemon.check_arguments(missing)
+    assert problem is not None and "--pod-name" in problem and "metadata.name" in problem
+
+
+def test_the_agent_may_mint_tokens_for_itself_only_bound_to_its_own_pod() -> None:
+    objects = render_objects()
+    sa = pod_spec(objects)["serviceAccountName"]
+    role = one(objects, "Role", PEER)
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["serviceaccounts/token"],
+            "resourceNames": [sa],
+            "verbs": ["create"],
+        }
+    ]
+    assert {(p.group, p.resource, v) for p in rbac.AGENT_PEERS for v in p.verbs} == {
+        ("", "serviceaccounts/token", "create")
+    }
+    binding = one(objects, "RoleBinding", PEER)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    policy = one(objects, "ValidatingAdmissionPolicy", f"{PEER}-tokens")
+    text = str(policy["spec"])
+    assert names.TOKEN_EXTRA_POD_NAME in text and names.TOKEN_EXTRA_POD_UID in text
+    assert names.peer_audience("") in text
+    assert one(objects, "ValidatingAdmissionPolicyBinding", f"{PEER}-tokens")["spec"][
+        "validationActions"
+    ] == ["Deny"]
 
 
 def test_network_policy_lets_only_agents_reach_the_peer_port() -> None:
@@ -106,14 +101,16 @@ def test_network_policy_lets_only_agents_reach_the_peer_port() -> None:
     )
 
 
-def test_peers_disabled_renders_no_secret_port_or_flags() -> None:
+def test_peers_disabled_renders_no_grant_port_or_flags() -> None:
     objects = render_objects({"nodeAgent": {"peers": {"enabled": False}}})
-    assert not find(objects, "Secret", PEER_SECRET)
+    assert not find(objects, "Role", PEER) and not find(
+        objects, "ValidatingAdmissionPolicy", f"{PEER}-tokens"
+    )
     assert not find(objects, "NetworkPolicy", f"{RELEASE}-node-agent")
     agent = pod_spec(objects)["containers"][0]
     assert not [a for a in agent["args"] if "peer" in a]
     assert "POD_IP" not in {e["name"] for e in agent["env"]}
-    assert not find(render_objects({"nodeAgent": {"enabled": False}}), "Secret", PEER_SECRET)
+    assert not find(render_objects({"nodeAgent": {"enabled": False}}), "Role", PEER)
 
 
 @pytest.mark.parametrize(
@@ -129,27 +126,3 @@ def test_values_schema_checks_peer_values(values: dict[str, Any], expected: str)
     with pytest.raises(helm.HelmValuesError) as err:
         render(values)
     assert expected in str(err.value)
-
-
-@pytest.fixture
-def cluster() -> Iterator[tuple[KubeEmulator, str]]:
-    with KubeEmulator() as emulator, discovery_front(emulator) as url:
-        yield emulator, url
-
-
-def cluster_render(url: str, *, upgrade: bool) -> list[dict[str, Any]]:
-    with helm.Chart.load(CHART_DIR) as chart, helm.Config(kube_apiserver=url, namespace=NAMESPACE) as config:
-        rendered = config.render(
-            chart, {}, name=RELEASE, namespace=NAMESPACE, is_install=not upgrade, is_upgrade=upgrade
-        )
-    return parse_manifests(rendered)
-
-
-def test_the_secret_survives_upgrades(cluster: tuple[KubeEmulator, str]) -> None:
-    """A rolling upgrade must not split agents into groups that refuse each other (lookup reuse)."""
-    emulator, url = cluster
-    first = one(cluster_render(url, upgrade=False), "Secret", PEER_SECRET)
-    assert one(cluster_render(url, upgrade=True), "Secret", PEER_SECRET)["data"] != first["data"]  # control
-    emulator.create(first)
-    for _ in range(2):
-        assert one(cluster_render(url, upgrade=True), "Secret", PEER_SECRET)["data"] == first["data"]

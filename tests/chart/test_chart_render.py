@@ -317,7 +317,7 @@ def test_node_daemonset_arguments_are_accepted_by_agent_and_csi() -> None:
     values = {"localCache": {"basePath": "/mnt/ssd/praesto"}, "nodeAgent": {"reserve": "50Gi"}}
     pod = one(render_objects(values), "DaemonSet")["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in pod["containers"]}
-    env = {"NODE_NAME": "worker-1", "POD_IP": "10.0.0.7"}
+    env = {"NODE_NAME": "worker-1", "POD_IP": "10.0.0.7", "POD_NAME": "agent-x", "POD_UID": "u-1"}
 
     agent = containers["agent"]
     assert agent["command"] == ["praesto-agent"]

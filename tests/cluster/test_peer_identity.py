@@ -1,23 +1,29 @@
-"""Issue 12, peers: a node agent reads from a peer only what is placed on its own node.
+"""Peers, per-node identity both ways (issue 12, and issue 21 item 12), on the real API server.
 
-A real peer server (the production `Gate`: signature, nonce, TokenReview, then a
-ModelCacheNode lookup) runs with the agent ServiceAccount's own client against
-the real kube-apiserver, so the chart's RBAC (tokenreviews create) and the API
-server's Pod-bound token extras are the real ones. Tokens come from the
-TokenRequest API with the peer audience, bound to the Pod the chart's DaemonSet
-would run on each node, exactly as the kubelet projects them.
+Real peer servers (the production `Gate`: TokenReview with the server's own node
+audience, then a ModelCacheNode lookup) run with the agent ServiceAccount's own
+client, bound to the agent Pod the chart's DaemonSet would run on their node. The
+asking agent mints its tokens itself through the real TokenRequest API
+(`auth.TokenMinter`), under the chart's Role and ValidatingAdmissionPolicy.
+
+Before item 12 every agent held one shared HMAC secret and a token any node accepted:
+a request captured on its way to one node was good at any other for 60 s (nonces
+were per server), and an agent could put another node's token on its own requests.
 """
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 from praesto.agent.peers import auth
 from praesto.agent.peers.identity import Gate, Identities
 from praesto.agent.peers.server import PeerServer, file_path
@@ -33,63 +39,70 @@ from tests.support.objects import modelcachenode
 
 Obj = dict[str, Any]
 TENANT = "peer-tenant"
-NODE_A, NODE_B = "peer-a", "peer-b"
-SECRET = b"chart-generated-peer-secret-0123456789"
+NODE_A, NODE_B, NODE_C = "peer-a", "peer-b", "peer-c"  # A asks; B and C serve
 
 
-def peer_token(installed: Installed, service_account: str, namespace: str, bound: Obj | None = None) -> str:
-    """A TokenRequest token with the peer audience, as the chart's projected volume asks for it."""
-    spec: Obj = {"audiences": [names.PEER_TOKEN_AUDIENCE], "expirationSeconds": 600}
+def peer_token(installed: Installed, service_account: str, audience: str, bound: Obj | None = None) -> str:
+    """A TokenRequest token made by the admin (not through the agent's grant)."""
+    spec: Obj = {"audiences": [audience], "expirationSeconds": 600}
     if bound is not None:
         spec["boundObjectRef"] = bound
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
     core = client.CoreV1Api(installed.plane.admin())
-    return str(core.create_namespaced_service_account_token(service_account, namespace, body).status.token)
+    return str(core.create_namespaced_service_account_token(service_account, NAMESPACE, body).status.token)
+
+
+@dataclass
+class World:
+    installed: Installed
+    servers: dict[str, PeerServer]
+    pods: dict[str, Obj]
+    apis: dict[str, client.ApiClient]  # each node's agent client, bound to its Pod
+
+    def credentials(self, node: str = NODE_A) -> auth.Credentials:
+        meta = self.pods[node]["metadata"]
+        pod = auth.Pod(NAMESPACE, meta["name"], meta["uid"], AGENT_SA)
+        return auth.Credentials(node, auth.TokenMinter(self.apis[node], pod))
 
 
 @pytest.fixture(scope="module")
-def world(
-    installed: Installed, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[PeerServer, dict[str, str]]]:
-    """Node B's peer server holding two caches of the tenant; node A holds a copy of `placed` only."""
+def world(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """Nodes B and C serve two caches of the tenant; node A holds a copy of `placed` only."""
     admin = installed.admin
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT}})
     made = [
         admin.apply(modelcachenode("placed", NODE_A, TENANT)),
         admin.apply(modelcachenode("elsewhere", NODE_B, TENANT)),
     ]
-    pods = {}
-    for node in (NODE_A, NODE_B):
+    pods, apis, servers = {}, {}, {}
+    for node in (NODE_A, NODE_B, NODE_C):
         ready_node(admin, node)
         pods[node] = agent_pod(installed, node)
-    tokens = {
-        "a": peer_token(installed, AGENT_SA, NAMESPACE, bound_to(pods[NODE_A])),
-        "unbound": peer_token(installed, AGENT_SA, NAMESPACE),
-        "hooks": peer_token(installed, HOOKS_SA, NAMESPACE),
-    }
-    layout = StoreLayout(Path(tmp_path_factory.mktemp("peer-b")))
-    make_cache(layout, TENANT, "placed")
-    make_cache(layout, TENANT, "elsewhere")
-    agent_api = installed.plane.client_as(
-        NAMESPACE, AGENT_SA, suffix=NODE_B, bound_object=bound_to(pods[NODE_B])
-    )
-    gate = Gate(SECRET, Identities(agent_api, f"{NAMESPACE}/{AGENT_SA}"))
-    server = PeerServer(layout, gate, ("127.0.0.1", 0)).start()
+        apis[node] = installed.plane.client_as(
+            NAMESPACE, AGENT_SA, suffix=node, bound_object=bound_to(pods[node])
+        )
+    for node in (NODE_B, NODE_C):
+        layout = StoreLayout(Path(tmp_path_factory.mktemp(node)))
+        make_cache(layout, TENANT, "placed")
+        make_cache(layout, TENANT, "elsewhere")
+        gate = Gate(Identities(apis[node], f"{NAMESPACE}/{AGENT_SA}", node))
+        servers[node] = PeerServer(layout, gate, ("127.0.0.1", 0)).start()
     try:
-        yield server, tokens
+        yield World(installed, servers, pods, apis)
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
         for pod in pods.values():
             remove_agent_pod(installed, pod)
         for obj in made:
             admin.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], TENANT)
 
 
-def ask(server: PeerServer, cache: str, token: str, node: str = NODE_A) -> tuple[int, str]:
+def ask(server: PeerServer, cache: str, header: str) -> tuple[int, str]:
     path = file_path(TENANT, cache, REV, "model.bin")
     conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=20)
     try:
-        conn.request("GET", path, headers={"Authorization": auth.sign(SECRET, token, node, "GET", path)})
+        conn.request("GET", path, headers={"Authorization": header})
         resp = conn.getresponse()
         body = resp.read()
         return resp.status, "" if resp.status == 200 else json.loads(body)["error"]
@@ -97,25 +110,86 @@ def ask(server: PeerServer, cache: str, token: str, node: str = NODE_A) -> tuple
         conn.close()
 
 
-def test_a_pod_bound_agent_token_is_its_node_and_reads_only_what_is_placed_there(
-    world: tuple[PeerServer, dict[str, str]],
-) -> None:
-    server, tokens = world
-    assert ask(server, "placed", tokens["a"]) == (200, "")
-    status, error = ask(server, "elsewhere", tokens["a"])  # no ModelCacheNode of it on node A
+def test_an_agent_mints_its_own_token_and_reads_only_what_is_placed_on_its_node(world: World) -> None:
+    credentials = world.credentials(NODE_A)
+    header = credentials.header(NODE_B)
+    assert ask(world.servers[NODE_B], "placed", header) == (200, "")
+    status, error = ask(world.servers[NODE_B], "elsewhere", header)  # no ModelCacheNode of it on node A
     assert status == 403 and f"node {NODE_A} holds no copy of {TENANT}/elsewhere" in error
-    status, error = ask(server, "placed", tokens["a"], node=NODE_B)  # claims to be another node
-    assert status == 401 and f"token is bound to {NODE_A}" in error
+    assert credentials.header(NODE_B) == header and credentials.minter.minted == 1  # reused
+
+
+def test_a_captured_request_does_not_replay_to_another_node(world: World) -> None:
+    """Item 12: minted for node B's audience, the token is refused by node C (and by the API server)."""
+    header = world.credentials(NODE_A).header(NODE_B)
+    assert ask(world.servers[NODE_B], "placed", header)[0] == 200
+    status, error = ask(world.servers[NODE_C], "placed", header)
+    assert status == 401 and names.peer_audience(NODE_C) in error
+    assert world.servers[NODE_C].bytes_served == 0
+    # and node B, which received it, cannot use it against the API server either
+    stolen = copy.copy(world.installed.plane.admin().configuration)
+    stolen.cert_file = stolen.key_file = None  # nothing but the token
+    stolen.api_key = {"authorization": header}
+    stolen.api_key_prefix = {}
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(client.ApiClient(stolen)).list_namespaced_pod(NAMESPACE)
+    assert refused.value.status == 401
+
+
+def _mint(world: World, as_node: str, spec: Obj) -> ApiException:
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(world.apis[as_node]).create_namespaced_service_account_token(
+            AGENT_SA, NAMESPACE, body
+        )
+    return refused.value
+
+
+def test_an_agent_cannot_mint_a_token_that_speaks_for_another_node(world: World) -> None:
+    """The API server binds a token to any Pod of the ServiceAccount; the chart's policy confines
+    the agent to its own Pod, peer audiences and a bounded lifetime."""
+    pod_b = bound_to(world.pods[NODE_B])
+    refused = _mint(world, NODE_A, {"audiences": [names.peer_audience(NODE_C)], "boundObjectRef": pod_b})
+    assert refused.status == 403 and "only to its own Pod" in str(refused.body)
+    own = bound_to(world.pods[NODE_A])
+    refused = _mint(world, NODE_A, {"audiences": ["https://kubernetes.default.svc"], "boundObjectRef": own})
+    assert refused.status == 403 and "peer audience" in str(refused.body)
+    refused = _mint(world, NODE_A, {"audiences": [names.peer_audience(NODE_B)]})  # bound to nothing
+    assert refused.status == 403
+    refused = _mint(
+        world,
+        NODE_A,
+        {"audiences": [names.peer_audience(NODE_B)], "boundObjectRef": own, "expirationSeconds": 86400},
+    )
+    assert refused.status == 403 and "3600" in str(refused.body)
+    other_sa = {"audiences": [names.peer_audience(NODE_B)], "boundObjectRef": own}
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": other_sa}
+    with pytest.raises(ApiException) as denied:  # RBAC: tokens of its own ServiceAccount only
+        client.CoreV1Api(world.apis[NODE_A]).create_namespaced_service_account_token(
+            HOOKS_SA, NAMESPACE, body
+        )
+    assert denied.value.status == 403
 
 
 @pytest.mark.parametrize(
     ("kind", "expected"),
-    [("unbound", "not bound to a Pod on a node"), ("hooks", "not the node agent")],
+    [
+        ("unbound", "not bound to a Pod on a node"),
+        ("hooks", "not the node agent"),
+        ("old-shared-audience", "not accepted by the API server for this node's audience"),
+    ],
 )
-def test_tokens_not_bound_to_an_agent_pod_are_refused(
-    world: tuple[PeerServer, dict[str, str]], kind: str, expected: str
+def test_tokens_not_bound_to_an_agent_pod_or_not_for_this_node_are_refused(
+    world: World, kind: str, expected: str
 ) -> None:
-    server, tokens = world
-    status, error = ask(server, "placed", tokens[kind])
+    audience = names.peer_audience(NODE_B)
+    token = {
+        "unbound": lambda: peer_token(world.installed, AGENT_SA, audience),
+        "hooks": lambda: peer_token(world.installed, HOOKS_SA, audience),
+        "old-shared-audience": lambda: peer_token(
+            world.installed, AGENT_SA, names.PEER_TOKEN_AUDIENCE, bound_to(world.pods[NODE_A])
+        ),
+    }[kind]()
+    status, error = ask(world.servers[NODE_B], "placed", f"Bearer {token}")
     assert status == 401 and expected in error
-    assert tokens[kind] not in error
+    assert token not in error

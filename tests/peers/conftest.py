@@ -1,7 +1,10 @@
-"""Peer identities for server-level tests: the API emulator answers TokenReviews and holds the copies.
+"""Peer identities for server-level tests: the API emulator answers TokenRequests and TokenReviews
+and holds the copies.
 
-`Peers.header(path)` signs a request the way `auth.Credentials` does, as node
-`ASKER` (which has a ModelCacheNode of `team-a/m`, so it may read that cache).
+The server under test runs as node `SERVER`. `Peers.header()` is what `auth.Credentials` sends:
+a token of node `ASKER`'s agent Pod minted for `SERVER`'s audience (`ASKER` has a ModelCacheNode
+of `team-a/m`, so it may read that cache); `Peers.credentials()` mints them through the emulator's
+TokenRequest, as an agent does.
 """
 
 from __future__ import annotations
@@ -16,27 +19,34 @@ from praesto.agent.peers.identity import Gate, Identities
 from praesto import names
 from tests.support.kube import KubeEmulator
 from tests.support.objects import modelcachenode
-from tests.support.peer_cluster import AGENT_SERVICE_ACCOUNT, MCN, peer_token
+from tests.support.peer_cluster import AGENT_SERVICE_ACCOUNT, MCN, agent_pod, peer_token
 
-SECRET = b"s3cret-shared-by-every-agent-0123"
 ASKER = "node-b"
+SERVER = "node-a"
 
 
 @dataclass
 class Peers:
     kube: KubeEmulator
-    tokens: dict[str, str]  # node -> its peer token
+    tokens: dict[str, str]  # node -> its peer token for SERVER
 
-    def gate(self) -> Gate:
-        return Gate(SECRET, Identities(self.kube.api_client(), AGENT_SERVICE_ACCOUNT))
+    def gate(self, node: str = SERVER) -> Gate:
+        return Gate(Identities(self.kube.api_client(), AGENT_SERVICE_ACCOUNT, node))
 
-    def token(self, node: str = ASKER, *, user: str | None = None, bound: bool = True) -> str:
-        return peer_token(self.kube, node, user=user, bound=bound)
+    def token(
+        self, node: str = ASKER, *, user: str | None = None, bound: bool = True, target: str = SERVER
+    ) -> str:
+        return peer_token(self.kube, node, user=user, bound=bound, target=target)
 
-    def header(self, path: str, span: str | None = None, *, node: str = ASKER, secret: bytes = SECRET) -> str:
+    def header(self, node: str = ASKER) -> str:
         if node not in self.tokens:
             self.tokens[node] = self.token(node)
-        return auth.sign(secret, self.tokens[node], node, "GET", path, span)
+        return f"{auth.SCHEME} {self.tokens[node]}"
+
+    def credentials(self, node: str = ASKER) -> auth.Credentials:
+        """`node`'s agent credentials, minting through the emulator's TokenRequest."""
+        pod = agent_pod(self.kube, node, node)
+        return auth.Credentials(node, auth.TokenMinter(self.kube.api_client(), pod))
 
     def place(self, cache: str, node: str, namespace: str = "team-a") -> None:
         """The ModelCacheNode the sync hook makes for `cache` on `node` (what grants reads)."""

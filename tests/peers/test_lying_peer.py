@@ -21,24 +21,17 @@ from typing import Any
 
 import pytest
 from praesto.agent.download import download, plan
-from praesto.agent.peers import auth
 from praesto.agent.peers.server import NOT_YET, WRITTEN_HEADER
 from praesto.agent.peers.source import PeerSource, Tuning
 
 from praesto.spec import Source
 from tests.download.conftest import MiB, hub, options_for, tree_of
+from tests.peers.conftest import SERVER, Peers
 from tests.support.hub import LocalHub
 
 FILES = {"model.safetensors": os.urandom(3 * MiB + 123)}  # LFS: sha256, so peers are asked
 __all__ = ["hub"]  # the local hub fixture, shared with the download tests
 LIES = ["moving-not-yet", "still-not-yet", "busy", "trickle", "short-body", "wrong-bytes", "silent"]
-
-
-def credentials(tmp_path: Path) -> auth.Credentials:
-    """The asking node's: the liar checks nothing, it only lies."""
-    token = tmp_path / "token"
-    token.write_text("a-token")
-    return auth.Credentials("node-b", b"0123456789abcdef0123", token)
 
 
 class Liar(ThreadingHTTPServer):
@@ -120,14 +113,14 @@ def liar(request: pytest.FixtureRequest) -> Iterator[Liar]:
 
 
 def test_a_peer_lying_in_any_way_is_dropped_and_the_origin_serves(
-    liar: Liar, hub: LocalHub, tmp_path: Path
+    liar: Liar, hub: LocalHub, peers: Peers, tmp_path: Path
 ) -> None:
     hub.add_repo("org/lied-about", FILES)
     options = options_for(hub, concurrency=2)
     planned = plan(Source("hf", "org/lied-about", "main"), options)
     address = f"127.0.0.1:{liar.server_port}"
     tuning = Tuning(min_seconds=0.5, timeout=1.0, stall_seconds=1.0, not_yet_pause=0.05, offer_seconds=0.05)
-    source = PeerSource([address], credentials(tmp_path), "team-a", "m", planned.revision, tuning)
+    source = PeerSource({address: SERVER}, peers.credentials(), "team-a", "m", planned.revision, tuning)
     options.peers = source
     finished: list[object] = []
 

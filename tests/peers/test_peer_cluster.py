@@ -126,19 +126,23 @@ def test_a_peer_killed_mid_transfer_falls_back_to_the_origin(c: Cluster) -> None
     assert c.hub.bytes_served >= TOTAL - status["bytesFromPeers"]
 
 
-def test_a_peer_with_another_secret_is_refused_and_the_origin_serves(c: Cluster) -> None:
-    c.start("node-a", secret=b"another-cluster-secret-0123456789")
+def test_an_agent_claiming_a_node_it_is_not_on_is_refused_and_the_origin_serves(c: Cluster) -> None:
+    """Issue 21 item 12: the asking node is the one its Pod-bound token names, checked against the
+    copy's node, not what it says: node-b's agent running on node-z holds no copy there."""
+    c.start("node-a")
     c.select("tiny", "node-a")
     c.wait_ready("tiny", ["node-a"])
     c.hub.reset_counters()
-    c.start("node-b")
+    c.start("node-b", pod_node="node-z")
     c.select("tiny", "node-b")
     c.wait_ready("tiny", ["node-b"])
     assert c.files("tiny", "node-b") == FILES
     assert c.status("tiny", "node-b")["bytesFromPeers"] == 0
     assert c.nodes["node-a"].peering.server.bytes_served == 0
     assert c.hub.bytes_served == TOTAL
-    assert "HTTP 401" in c.log.getvalue()
+    reviewed = c.nodes["node-a"].peering.gate.identities._reviews.values()
+    assert {r.value for r in reviewed} == {"node-z"}  # its token names where its Pod runs
+    assert "dropped for this download" in c.log.getvalue()
 
 
 def test_a_stalled_leader_is_not_waited_for_forever(c: Cluster) -> None:

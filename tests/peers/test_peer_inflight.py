@@ -21,7 +21,6 @@ import pytest
 from praesto.agent.download.api import Plan, RemoteFile
 from praesto.agent.download.journal import Journal
 from praesto.agent.download.publish import TREE
-from praesto.agent.peers import auth
 from praesto.agent.peers.server import NOT_YET, WRITTEN_HEADER, PeerServer, file_path
 from praesto.agent.peers.source import PeerSource, Tuning
 
@@ -29,7 +28,7 @@ from praesto import names
 from praesto.spec import Source
 from praesto.store import StoreLayout
 from tests.agent.harness import rbac_violations
-from tests.peers.conftest import ASKER, SECRET, Peers
+from tests.peers.conftest import SERVER, Peers
 from tests.support.peer_cluster import Cluster, cluster
 
 REV = "b" * 40
@@ -44,7 +43,6 @@ class Leader:
     journal: Journal
     plan: Plan
     peers: Peers
-    token_file: Path
 
 
 def _remote(path: str, data: bytes) -> RemoteFile:
@@ -66,10 +64,8 @@ def leader(tmp_path: Path, peers: Peers) -> Iterator[Leader]:
     plan = Plan(Source("hf", "org/m", "main"), REV, (_remote("big.bin", BIG), _remote("config.json", SMALL)))
     server = PeerServer(layout, peers.gate(), ("127.0.0.1", 0)).start()
     server.inflight.register("team-a", "m", plan, staging)
-    token_file = tmp_path / "peer-token"
-    token_file.write_text(peers.token(ASKER))
     try:
-        yield Leader(server, journal, plan, peers, token_file)
+        yield Leader(server, journal, plan, peers)
     finally:
         journal.close()
         server.stop()
@@ -81,7 +77,7 @@ def get(leader: Leader, path: str, span: tuple[int, int] | None = None) -> tuple
         headers = {}
         if span is not None:
             headers["Range"] = f"bytes={span[0]}-{span[1] - 1}"
-        headers["Authorization"] = leader.peers.header(path, headers.get("Range"))
+        headers["Authorization"] = leader.peers.header()
         conn.request("GET", path, headers=headers)
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
@@ -123,15 +119,15 @@ def test_files_outside_the_plan_and_other_revisions_are_refused(leader: Leader) 
     assert status == 404 and b"not complete" in body
     conn = http.client.HTTPConnection("127.0.0.1", leader.server.server_port, timeout=10)
     conn.request("GET", url("big.bin"), headers={"Range": f"bytes=0-{PART - 1}"})
-    assert conn.getresponse().status == 401  # in flight or not, unsigned requests are refused
+    assert conn.getresponse().status == 401  # in flight or not, requests without a token are refused
     conn.close()
     assert leader.server.bytes_served == 0
 
 
 def _source(leader: Leader, stall: float) -> PeerSource:
     tuning = Tuning(min_seconds=10.0, timeout=5.0, stall_seconds=stall, not_yet_pause=0.05)
-    credentials = auth.Credentials(ASKER, SECRET, leader.token_file)
-    return PeerSource([leader.server.address], credentials, "team-a", "m", REV, tuning)
+    credentials = leader.peers.credentials()
+    return PeerSource({leader.server.address: SERVER}, credentials, "team-a", "m", REV, tuning)
 
 
 def test_a_follower_waits_for_a_part_to_be_written_then_copies_it(leader: Leader) -> None:

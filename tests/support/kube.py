@@ -26,7 +26,8 @@ needs no event loop, and gives the semantics the product code relies on:
 * a request log (method, path, verb, resource, namespace, name) for RBAC
   assertions, and fault injection (`fail_next`);
 * TokenReview answered from `tokens` (the peer agents' identities; the real
-  API server's answers for Pod-bound tokens are tested in tests/cluster).
+  API server's answers for Pod-bound tokens are tested in tests/cluster), and
+  TokenRequest (serviceaccounts/token) adding to them, bound to a stored Pod.
 
 Sync API for tests: `create`, `get`, `list`, `patch`, `delete`, `requests`,
 `api_client()`. Use as a context manager or through the `kube` fixture.
@@ -52,6 +53,7 @@ import contextlib
 import copy
 import json
 import re
+import secrets
 import socket
 import threading
 import time
@@ -65,6 +67,7 @@ import jsonpatch
 import kubernetes.client
 import pytest
 
+from praesto import names
 from tests.support.kube_store import (
     DEFAULT_RESOURCES,
     ApiError,
@@ -166,6 +169,34 @@ class KubeEmulator(Store):
             "kind": "TokenReview",
             "spec": spec,
             "status": status,
+        }
+
+    def _token_request(self, namespace: str, service_account: str, body: Any) -> Obj:
+        """A TokenRequest, as the API server answers it: bound to a Pod of that ServiceAccount,
+        the token's review names the Pod's node, name and UID (see `tokens`)."""
+        spec = (body or {}).get("spec") or {}
+        bound = spec.get("boundObjectRef") or {}
+        identity: Obj = {"username": f"system:serviceaccount:{namespace}:{service_account}"}
+        if bound:
+            pod = self.get("pods", str(bound.get("name")), namespace)
+            pod_spec = (pod or {}).get("spec") or {}
+            if pod is None or pod_spec.get("serviceAccountName") != service_account:
+                raise ApiError(404, "NotFound", f"pods {bound.get('name')!r} not found for {service_account}")
+            uid = (pod.get("metadata") or {}).get("uid")
+            if bound.get("uid") and bound["uid"] != uid:
+                raise ApiError(409, "Conflict", "the bound Pod's uid does not match")
+            identity["extra"] = {
+                names.TOKEN_EXTRA_NODE_NAME: [pod_spec.get("nodeName", "")],
+                names.TOKEN_EXTRA_POD_NAME: [bound.get("name")],
+                names.TOKEN_EXTRA_POD_UID: [uid],
+            }
+        token = secrets.token_urlsafe(32)
+        self.tokens[token] = (identity, tuple(spec.get("audiences") or ()))
+        return {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": spec,
+            "status": {"token": token, "expirationTimestamp": "2099-01-01T00:00:00Z"},
         }
 
     @property
@@ -318,6 +349,9 @@ class _Handler(BaseHTTPRequestHandler):
                 "create",
             ):
                 self._send(201, self.api._review(body))
+                return
+            if (record.group, record.resource, record.verb) == ("", "serviceaccounts/token", "create"):
+                self._send(201, self.api._token_request(record.namespace or "", record.name or "", body))
                 return
             if info is None:
                 raise ApiError(

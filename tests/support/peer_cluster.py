@@ -8,7 +8,6 @@ other through ModelCacheNode status exactly as in a cluster. Timings are shrunk.
 from __future__ import annotations
 
 import io
-import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from typing import Any
 from praesto.agent import logs
 from praesto.agent.kube import Backoff, KubeApi
 from praesto.agent.metrics import AgentMetrics
+from praesto.agent.peers.auth import Pod
 from praesto.agent.peers.peering import PeerConfig, Peering
 from praesto.agent.peers.server import Limits
 from praesto.agent.peers.source import Tuning
@@ -48,10 +48,6 @@ class Node:
         return StoreLayout(self.base)
 
     @property
-    def token_file(self) -> Path:
-        return self.base / "peer-token"
-
-    @property
     def peering(self) -> Peering:
         assert self.agent is not None and self.agent.peering is not None
         return self.agent.peering
@@ -62,7 +58,6 @@ class Cluster:
     kube: KubeEmulator
     hub: LocalHub
     tmp: Path
-    secret: bytes = field(default_factory=lambda: os.urandom(32).hex().encode())
     nodes: dict[str, Node] = field(default_factory=dict)
     log: io.StringIO = field(default_factory=io.StringIO)
 
@@ -72,8 +67,7 @@ class Cluster:
         *,
         limits: Limits | None = None,
         tuning: Tuning | None = None,
-        secret: bytes | None = None,
-        user: str | None = None,
+        pod_node: str | None = None,
         stall_seconds: float = 10.0,
         peers: bool = True,
         concurrency: int = 4,
@@ -81,12 +75,10 @@ class Cluster:
         node = self.nodes.get(name) or Node(name, self.tmp / name, f"127.0.0.{len(self.nodes) + 2}")
         node.base.mkdir(exist_ok=True)
         self.nodes[name] = node
-        node.token_file.write_text(self.token_for(name, user=user))
         api = self.kube.api_client()
         peer = PeerConfig(
             address="",
-            secret=secret or self.secret,
-            token_file=node.token_file,
+            pod=agent_pod(self.kube, name, pod_node or name),
             service_account=AGENT_SERVICE_ACCOUNT,
             bind=(node.host, 0),
             limits=limits or Limits(),
@@ -106,9 +98,6 @@ class Cluster:
             peering=Peering(peer, api, name, node.layout) if peers else None,
         ).start()
         return node
-
-    def token_for(self, node: str, *, user: str | None = None) -> str:
-        return peer_token(self.kube, node, user=user)
 
     def stop(self) -> None:
         for node in self.nodes.values():
@@ -147,15 +136,32 @@ class Cluster:
         }
 
 
-def peer_token(kube: KubeEmulator, node: str, *, user: str | None = None, bound: bool = True) -> str:
-    """A token the emulator's TokenReview accepts with the peer audience, as a Pod-bound token of
-    the agent ServiceAccount on `node` reviews (or one of `user`, or one bound to no Pod)."""
+def agent_pod(kube: KubeEmulator, node: str, runs_on: str) -> Pod:
+    """The agent Pod of `node` (in the emulator, so TokenRequests bind to it), scheduled on
+    `runs_on`: another node than `node` plays an agent that claims a node it is not on."""
+    namespace, _, account = AGENT_SERVICE_ACCOUNT.partition("/")
+    name = f"praesto-node-agent-{node}"
+    if kube.get("pods", name, namespace) is None:
+        kube.create({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"serviceAccountName": account, "nodeName": runs_on, "containers": [{"name": "agent"}]},
+        })  # fmt: skip
+    pod = kube.get("pods", name, namespace)
+    assert pod is not None
+    return Pod(namespace, name, str(pod["metadata"]["uid"]), account)
+
+
+def peer_token(
+    kube: KubeEmulator, node: str, *, user: str | None = None, bound: bool = True, target: str = ""
+) -> str:
+    """A token the emulator's TokenReview accepts with the audience of node `target`, as a Pod-bound
+    token of the agent ServiceAccount on `node` reviews (or one of `user`, or one bound to no Pod)."""
     token = secrets.token_urlsafe(32)
     namespace, _, sa = AGENT_SERVICE_ACCOUNT.partition("/")
     identity: Obj = {"username": user or f"system:serviceaccount:{namespace}:{sa}"}
     if bound:
         identity["extra"] = {names.TOKEN_EXTRA_NODE_NAME: [node]}
-    kube.tokens[token] = (identity, (names.PEER_TOKEN_AUDIENCE,))
+    kube.tokens[token] = (identity, (names.peer_audience(target),))
     return token
 
 
