@@ -61,8 +61,6 @@ HOOKS: tuple[Permission, ...] = (
     Permission("storage.k8s.io", "storageclasses", READ, namespaced=False),
     # Node labels only, for the validating webhook's "nodeSelector matches no nodes" warning.
     Permission("", "nodes", READ, namespaced=False),
-    # The validator's check that a ModelCache's author may read the Secret it names.
-    Permission("authorization.k8s.io", "subjectaccessreviews", ("create",), namespaced=False),
 )
 
 # Metacontroller, restricted to what our CompositeController and DecoratorController manage.
