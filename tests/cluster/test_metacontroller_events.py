@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes.dynamic.exceptions import ForbiddenError
 
 from praesto import names
 from tests.cluster.flows import heartbeat, merge_patch, modelcachenodes, phase_is, wait_gone
@@ -151,6 +152,17 @@ def test_every_change_of_a_selected_node_brings_a_pass_others_do_not(
     assert [c for c in composite.customize.calls if c[0] == uid] == [(uid, parent["metadata"]["generation"])]
 
 
+def created(installed: Installed, obj: Obj) -> bool:
+    """Create `obj`; False while the webhook refuses it (its StorageClass cache trails the API server)."""
+    try:
+        installed.admin.create(obj)
+    except ForbiddenError as err:
+        if "does not exist" in str(err):
+            return False
+        raise
+    return True
+
+
 def test_resync_after_seconds_evicts_an_unused_pvc_cache_with_no_event(
     installed: Installed, namespace: str, composite: CompositeController
 ) -> None:
@@ -160,7 +172,8 @@ def test_resync_after_seconds_evicts_an_unused_pvc_cache_with_no_event(
          "provisioner": "nfs.example.com"}
     )  # fmt: skip
     storage = {"size": "1Gi", "storageClassName": "mc-events-rwx"}
-    installed.admin.create(modelcache("ttl", NS, storage=storage, eviction={"unusedTTL": "10s"}))
+    cache = modelcache("ttl", NS, storage=storage, eviction={"unusedTTL": "10s"})
+    wait_for("the admission webhook to know the StorageClass", lambda: created(installed, cache), 30)
     composite.wait_parent(NS, "ttl", phase_is(names.PHASE_EVICTED), 60)
     evicting = next(
         p for p in composite.passes(f"{NS}/ttl")
@@ -176,9 +189,12 @@ def test_children_are_left_to_the_garbage_collector_under_its_finalizers(
 ) -> None:
     """With `orphan` or `foregroundDeletion` present, finalize runs but no child is created or deleted."""
     cache = f"gc-{policy.lower()}"
-    installed.admin.create(modelcache(cache, NS, node_selector={POOL: "nowhere"}, source=TOKEN_SOURCE))
+    # A selected Node with no agent: its copy stays unreported, so the Secret grant exists (hooks/local.py).
+    ready_node(installed.admin, "mc-gc", {POOL: "gc"})
+    installed.admin.create(modelcache(cache, NS, node_selector={POOL: "gc"}, source=TOKEN_SOURCE))
     role = names.secret_reader_role_name(cache)
-    wait_for("the grant", lambda: installed.admin.get(RBAC, "RoleBinding", role, NS) is not None, 30)
+    binding = f"create RoleBinding {NS}/{role}"
+    composite.wait_pass(f"{NS}/{cache}", lambda p: binding in p.writes, 30, "creating the grant")
     before = installed.admin.get(RBAC, "Role", role, NS)
     assert before is not None
     installed.admin.delete(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from praesto import names
 from tests.cluster.installed import Installed
-from tests.cluster.tenants import modelcache, opted_in_namespace
+from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 from tests.support.controlplane import wait_for
 from tests.support.metacontroller import CompositeController
 
@@ -20,8 +20,12 @@ RBAC = "rbac.authorization.k8s.io/v1"
 def test_inplace_recreate_and_ondelete(installed: Installed, composite: CompositeController) -> None:
     opted_in_namespace(installed.admin, NS)
     source = {"huggingface": {"repo": "org/p", "token": {"secretRef": {"name": "hf", "key": "HF_TOKEN"}}}}
-    # A nodeSelector no Node matches: only the grant's Role and RoleBinding are children.
-    installed.admin.create(modelcache("grant", NS, node_selector={"nowhere": "true"}, source=source))
+    # A selected Node with no agent: its copy stays unreported, so the grant's Role and RoleBinding
+    # exist (hooks/local.py copies_need_secret) beside that one ModelCacheNode.
+    ready_node(installed.admin, "strategies-node", {"test.praesto.io/pool": "strategies"})
+    installed.admin.create(
+        modelcache("grant", NS, node_selector={"test.praesto.io/pool": "strategies"}, source=source)
+    )
     name = names.secret_reader_role_name("grant")
     wait_for(
         "the grant's Role and RoleBinding",

@@ -172,6 +172,7 @@ class Informer:
         response = self._request([], 30)
         body = json.loads(response.data)
         items = [{**o, "apiVersion": self.api_version, "kind": self.kind} for o in body.get("items") or []]
+        log.debug("informer %s: listed %d", self.kind, len(items))
         self._push("LIST", items)
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -242,6 +243,7 @@ class Informer:
                 self._store[key] = obj
                 notes.append(("update", old, obj) if old is not None else ("add", obj, obj))
             self.synced.set()
+            log.debug("informer %s: synced", self.kind)
             return notes
         obj = {**payload, "apiVersion": self.api_version, "kind": self.kind}
         key = object_key(obj)

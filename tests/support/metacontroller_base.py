@@ -327,4 +327,5 @@ class Controller:
         passes = self.passes(key)
         errors = [p.error for p in passes if p.error][-3:]
         last = passes[-1] if passes else None
-        return f"{len(passes)} passes, last reasons {last and last.reasons}, last errors {errors}"
+        described = last and f"reasons {last.reasons}, hook {last.hook!r}, writes {last.writes}"
+        return f"{len(passes)} passes, last: {described}; last errors {errors}"
