@@ -173,12 +173,17 @@ def peer_audience(node: str) -> str:
 # fails the Job on it at once and the sync hook reports it (issue 7).
 DOWNLOAD_EXIT_TOO_LARGE = 3
 
-# Cluster-wide origin budget (agent/budget): Leases in the release namespace, one per slot
-# (`praesto-origin-<i>`, and `praesto-origin-host-<hash>-<i>` per source host) plus one per host
-# carrying the shared Retry-After (`praesto-origin-host-<hash>`). The chart's policy lets the
-# agent write only Leases with this prefix, and only in its own node's name.
+# Cluster-wide origin budget (agent/budget): Leases in the release namespace. Each node claims a
+# place in a group's queue with a Lease of its own, `praesto-origin-<group>.<node>` (<group>: `all`
+# for maxNodes, `h<hash>` per source for perHost), and a Lease per source carries the shared
+# Retry-After (`praesto-origin-host-<hash>`, no holder). The chart's policy lets the agent write
+# only Leases with this prefix, only its own claims, with bounded durations and Retry-After.
 ORIGIN_LEASE_PREFIX = "praesto-origin-"
-LABEL_ORIGIN_BUDGET = "praesto.io/origin-budget"  # value: "slot" or "host"
+LABEL_ORIGIN_BUDGET = "praesto.io/origin-budget"  # value: "claim" or "host"
+ORIGIN_CLAIM, ORIGIN_HOST = "claim", "host"
+# The resourceVersion of the write that made a claim (its place in the queue, set on the first
+# renewal; until then the claim's own resourceVersion is it). The policy admits only that value.
+ANNOTATION_CLAIMED_AT = "praesto.io/claimed-at-resource-version"
 ANNOTATION_ORIGIN_HOST = "praesto.io/origin-host"
 ANNOTATION_RETRY_AFTER_UNTIL = "praesto.io/retry-after-until"  # RFC 3339: no origin request before
 ANNOTATION_RETRY_AFTER_BY = "praesto.io/retry-after-by"  # the node that was told to wait

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from kubernetes import client
+from praesto.agent.budget import slots
 from praesto.agent.budget.gate import BudgetConfig, OriginBudget
 from praesto.agent.budget.leases import LeaseApi
 
@@ -26,6 +27,9 @@ def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
         help="the cluster's origin bytes/s, a quantity (1Gi); each slot holder gets an equal share; 0 is none")  # fmt: skip
     add("--origin-budget-lease-seconds", type=int, default=env("PRAESTO_ORIGIN_BUDGET_LEASE_SECONDS") or "30",
         help="a slot whose holder stops renewing it frees after this long (default %(default)s)")  # fmt: skip
+    add("--origin-budget-max-retry-after-seconds", type=int,
+        default=env("PRAESTO_ORIGIN_BUDGET_MAX_RETRY_AFTER_SECONDS") or "600",
+        help="the longest Retry-After one node's origin may impose on every node (default %(default)s)")  # fmt: skip
     add("--origin-budget-poll-seconds", type=float, default=env("PRAESTO_ORIGIN_BUDGET_POLL_SECONDS") or "2",
         help="how often a waiting node looks at the slots again (default %(default)s)")  # fmt: skip
 
@@ -40,6 +44,14 @@ def check_budget_arguments(args: argparse.Namespace) -> str | None:
         return "--origin-budget-max-nodes and --origin-budget-per-host: must be 0 (no limit) or more"
     if args.origin_budget_lease_seconds < 3:
         return f"--origin-budget-lease-seconds: {args.origin_budget_lease_seconds} is under 3; use e.g. 30"
+    if args.origin_budget_max_retry_after_seconds < 1:
+        return "--origin-budget-max-retry-after-seconds: must be 1 or more; use e.g. 600"
+    node = str(getattr(args, "node_name", "") or "")  # the daemon's flag (absent in a budget-only parser)
+    if not slots.claim_name_fits(node):
+        return (
+            f"--node-name: {node!r} is too long for the origin budget's Lease names "
+            "(praesto-origin-<group>.<node>, 253 characters); turn originBudget off for such nodes"
+        )
     if not args.origin_budget_poll_seconds > 0:
         return "--origin-budget-poll-seconds: must be more than 0 seconds"
     try:
@@ -69,5 +81,6 @@ def build_budget(args: argparse.Namespace, api: client.ApiClient) -> OriginBudge
         bytes_per_second=int(parse_quantity(str(args.origin_budget_bytes_per_second))),
         lease_seconds=args.origin_budget_lease_seconds,
         poll_seconds=args.origin_budget_poll_seconds,
+        max_retry_after=float(args.origin_budget_max_retry_after_seconds),
     )
     return OriginBudget(config, LeaseApi(api, config.namespace), args.node_name)

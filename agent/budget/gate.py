@@ -1,11 +1,15 @@
 """The cluster-wide origin budget on one node: slots held while its downloads pull from the origin.
 
 Why Leases and no new service: every agent already talks to the API server, and
-a Lease is a lock with an expiry (a crashed agent's slot frees itself) whose
-writes are guarded by resourceVersion. Slots live in the release namespace
-(`praesto-origin-<i>` for `maxNodes`, `praesto-origin-host-<hash>-<i>` for
-`perHost`); the holder is the node's name. A node takes one slot (per group) for
-all its downloads together: the budget counts nodes, not downloads.
+a Lease is a record with an expiry (a crashed agent's claim lapses by itself).
+Each node queues for a group (`maxNodes`, and `perHost` per origin) with a Lease of
+its own, `praesto-origin-<group>.<node>` in the release namespace, which only it
+may write (the chart's policy); the first `count` live claims hold (slots.py). A
+node holds a group once for all its downloads together: the budget counts nodes,
+not downloads. Groups are taken in one order, the origin's first, then the
+cluster-wide one, and a node keeps what it holds while it waits for the next:
+with one order no two nodes can each hold what the other waits for, and a node
+waiting for a busy origin does not take one of the cluster's places meanwhile.
 
 Where it gates: at the origin's byte source (`GatedSource`, set on the download
 through `Options.origin`), before the first origin request of a download, not
@@ -59,6 +63,7 @@ class BudgetConfig:
     per_host: int = 0  # nodes pulling from one source host at once; 0: no per-host limit
     bytes_per_second: int = 0  # the cluster's origin rate, shared as max_nodes equal parts; 0: none
     lease_seconds: int = 30  # a holder that stops renewing loses its slot after this long
+    max_retry_after: float = 600.0  # the longest Retry-After any node's origin may impose on all
     poll_seconds: float = 2.0  # how often a waiting node looks at the slots again
     cooldown_refresh: float = 1.0  # how stale a node's view of a host's Retry-After may be
 
@@ -78,8 +83,9 @@ class OriginBudget:
         self.pace = Pace(slots.share(config.bytes_per_second, config.max_nodes))
         self._lock = threading.Lock()  # the maps below
         self._taking = threading.Lock()  # one acquisition at a time: never two slots of a group
-        self._held: dict[str, tuple[str, float]] = {}  # group -> (slot Lease name, last renewed)
+        self._held: dict[str, tuple[str, float]] = {}  # group -> (claim Lease name, last renewed)
         self._users: dict[str, int] = {}  # group -> downloads of this node using it
+        self._waiters: dict[str, int] = {}  # group -> downloads of this node waiting for it
         self._cooldowns: dict[str, tuple[float, Cooldown | None]] = {}  # host -> (read at, what)
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -111,48 +117,71 @@ class OriginBudget:
 
     # ---- slots ---------------------------------------------------------------------
     def groups(self, host: str) -> list[str]:
-        return [g for g, n in ((GLOBAL, self.config.max_nodes), (host, self.config.per_host)) if n > 0]
+        """The groups `host` needs, in the one order every node takes them: the origin's, then all."""
+        return [g for g, n in ((host, self.config.per_host), (GLOBAL, self.config.max_nodes)) if n > 0]
 
     def hold(self, host: str, cancel: threading.Event, report: Callable[[str], None], *, join: bool) -> None:
-        """Return once this node holds every slot `host` needs; `join` counts one more download using them."""
+        """Return once this node holds every group `host` needs; `join` counts one more download using them."""
         groups = self.groups(host)
-        said = ""
-        while True:
-            with self._lock:
-                missing = [g for g in groups if g not in self._held]
-                if not missing:
-                    if join:
-                        for g in groups:
-                            self._users[g] = self._users.get(g, 0) + 1
-                    return
-            if cancel.is_set():
-                raise DownloadCancelled()
-            if not self._taking.acquire(timeout=self.config.poll_seconds):
-                continue
-            try:
-                waiting = self._take(missing)
-            except Exception as err:  # the API unreachable: wait and look again, say why
-                waiting = f"cannot reach the origin budget's Leases ({type(err).__name__}); pulling nothing from the origin until it can"
-            finally:
-                self._taking.release()
-            if not waiting:  # taken, or another node wrote first: look again at once
-                continue
-            if waiting != said:
-                log.info("%s", waiting)
-                report(waiting)
-                said = waiting
-            if cancel.wait(self.config.poll_seconds * (0.75 + random.random() / 2)):  # noqa: S311 - jitter
-                raise DownloadCancelled()
+        with self._lock:
+            for g in groups:
+                self._waiters[g] = self._waiters.get(g, 0) + 1
+        joined = False
+        try:
+            said = ""
+            while True:
+                with self._lock:
+                    missing = [g for g in groups if g not in self._held]
+                    if not missing:
+                        if join:
+                            for g in groups:
+                                self._users[g] = self._users.get(g, 0) + 1
+                        joined = True
+                        return
+                if cancel.is_set():
+                    raise DownloadCancelled()
+                if not self._taking.acquire(timeout=self.config.poll_seconds):
+                    continue
+                try:
+                    waiting = self._take(missing)
+                except Exception as err:  # the API unreachable: wait and look again, say why
+                    waiting = f"cannot reach the origin budget's Leases ({type(err).__name__}); pulling nothing from the origin until it can"
+                finally:
+                    self._taking.release()
+                if not waiting:  # held, or written meanwhile: look again at once
+                    continue
+                if waiting != said:
+                    log.info("%s", waiting)
+                    report(waiting)
+                    said = waiting
+                if cancel.wait(self.config.poll_seconds * (0.75 + random.random() / 2)):  # noqa: S311 - jitter
+                    raise DownloadCancelled()
+        finally:
+            self._done_waiting(groups, joined or not join)
+
+    def _done_waiting(self, groups: list[str], using: bool) -> None:
+        """A download stops waiting: claims nobody on this node uses or waits for any more go back."""
+        free: list[str] = []
+        with self._lock:
+            for g in groups:
+                self._waiters[g] = self._waiters.get(g, 0) - 1
+                if self._waiters[g] <= 0:
+                    self._waiters.pop(g)
+                    if not using and self._users.get(g, 0) <= 0:
+                        held = self._held.pop(g, None)
+                        free.append(held[0] if held else slots.claim_name(g, self.node))
+        for name in free:
+            self._give_back(name)
 
     def leave(self, host: str) -> None:
-        """One download stopped using the origin; the last one gives the slots back."""
+        """One download stopped using the origin; the last one gives the claims back."""
         free: list[str] = []
         with self._lock:
             for g in self.groups(host):
                 self._users[g] = self._users.get(g, 0) - 1
                 if self._users[g] <= 0:
                     self._users.pop(g)
-                    if g in self._held:
+                    if g in self._held and not self._waiters.get(g):
                         free.append(self._held.pop(g)[0])
         for name in free:
             self._give_back(name)
@@ -163,74 +192,82 @@ class OriginBudget:
         return self.config.per_host, "originBudget.perHost"
 
     def _take(self, missing: list[str]) -> str | None:
-        """One attempt at every missing slot: None when all taken, '' to look again at once
-        (another node wrote first), else why this node waits. Never keeps some while waiting."""
+        """One look at the queues of the missing groups, in order, claiming as needed: None when all
+        are held, '' to look again at once (a claim was just written), else why this node waits."""
         leases, now = self.leases.list(), self.clock()
-        got: list[tuple[str, str]] = []
-        outcome: str | None = None
+        seconds = self.config.lease_seconds
         for group in missing:
+            name = slots.claim_name(group, self.node)
+            mine = leases.get(name)
+            if mine is None or not slots.is_live(mine, now, seconds) or slots.holder(mine) != self.node:
+                self.leases.write(slots.claimed(mine, name, self.node, now, seconds))
+                return ""  # the queue is read again after the claim: it then sees every earlier one
+            if slots.renewal_due(mine, now, seconds):
+                written = self.leases.write(slots.claimed(mine, name, self.node, now, seconds))
+                leases[name] = written or mine
             count, value = self._count(group)
-            group_leases = {name: leases.get(name) for name in slots.slot_names(group, count)}
-            name = slots.choose(group_leases, self.node, now)
-            if name is None:
-                outcome = slots.describe(group, count, slots.holders(group_leases, now), value)
-                break
-            body = slots.taken(group_leases[name], name, self.node, now, self.config.lease_seconds)
-            if self.leases.write(body) is None:
-                outcome = ""
-                break
-            got.append((group, name))
-        if outcome is not None:
-            for _, name in got:
-                self._give_back(name)
-            return outcome
-        with self._lock:
-            for group, name in got:
+            held_by = slots.holders(leases, group, count, now, seconds)
+            if self.node not in held_by:
+                return slots.describe(group, count, held_by, value)
+            with self._lock:
                 self._held[group] = (name, now)
-        if self._renewer is None:
-            self._renewer = threading.Thread(
-                target=self._renew_loop, name="praesto-origin-budget", daemon=True
-            )
-            self._renewer.start()
+            if self._renewer is None:
+                self._renewer = threading.Thread(
+                    target=self._renew_loop, name="praesto-origin-budget", daemon=True
+                )
+                self._renewer.start()
         return None
 
     def _give_back(self, name: str) -> None:
         try:
             lease = self.leases.get(name)
             if lease is not None and slots.holder(lease) == self.node:
-                self.leases.write(slots.released(lease))  # a conflict: someone took it after expiry
-        except Exception as err:  # it expires on its own
+                self.leases.write(slots.released(lease))
+        except Exception as err:  # it lapses on its own
             log.warning(
-                "could not release origin slot %s (%s); it expires by itself", name, type(err).__name__
+                "could not give back origin claim %s (%s); it lapses by itself", name, type(err).__name__
             )
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.config.lease_seconds / 3):
+        seconds = self.config.lease_seconds
+        while not self._stop.wait(seconds / 3):
             with self._lock:
                 held = dict(self._held)
-            for group, (name, renewed) in held.items():
+            if not held:
+                continue
+            lost: list[str] = []
+            try:
+                leases, now = self.leases.list(), self.clock()
+            except Exception as err:
+                log.warning("could not renew origin claims: %s", type(err).__name__)
                 now = self.clock()
+                lost = [g for g, (_, renewed) in held.items() if now - renewed >= seconds]
+                leases = {}
+            for group, (name, _) in held.items():
+                if not leases:
+                    break
+                lease = leases.get(name)
                 try:
-                    lease = self.leases.get(name)
-                    ok = slots.holder(lease) == self.node and not slots.is_free(lease, now)
-                    ok = (
-                        ok
-                        and self.leases.write(
-                            slots.taken(lease, name, self.node, now, self.config.lease_seconds)
-                        )
-                        is not None
-                    )
+                    if (
+                        lease is None
+                        or not slots.is_live(lease, now, seconds)
+                        or slots.holder(lease) != self.node
+                    ):
+                        lost.append(group)
+                        continue
+                    if self.leases.write(slots.claimed(lease, name, self.node, now, seconds)) is not None:
+                        with self._lock:
+                            if self._held.get(group, ("",))[0] == name:
+                                self._held[group] = (name, now)
+                    count, _ = self._count(group)
+                    if self.node not in slots.holders(leases, group, count, now, seconds):
+                        lost.append(group)  # an earlier claim came back: queue again
                 except Exception as err:
-                    log.warning("could not renew origin slot %s: %s", name, type(err).__name__)
-                    ok = now - renewed < self.config.lease_seconds  # others still see it as ours
-                    now = renewed
-                with self._lock:
-                    if self._held.get(group, ("",))[0] != name:
-                        continue  # given back meanwhile
-                    if ok:
-                        self._held[group] = (name, now)
-                    else:  # lost: the next origin request takes a slot again first
-                        log.warning("lost origin slot %s; waiting for the budget again", name)
+                    log.warning("could not renew origin claim %s: %s", name, type(err).__name__)
+            with self._lock:
+                for group in lost:
+                    if group in self._held and self._held[group][0] == held[group][0]:
+                        log.warning("lost origin claim %s; waiting for the budget again", held[group][0])
                         del self._held[group]
 
     # ---- Retry-After -------------------------------------------------------------
@@ -241,7 +278,8 @@ class OriginBudget:
         if cached is not None and now - cached[0] < self.config.cooldown_refresh:
             return cached[1]
         try:
-            seen = slots.cooldown_of(self.leases.get(slots.host_lease_name(host)))
+            lease = self.leases.get(slots.host_lease_name(host))
+            seen = slots.cooldown_of(lease, self.clock(), self.config.max_retry_after)
         except Exception as err:
             log.warning("could not read the Retry-After of %s: %s", host, type(err).__name__)
             seen = cached[1] if cached else None
@@ -268,13 +306,13 @@ class OriginBudget:
 
     def record_cooldown(self, host: str, seconds: float) -> None:
         """The origin told this node to wait `seconds`: tell every node, through the host's Lease."""
-        cooldown = Cooldown(self.clock() + seconds, self.node)
+        cooldown = Cooldown(self.clock() + min(seconds, self.config.max_retry_after), self.node)
         with self._lock:
             self._cooldowns[host] = (time.monotonic(), cooldown)
         name = slots.host_lease_name(host)
         try:
             for _ in range(3):  # each conflict means another node wrote its own Retry-After meanwhile
-                body = slots.with_cooldown(self.leases.get(name), name, host, cooldown)
+                body = slots.with_cooldown(self.leases.get(name), name, host, cooldown, self.clock())
                 if body is None or self.leases.write(body) is not None:
                     return
         except Exception as err:

@@ -1,11 +1,20 @@
-"""The pure part of the origin budget: which Lease slot to take, when one is free, Retry-After, pacing.
+"""The pure part of the origin budget: queues of claims, who holds, Retry-After, pacing.
 
-A slot is a `coordination.k8s.io/v1` Lease (as the API serves it, a dict). It is
-free when it has no holder or its holder stopped renewing it for longer than
-`leaseDurationSeconds` (a crashed agent's slot expires); a node already holding
-one keeps it. Taking and releasing are writes guarded by resourceVersion (leases.py),
-so two nodes choosing the same free slot cannot both get it: the second write
-conflicts and that node tries again. Nothing here talks to the API server.
+Each node claims its place in a group's queue with a `coordination.k8s.io/v1` Lease
+of its own (`claim_name`), which only it may write (the chart's policy): nobody can
+take another node's place, or write for it. The queue is ordered by the API server,
+not by any clock: by the resourceVersion of the write that made each claim
+(resource versions of one resource are comparable integers: k8s.io/apimachinery
+pkg/util/resourceversion CompareResourceVersion, v0.37.2). A node holds the group
+when its claim is among the first `count` live claims. Why that bounds the holders:
+a node looks at the queue only after its own claim is written, so it sees every
+claim made before its own; a claim made later ranks after it.
+
+A claim is live while its holder renews it. Every value a node writes is bounded
+when read, whatever the policy admitted: a lease duration longer than the budget's
+own counts as the budget's, and a renewal time more than `MAX_CLOCK_SKEW` ahead of
+the reader's clock is not believed (else one write could hold a place for ever).
+The same holds for Retry-After (`cooldown_of`). Nothing here talks to the API server.
 """
 
 from __future__ import annotations
@@ -21,7 +30,8 @@ from typing import Any
 from praesto import names
 
 Lease = dict[str, Any]
-GLOBAL = ""  # the slot group of the cluster-wide budget; per-host groups are keyed by host
+GLOBAL = ""  # the group of the cluster-wide budget; per-host groups are keyed by their origin
+MAX_CLOCK_SKEW = 30.0  # seconds a written time may be ahead of the reader's clock and still be believed
 
 
 def host_hash(host: str) -> str:
@@ -29,10 +39,19 @@ def host_hash(host: str) -> str:
     return hashlib.sha256(host.lower().encode()).hexdigest()[:10]
 
 
-def slot_names(group: str, count: int) -> list[str]:
-    """`praesto-origin-<i>` for the cluster-wide budget, `praesto-origin-host-<hash>-<i>` per host."""
-    prefix = names.ORIGIN_LEASE_PREFIX if group == GLOBAL else f"{host_lease_name(group)}-"
-    return [f"{prefix}{i}" for i in range(count)]
+def group_key(group: str) -> str:
+    """`all` for the cluster-wide budget, `h<hash>` per origin: no dot, so the node follows the first."""
+    return "all" if group == GLOBAL else f"h{host_hash(group)}"
+
+
+def claim_name(group: str, node: str) -> str:
+    """The Lease by which `node` queues for `group`: `praesto-origin-<group key>.<node>`."""
+    return f"{names.ORIGIN_LEASE_PREFIX}{group_key(group)}.{node}"
+
+
+def claim_name_fits(node: str) -> bool:
+    """Whether this node's claims fit in a Lease name (253 characters), for every group."""
+    return len(claim_name("any host", node)) <= 253
 
 
 def host_lease_name(host: str) -> str:
@@ -46,7 +65,7 @@ def rfc3339(when: float) -> str:
 
 
 def parse_time(text: str | None) -> float | None:
-    if not text:
+    if not text or not isinstance(text, str):
         return None
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
@@ -58,70 +77,95 @@ def holder(lease: Lease | None) -> str:
     return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
 
 
-def expires_at(lease: Lease) -> float:
-    """When the holder's claim lapses unless renewed; 0 for a lease that never held."""
+def _believed(when: float | None, now: float) -> float | None:
+    """A time another node wrote, unless it lies beyond what clock skew explains."""
+    return when if when is not None and when <= now + MAX_CLOCK_SKEW else None
+
+
+def is_live(lease: Lease | None, now: float, max_seconds: int) -> bool:
+    """Held and renewed in time, its duration counted as at most `max_seconds` (the budget's own)."""
+    if lease is None or not holder(lease):
+        return False
     spec = lease.get("spec") or {}
-    renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
-    if renewed is None:
-        return 0.0
-    return renewed + float(spec.get("leaseDurationSeconds") or 0)
+    renewed = _believed(parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime")), now)
+    duration = spec.get("leaseDurationSeconds")
+    if renewed is None or not isinstance(duration, int):
+        return False
+    return renewed + min(max(duration, 0), max_seconds) > now
 
 
-def is_free(lease: Lease | None, now: float) -> bool:
-    """Nobody holds it, or its holder has not renewed it in time (crashed, partitioned)."""
-    return lease is None or not holder(lease) or expires_at(lease) <= now
+def _claimed_at(lease: Lease) -> int:
+    meta = lease.get("metadata") or {}
+    for value in (
+        ((meta.get("annotations") or {}).get(names.ANNOTATION_CLAIMED_AT)),
+        meta.get("resourceVersion"),
+    ):
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+    return 1 << 128  # never written by the API server: last
 
 
-def holders(leases: Mapping[str, Lease | None], now: float) -> list[str]:
-    """The nodes holding these slots now, sorted (messages must not churn)."""
-    return sorted({holder(lease) for lease in leases.values() if not is_free(lease, now)})
+def queue(leases: Mapping[str, Lease], group: str, now: float, max_seconds: int) -> list[Lease]:
+    """The live claims of `group`, first come first: by the API server's order of their claiming writes."""
+    prefix = claim_name(group, "")
+    live = [
+        lease
+        for name, lease in leases.items()
+        if name.startswith(prefix) and is_live(lease, now, max_seconds)
+    ]
+    return sorted(live, key=lambda lease: (_claimed_at(lease), str(lease["metadata"]["name"])))
 
 
-def choose(leases: Mapping[str, Lease | None], me: str, now: float) -> str | None:
-    """The slot `me` should take: the one it holds already, else a free one, else None (wait).
-
-    `leases` maps every slot name of one group to its Lease, None when it does not
-    exist yet. Free slots are tried in an order that depends on the node's name, so
-    nodes waiting together spread over the free slots instead of all conflicting on
-    the first.
-    """
-    mine = [name for name, lease in leases.items() if holder(lease) == me and not is_free(lease, now)]
-    if mine:
-        return sorted(mine)[0]
-    free = [name for name, lease in leases.items() if is_free(lease, now)]
-    if not free:
-        return None
-    return min(free, key=lambda name: hashlib.sha256(f"{me}/{name}".encode()).digest())
+def holders(leases: Mapping[str, Lease], group: str, count: int, now: float, max_seconds: int) -> list[str]:
+    """The nodes holding `group` now: the first `count` in its queue."""
+    return [holder(lease) for lease in queue(leases, group, now, max_seconds)[:count]]
 
 
-def taken(lease: Lease | None, name: str, me: str, now: float, duration: int, kind: str = "slot") -> Lease:
-    """The body that claims (or renews) slot `name` for `me`: create it when `lease` is None.
+def claimed(lease: Lease | None, name: str, me: str, now: float, duration: int) -> Lease:
+    """The body that claims (or renews the claim) `name` for `me`: create it when `lease` is None.
 
-    The resourceVersion read stays in the body, so the write fails with 409 when
-    another node changed the slot since.
+    A new claim (none, given back, or lapsed) drops the place it had; a renewal records,
+    once, the resourceVersion of the write that made the claim, which keeps its place.
+    The resourceVersion read stays in the body: only `me` writes this Lease, so a conflict
+    means only that `me` wrote it meanwhile.
     """
     body: Lease = (
         {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": name, "labels": {names.LABEL_ORIGIN_BUDGET: kind}},
+            "metadata": {"name": name, "labels": {names.LABEL_ORIGIN_BUDGET: names.ORIGIN_CLAIM}},
             "spec": {},
         }
         if lease is None
         else {**lease, "metadata": dict(lease.get("metadata") or {}), "spec": dict(lease.get("spec") or {})}
     )
-    spec = body["spec"]
-    if holder(lease) != me or is_free(lease, now):
+    meta, spec = body["metadata"], body["spec"]
+    annotations = dict(meta.get("annotations") or {})
+    if lease is None or holder(lease) != me or not is_live(lease, now, duration):
         spec["acquireTime"] = rfc3339(now)
         spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (lease is not None)
+        annotations.pop(names.ANNOTATION_CLAIMED_AT, None)
+    elif names.ANNOTATION_CLAIMED_AT not in annotations:
+        annotations[names.ANNOTATION_CLAIMED_AT] = str(meta.get("resourceVersion") or "")
+    meta["annotations"] = annotations
     spec.update(holderIdentity=me, renewTime=rfc3339(now), leaseDurationSeconds=duration)
     return body
 
 
 def released(lease: Lease) -> Lease:
-    """The body that gives slot `lease` back: no holder (resourceVersion kept, as for taking)."""
+    """The body that gives a claim back: no holder, no place in the queue."""
     spec = {k: v for k, v in (lease.get("spec") or {}).items() if k not in ("holderIdentity", "renewTime")}
-    return {**lease, "spec": spec}
+    meta = dict(lease.get("metadata") or {})
+    meta["annotations"] = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if k != names.ANNOTATION_CLAIMED_AT
+    }
+    return {**lease, "metadata": meta, "spec": spec}
+
+
+def renewal_due(lease: Lease | None, now: float, duration: int) -> bool:
+    """A claim is written again a third of its duration after its last renewal (or when it lapsed)."""
+    renewed = parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
+    return renewed is None or now - renewed >= duration / 3
 
 
 # ---- Retry-After shared through the per-host Lease -------------------------------------------
@@ -135,28 +179,34 @@ class Cooldown:
     by: str
 
 
-def cooldown_of(lease: Lease | None) -> Cooldown | None:
+def cooldown_of(lease: Lease | None, now: float, max_seconds: float) -> Cooldown | None:
+    """The Retry-After a host Lease carries, bounded: at most `max_seconds` after it was written
+    (spec.renewTime), and none when that time lies in the future beyond clock skew."""
     annotations = ((lease or {}).get("metadata") or {}).get("annotations") or {}
     until = parse_time(annotations.get(names.ANNOTATION_RETRY_AFTER_UNTIL))
-    if until is None:
+    written = _believed(parse_time(((lease or {}).get("spec") or {}).get("renewTime")), now)
+    if until is None or written is None:
         return None
-    return Cooldown(until, str(annotations.get(names.ANNOTATION_RETRY_AFTER_BY) or ""))
+    return Cooldown(
+        min(until, written + max_seconds), str(annotations.get(names.ANNOTATION_RETRY_AFTER_BY) or "")
+    )
 
 
-def with_cooldown(lease: Lease | None, name: str, host: str, cooldown: Cooldown) -> Lease | None:
-    """The host Lease body recording `cooldown`, or None when it already asks to wait as long."""
-    current = cooldown_of(lease)
+def with_cooldown(lease: Lease | None, name: str, host: str, cooldown: Cooldown, now: float) -> Lease | None:
+    """The host Lease body recording `cooldown` (written at `now`), or None when it already asks to
+    wait as long."""
+    current = cooldown_of(lease, now, float("inf"))
     if current is not None and current.until >= cooldown.until:
         return None
     body: Lease = (
         {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": name, "labels": {names.LABEL_ORIGIN_BUDGET: "host"}},
+            "metadata": {"name": name, "labels": {names.LABEL_ORIGIN_BUDGET: names.ORIGIN_HOST}},
             "spec": {},
         }
         if lease is None
-        else {**lease, "metadata": dict(lease.get("metadata") or {})}
+        else {**lease, "metadata": dict(lease.get("metadata") or {}), "spec": dict(lease.get("spec") or {})}
     )
     body["metadata"]["annotations"] = {
         **(body["metadata"].get("annotations") or {}),
@@ -164,6 +214,7 @@ def with_cooldown(lease: Lease | None, name: str, host: str, cooldown: Cooldown)
         names.ANNOTATION_RETRY_AFTER_UNTIL: rfc3339(cooldown.until),
         names.ANNOTATION_RETRY_AFTER_BY: cooldown.by,
     }
+    body["spec"]["renewTime"] = rfc3339(now)
     return body
 
 

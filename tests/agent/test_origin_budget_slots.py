@@ -1,4 +1,4 @@
-"""The origin budget's pure slot logic: which Lease to take, expiry, conflicts, Retry-After, pacing."""
+"""The origin budget's pure logic: queues of claims, bounds on what others wrote, Retry-After, pacing."""
 
 from __future__ import annotations
 
@@ -13,93 +13,105 @@ from praesto import names
 NOW = 1_800_000_000.0
 
 
-def lease(name: str, holder: str | None, renewed: float | None = NOW, duration: int = 30) -> dict[str, Any]:
+def lease(
+    name: str, holder: str | None, renewed: float | None = NOW, duration: int = 30, rv: str = "7"
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"leaseDurationSeconds": duration}
     if holder is not None:
         spec["holderIdentity"] = holder
     if renewed is not None:
         spec["renewTime"] = slots.rfc3339(renewed)
-    return {"metadata": {"name": name, "resourceVersion": "7"}, "spec": spec}
+    return {"metadata": {"name": name, "resourceVersion": rv}, "spec": spec}
 
 
-def test_slot_names_per_group_never_collide() -> None:
-    assert slots.slot_names(GLOBAL, 2) == ["praesto-origin-0", "praesto-origin-1"]
-    host = slots.slot_names("huggingface.co", 2)
-    assert host[0].startswith("praesto-origin-host-") and host[0].endswith("-0")
-    assert slots.host_lease_name("huggingface.co") == host[0][: -len("-0")]
-    assert slots.slot_names("HuggingFace.co", 1) == host[:1]  # host names are case-insensitive
-    assert set(host).isdisjoint(slots.slot_names("cdn-lfs.hf.co", 2))
-    assert all(len(n) <= 63 and names.is_dns_label(n) for n in host)
+def claim(node: str, rv: int, group: str = GLOBAL, **kwargs: Any) -> dict[str, Any]:
+    return lease(slots.claim_name(group, node), node, rv=str(rv), **kwargs)
 
 
-def test_a_node_keeps_the_slot_it_holds() -> None:
-    group = {"s-0": lease("s-0", "a"), "s-1": lease("s-1", "b"), "s-2": None}
-    assert slots.choose(group, "b", NOW) == "s-1"
+def by_name(*leases: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {str(o["metadata"]["name"]): o for o in leases}
 
 
-def test_free_expired_and_missing_slots_can_be_taken_held_ones_not() -> None:
-    held = {"s-0": lease("s-0", "a"), "s-1": lease("s-1", "b")}
-    assert slots.choose(held, "c", NOW) is None
-    assert slots.holders(held, NOW) == ["a", "b"]
-    released = {**held, "s-1": lease("s-1", None, renewed=None)}
-    assert slots.choose(released, "c", NOW) == "s-1"
-    expired = {**held, "s-1": lease("s-1", "b", renewed=NOW - 31)}  # b stopped renewing: crashed
-    assert slots.choose(expired, "c", NOW) == "s-1"
-    assert slots.holders(expired, NOW) == ["a"]
-    missing = {**held, "s-1": None}  # not created yet
-    assert slots.choose(missing, "c", NOW) == "s-1"
+def test_claim_names_name_the_node_and_groups_never_collide() -> None:
+    assert slots.claim_name(GLOBAL, "node-a") == "praesto-origin-all.node-a"
+    host = slots.claim_name("huggingface.co", "node-a")
+    assert host.endswith(".node-a") and host.split(".", 1)[0].startswith("praesto-origin-h")
+    assert slots.claim_name("HuggingFace.co", "node-a") == host  # host names are case-insensitive
+    assert slots.claim_name("cdn-lfs.hf.co", "node-a") != host
+    assert "." not in slots.host_lease_name("huggingface.co")  # never taken for a claim
+    assert slots.claim_name_fits("n" * 200) and not slots.claim_name_fits("n" * 230)
 
 
-def test_waiting_nodes_spread_over_free_slots() -> None:
-    free = {f"s-{i}": None for i in range(4)}
-    chosen = {slots.choose(free, f"node-{n}", NOW) for n in range(12)}
-    assert len(chosen) > 1  # not every node conflicts on the same first slot
+def test_the_first_claims_by_the_api_servers_order_hold() -> None:
+    leases = by_name(claim("late", 30), claim("early", 10), claim("middle", 20))
+    assert slots.holders(leases, GLOBAL, 2, NOW, 30) == ["early", "middle"]
+    # a renewed claim keeps its place: the resourceVersion of its claiming write, recorded once
+    renewed = claim("late", 99)
+    renewed["metadata"]["annotations"] = {names.ANNOTATION_CLAIMED_AT: "5"}
+    assert slots.holders(by_name(renewed, claim("early", 10)), GLOBAL, 1, NOW, 30) == ["late"]
+    # other groups' claims and host Leases are not in this queue
+    other = claim("other", 1, group="huggingface.co")
+    assert slots.holders(by_name(other, claim("early", 10)), GLOBAL, 1, NOW, 30) == ["early"]
 
 
-def test_taking_keeps_the_resource_version_so_a_concurrent_taker_conflicts() -> None:
-    old = lease("s-0", "b", renewed=NOW - 60)
-    body = slots.taken(old, "s-0", "c", NOW, 30)
-    assert body["metadata"]["resourceVersion"] == "7"  # the update is refused if someone wrote since
-    spec = body["spec"]
-    assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("c", 30)
-    assert spec["acquireTime"] == spec["renewTime"] == slots.rfc3339(NOW)
-    assert spec["leaseTransitions"] == 1
-    assert old["spec"]["holderIdentity"] == "b"  # the Lease read is not modified
+def test_given_back_and_lapsed_claims_leave_the_queue() -> None:
+    given_back = slots.released(claim("a", 1))
+    lapsed = claim("b", 2, renewed=NOW - 31)
+    assert slots.holders(by_name(given_back, lapsed, claim("c", 3)), GLOBAL, 1, NOW, 30) == ["c"]
 
 
-def test_renewing_moves_only_the_renew_time() -> None:
-    mine = slots.taken(None, "s-0", "c", NOW, 30)
-    assert mine["metadata"]["labels"] == {names.LABEL_ORIGIN_BUDGET: "slot"}
-    assert "resourceVersion" not in mine["metadata"]  # created, not updated
-    mine["metadata"]["resourceVersion"] = "8"
-    renewed = slots.taken(mine, "s-0", "c", NOW + 10, 30)
+def test_what_another_node_wrote_is_bounded_when_read() -> None:
+    """#21 item 6: a claim with leaseDurationSeconds 2^31-1, or renewed in 2099, holds nothing for ever."""
+    forever = claim("greedy", 1, renewed=NOW - 3600, duration=2**31 - 1)
+    assert not slots.is_live(forever, NOW, 30)  # counted as the budget's own 30 s
+    future = claim("greedy", 1, renewed=4_070_908_800.0)  # 2099
+    assert not slots.is_live(future, NOW, 30)
+    skewed = claim("slightly-ahead", 1, renewed=NOW + 5)  # a clock a little ahead is believed
+    assert slots.is_live(skewed, NOW, 30)
+    assert not slots.is_live(claim("no-duration", 1, duration="30"), NOW, 30)  # type: ignore[arg-type,unused-ignore]
+
+
+def test_a_claim_records_its_place_on_renewal_and_a_new_claim_drops_it() -> None:
+    name = slots.claim_name(GLOBAL, "c")
+    first = slots.claimed(None, name, "c", NOW, 30)
+    assert first["metadata"]["labels"] == {names.LABEL_ORIGIN_BUDGET: names.ORIGIN_CLAIM}
+    assert not first["metadata"]["annotations"]
+    written = {**first, "metadata": {**first["metadata"], "resourceVersion": "41"}}
+    renewed = slots.claimed(written, name, "c", NOW + 10, 30)
+    assert renewed["metadata"]["annotations"] == {names.ANNOTATION_CLAIMED_AT: "41"}
+    assert renewed["metadata"]["resourceVersion"] == "41"  # the write is guarded by it
     assert renewed["spec"]["acquireTime"] == slots.rfc3339(NOW)
     assert renewed["spec"]["renewTime"] == slots.rfc3339(NOW + 10)
-    assert renewed["spec"]["leaseTransitions"] == 0
-    assert slots.expires_at(renewed) == pytest.approx(NOW + 40)
+    again = slots.claimed(renewed, name, "c", NOW + 100, 30)  # lapsed meanwhile: a new claim
+    assert names.ANNOTATION_CLAIMED_AT not in again["metadata"]["annotations"]
+    assert again["spec"]["acquireTime"] == slots.rfc3339(NOW + 100)
+    back = slots.released(renewed)
+    assert not slots.holder(back) and names.ANNOTATION_CLAIMED_AT not in back["metadata"]["annotations"]
+    assert slots.renewal_due(renewed, NOW + 20, 30) and not slots.renewal_due(renewed, NOW + 15, 30)
 
 
-def test_released_slot_has_no_holder_and_is_free() -> None:
-    body = slots.released(lease("s-0", "c"))
-    assert "holderIdentity" not in body["spec"] and body["metadata"]["resourceVersion"] == "7"
-    assert slots.is_free(body, NOW)
-
-
-def test_retry_after_only_moves_later() -> None:
+def test_retry_after_only_moves_later_and_is_bounded_when_read() -> None:
     name = slots.host_lease_name("hub")
-    first = slots.with_cooldown(None, name, "hub", Cooldown(NOW + 5, "a"))
+    first = slots.with_cooldown(None, name, "hub", Cooldown(NOW + 5, "a"), NOW)
     assert first is not None
-    annotations = first["metadata"]["annotations"]
-    assert annotations[names.ANNOTATION_ORIGIN_HOST] == "hub"
-    assert annotations[names.ANNOTATION_RETRY_AFTER_BY] == "a"
-    assert slots.cooldown_of(first) == Cooldown(pytest.approx(NOW + 5), "a")  # type: ignore[arg-type]
-    assert slots.with_cooldown(first, name, "hub", Cooldown(NOW + 3, "b")) is None  # already waits longer
-    later = slots.with_cooldown(first, name, "hub", Cooldown(NOW + 9, "b"))
-    assert later is not None and slots.cooldown_of(later) == Cooldown(pytest.approx(NOW + 9), "b")  # type: ignore[arg-type]
-    assert slots.cooldown_of(None) is None
+    assert first["metadata"]["labels"] == {names.LABEL_ORIGIN_BUDGET: names.ORIGIN_HOST}
+    assert first["metadata"]["annotations"][names.ANNOTATION_ORIGIN_HOST] == "hub"
+    assert first["spec"] == {"renewTime": slots.rfc3339(NOW)}  # when it was written: the bound's anchor
+    assert slots.cooldown_of(first, NOW, 600) == Cooldown(pytest.approx(NOW + 5), "a")  # type: ignore[arg-type]
     assert (
-        slots.cooldown_of({"metadata": {"annotations": {names.ANNOTATION_RETRY_AFTER_UNTIL: "soon"}}}) is None
-    )
+        slots.with_cooldown(first, name, "hub", Cooldown(NOW + 3, "b"), NOW) is None
+    )  # waits longer already
+    later = slots.with_cooldown(first, name, "hub", Cooldown(NOW + 9, "b"), NOW)
+    assert later is not None and slots.cooldown_of(later, NOW, 600) == Cooldown(pytest.approx(NOW + 9), "b")  # type: ignore[arg-type]
+    assert slots.cooldown_of(None, NOW, 600) is None
+    bad = {"metadata": {"annotations": {names.ANNOTATION_RETRY_AFTER_UNTIL: "soon"}}, "spec": {}}
+    assert slots.cooldown_of(bad, NOW, 600) is None
+    # #21 item 6: a Retry-After in 2099 counts as at most 600 s after it was written ...
+    year_2099 = slots.with_cooldown(None, name, "hub", Cooldown(4_070_908_800.0, "evil"), NOW)
+    held = slots.cooldown_of(year_2099, NOW, 600)
+    assert held is not None and held.until == pytest.approx(NOW + 600)
+    # ... and one that says it was written in the future is not believed at all
+    assert slots.cooldown_of(year_2099, NOW - 3600, 600) is None
 
 
 def test_pace_holds_a_node_to_its_share() -> None:

@@ -124,10 +124,10 @@ def test_six_agents_with_budget_two_never_pull_from_more_than_two_nodes_at_once(
     waited = [node for node, text in logs.items() if names.REASON_WAITING_FOR_ORIGIN_BUDGET in text]
     assert waited, "no agent ever waited: the budget was not exercised"
     assert "originBudget.maxNodes" in logs[waited[0]]
-    # The slots were given back when the downloads ended (not left to expire).
-    slot_leases = {n: lease for n, lease in leases(installed).items() if n in slots.slot_names("", BUDGET)}
-    assert set(slot_leases) <= set(slots.slot_names("", BUDGET)) and slot_leases
-    assert all(not slots.holder(lease) for lease in slot_leases.values()), slot_leases
+    # Each node queued with a claim of its own, given back when its downloads ended (not left to lapse).
+    claims = {n: lease for n, lease in leases(installed).items() if n.startswith(slots.claim_name("", ""))}
+    assert set(claims) == {slots.claim_name("", node) for node in nodes}
+    assert all(not slots.holder(lease) for lease in claims.values()), claims
     assert len(children) == 6
     for node, child in children.items():
         assert child["status"]["phase"] == names.PHASE_READY, node
@@ -156,7 +156,7 @@ def test_one_nodes_429_holds_every_nodes_next_origin_request_until_retry_after(
 
         def announced() -> bool:
             lease = leases(installed).get(slots.host_lease_name(host))
-            cooldown = slots.cooldown_of(lease)
+            cooldown = slots.cooldown_of(lease, time.time(), 600)
             if cooldown is not None:
                 shared.append(cooldown)
             return cooldown is not None
@@ -184,38 +184,94 @@ def test_one_nodes_429_holds_every_nodes_next_origin_request_until_retry_after(
         assert "Retry-After" in text and f"node {nodes[0]}" in text, text[-2000:]
 
 
-def test_the_policy_keeps_an_agent_to_its_own_name_and_the_budget_leases(
+def test_the_policy_keeps_an_agent_to_its_own_claims_and_bounded_values(
     installed: Installed, budget: list[str]
 ) -> None:
-    ready_node(installed.admin, "budget-policy")
-    pod = agent_pod(installed, "budget-policy")
+    """#21 item 6: an agent may create or renew only its own claim; it cannot take or release
+    another node's place (live or not: admission has no clock to tell), write a lease duration or a
+    Retry-After beyond the chart's bounds, or put itself earlier in the queue."""
+    me, victim = "budget-policy", "budget-victim"
+    ready_node(installed.admin, me)
+    pod = agent_pod(installed, me)
     try:
-        api = installed.plane.client_as(
-            NAMESPACE, AGENT_SA, suffix="budget-policy", bound_object=bound_to(pod)
-        )
+        api = installed.plane.client_as(NAMESPACE, AGENT_SA, suffix=me, bound_object=bound_to(pod))
         leases_api = client.CoordinationV1Api(api)
+        now = time.time()
 
-        def lease(name: str, holder: str) -> Obj:
-            return slots.taken(None, name, holder, 1_800_000_000.0, 15) | {
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            }  # fmt: skip
+        def write(body: Obj) -> Obj:
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **body}
+            if body["metadata"].get("resourceVersion"):
+                name = body["metadata"]["name"]
+                written = leases_api.replace_namespaced_lease(name, NAMESPACE, body)
+            else:
+                written = leases_api.create_namespaced_lease(NAMESPACE, body)
+            as_dict: Obj = api.sanitize_for_serialization(written)
+            return as_dict
 
         def refused(body: Obj) -> str:
             try:
-                leases_api.create_namespaced_lease(NAMESPACE, body)
+                write(body)
             except ApiException as err:
                 return str(err.body) if err.status in (403, 422) else ""
             return ""  # written (the module's teardown deletes it)
 
-        probes = iter(range(1000))
         wait_for(
             "the origin budget policy to take effect",
-            lambda: "its own name" in refused(lease(f"praesto-origin-probe-{next(probes)}", "someone-else")),
+            lambda: (
+                "only the origin budget Leases" in refused(slots.claimed(None, "metacontroller", me, now, 15))
+            ),
             30,
         )
-        assert "may take origin slots only in its own name" in refused(lease("praesto-origin-9", "budget-a"))
-        assert "only the origin budget Leases" in refused(lease("metacontroller", "budget-policy"))
-        mine = leases_api.create_namespaced_lease(NAMESPACE, lease("praesto-origin-policy", "budget-policy"))
-        assert mine.spec.holder_identity == "budget-policy"
+        # A live claim of another node (its agent wrote it; the admin stands in).
+        body = slots.claimed(None, slots.claim_name("", victim), victim, now, 15)
+        body["metadata"]["namespace"] = NAMESPACE
+        theirs = installed.admin.apply({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"} | body)
+        name, host = slots.claim_name("", me), slots.host_lease_name("origin.example")
+        early = slots.claimed(None, name, me, now, 15)
+        early["metadata"]["annotations"] = {names.ANNOTATION_CLAIMED_AT: "1"}
+        attacks = {  # what the agent tries -> (what the refusal must say, the body)
+            "take another node's live place": ("only its own origin claims",
+                                               slots.claimed(theirs, theirs["metadata"]["name"], me, now, 15)),
+            "give back another node's place": ("only its own origin claims", slots.released(theirs)),
+            "claim in another node's name": ("only its own origin claims",
+                                             slots.claimed(None, slots.claim_name("", "other"), "other", now, 15)),
+            "hold a Lease that is not a claim": ("has no holder",
+                                                 slots.claimed(None, "praesto-origin-0", me, now, 15)),
+            "lease for 2^31-1 seconds": ("lasts 1 to 15 seconds", slots.claimed(None, name, me, now, 2**31 - 1)),
+            "jump the queue": ("place in the queue", early),
+            "Retry-After in 2099": ("at most 600 seconds", slots.with_cooldown(
+                None, host, "origin.example", slots.Cooldown(4_070_908_800.0, me), now) or {}),
+            "Retry-After in another node's name": ("written by the node that got it", slots.with_cooldown(
+                None, host, "origin.example", slots.Cooldown(now + 60, victim), now) or {}),
+        }  # fmt: skip
+        answers = {attack: refused(body) for attack, (_, body) in attacks.items()}
+        admitted = [attack for attack, answer in answers.items() if not answer]
+        assert admitted == [], f"the policy admitted: {admitted}"
+        for attack, (why, _) in attacks.items():
+            assert why in answers[attack], (attack, answers[attack])
+
+        # What an agent does: claim, renew (recording its place: the claim's resourceVersion), give back.
+        mine = write(slots.claimed(None, name, me, now, 15))
+        renewed = write(slots.claimed(mine, name, me, now + 5, 15))
+        place = renewed["metadata"]["annotations"][names.ANNOTATION_CLAIMED_AT]
+        assert place == mine["metadata"]["resourceVersion"]
+        forged = slots.claimed(renewed, name, me, now + 10, 15)
+        forged["metadata"]["annotations"][names.ANNOTATION_CLAIMED_AT] = "1"
+        assert "place in the queue" in refused(forged)
+        assert not slots.holder(write(slots.released(renewed)))
+        fair = slots.with_cooldown(None, host, "origin.example", slots.Cooldown(now + 60, me), now)
+        assert fair is not None
+        assert slots.cooldown_of(write(fair), now, 600) == slots.Cooldown(pytest.approx(now + 60), me)  # type: ignore[arg-type]
     finally:
         remove_agent_pod(installed, pod)
+
+
+def test_the_policy_is_rendered_from_the_shared_names(budget: list[str], tmp_path: Path) -> None:
+    policy = next(
+        o for o in render_for_cluster(tmp_path, VALUES)
+        if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == NAME
+    )  # fmt: skip
+    text = str(policy["spec"])
+    for name in (names.ORIGIN_LEASE_PREFIX, names.ANNOTATION_CLAIMED_AT, names.ANNOTATION_RETRY_AFTER_UNTIL,
+                 names.ANNOTATION_RETRY_AFTER_BY, names.TOKEN_EXTRA_NODE_NAME):  # fmt: skip
+        assert name in text, name
