@@ -22,7 +22,7 @@ from praesto.agent.peers.config import add_peer_arguments, build_peering, check_
 from praesto.agent.reconcile import Agent, AgentConfig
 from praesto.agent.warmup import StartupTaint
 
-from praesto import names, quota
+from praesto import credscope, names, quota
 from praesto.quantity import QuantityError
 from praesto.store import StoreLayout
 
@@ -67,6 +67,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "(empty: never touch the Node) (default %(default)s)")  # fmt: skip
     add("--startup-taint-deadline", type=float, default=os.environ.get("PRAESTO_STARTUP_TAINT_DEADLINE") or "1800",
         help="seconds after the Node's creation when the taint is lifted anyway, with Events (default %(default)s)")  # fmt: skip
+    add("--warm-namespaces", type=credscope.split_list, default=os.environ.get("PRAESTO_WARM_NAMESPACES", ""),
+        help="comma-separated namespaces whose warmNewNodes caches may hold a new node's startup taint; "
+        "none by default (chart nodeAgent.startupTaint.namespaces)")  # fmt: skip
     add_peer_arguments(parser)
     add_budget_arguments(parser)
 
@@ -80,6 +83,11 @@ def check_arguments(args: argparse.Namespace) -> str | None:
     if args.startup_taint_deadline <= 0:
         return (
             f"--startup-taint-deadline: {args.startup_taint_deadline:g} must be positive seconds, e.g. 1800"
+        )
+    bad = [n for n in args.warm_namespaces if not names.is_dns_label(n)]
+    if bad:
+        return (
+            f"--warm-namespaces: {', '.join(bad)} is not a namespace name; list namespaces, comma-separated"
         )
     if not 0 <= args.metrics_port <= 65535:
         return f"--metrics-port: {args.metrics_port} is not a port; use 1-65535, or 0 to disable"
@@ -150,8 +158,9 @@ def run(args: argparse.Namespace) -> int:
     if args.startup_taint_key:
         complete = agent.layout.is_complete
         taint = StartupTaint(
-            api, agent.kube, args.node_name, args.startup_taint_key, args.startup_taint_deadline, complete
-        )
+            api, agent.kube, args.node_name, args.startup_taint_key, args.startup_taint_deadline, complete,
+            args.warm_namespaces,
+        )  # fmt: skip
         taint.start()
     while not stopped.wait(1.0):
         if agent.fatal:  # e.g. the base path appeared, but another agent had locked it first

@@ -6,7 +6,13 @@ takes no Pods that do not tolerate it. The agent on that node lifts the taint
 once every local-mode ModelCache with `spec.warmNewNodes: true` whose
 nodeSelector selects the node is complete in this node's store, or at the
 deadline (counted from the Node's creation) with Events naming the caches that
-were not ready. Which caches are required is read from the ModelCaches
+were not ready.
+
+Holding every new node is a cluster-wide power, so only caches in the namespaces
+the platform admin lists (`nodeAgent.startupTaint.namespaces`, none by default)
+hold nodes, and never one that cannot complete: a cache whose spec is invalid,
+that the sync hook refused (`REFUSED`), or that is Failed (#21 item 8). The Node's
+Events name the caches it waits for: they are the admin's own choice. Which caches are required is read from the ModelCaches
 themselves (list, read-only), not from the ModelCacheNodes: those are created
 by Metacontroller some time after the node joins, and lifting the taint before
 they exist would defeat the point.
@@ -22,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -39,6 +45,9 @@ log = logging.getLogger("praesto.agent.warmup")
 
 REASON_WARM = "ModelsWarm"
 REASON_DEADLINE = names.REASON_WARM_DEADLINE
+REASON_WAITING = "WaitingForWarmCaches"
+# Ready-condition reasons of a cache that gets no copies at all (hooks/modelcache.py: invalid, refused)
+REFUSED = ("InvalidSpec", "QuotaExceeded")
 
 
 @dataclass(frozen=True)
@@ -56,8 +65,22 @@ def without_taint(node: Mapping[str, Any], key: str) -> list[Obj]:
     return [dict(t) for t in (node.get("spec") or {}).get("taints") or () if t.get("key") != key]
 
 
-def warm_required(caches: Iterable[Mapping[str, Any]], node_labels: Mapping[str, str]) -> list[Key]:
-    """Local-mode caches with warmNewNodes whose nodeSelector selects a node with these labels.
+def can_complete(cache: Mapping[str, Any]) -> bool:
+    """Not Failed, and not refused by the sync hook: a cache that will never have a copy must not hold."""
+    status = cache.get("status") or {}
+    if status.get("phase") == names.PHASE_FAILED:
+        return False
+    return not any(
+        c.get("type") == "Ready" and c.get("status") == "False" and c.get("reason") in REFUSED
+        for c in status.get("conditions") or ()
+    )
+
+
+def warm_required(
+    caches: Iterable[Mapping[str, Any]], node_labels: Mapping[str, str], namespaces: Collection[str]
+) -> list[Key]:
+    """Local-mode caches with warmNewNodes, in a namespace the admin allows to hold new nodes, that
+    can complete and whose nodeSelector selects a node with these labels.
 
     A cache whose spec does not parse is skipped: the sync hook reports it as Failed, and
     no copy of it will ever be made here, so waiting for it would only hold the node.
@@ -65,7 +88,11 @@ def warm_required(caches: Iterable[Mapping[str, Any]], node_labels: Mapping[str,
     out: list[Key] = []
     for cache in caches:
         meta = cache.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
+        if (
+            meta.get("deletionTimestamp")
+            or meta.get("namespace") not in namespaces
+            or not can_complete(cache)
+        ):
             continue
         try:
             spec = parse_spec(cache.get("spec"))
@@ -76,6 +103,10 @@ def warm_required(caches: Iterable[Mapping[str, Any]], node_labels: Mapping[str,
         if all(node_labels.get(k) == v for k, v in spec.node_selector.items()):
             out.append((str(meta.get("namespace")), str(meta.get("name"))))
     return sorted(out)
+
+
+def named(keys: Iterable[Key]) -> str:
+    return ", ".join(f"{ns}/{name}" for ns, name in keys)
 
 
 def decide(
@@ -109,6 +140,7 @@ class StartupTaint:
         key: str,
         deadline_seconds: float,
         complete: Callable[[str, str], bool],
+        namespaces: Collection[str] = (),
         interval: float = 2.0,
     ) -> None:
         self.api = api
@@ -119,6 +151,7 @@ class StartupTaint:
         self.key = key
         self.deadline_seconds = deadline_seconds
         self.complete = complete
+        self.namespaces = tuple(sorted(set(namespaces)))  # chart nodeAgent.startupTaint.namespaces
         self.interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="startup-taint", daemon=True)
@@ -152,17 +185,23 @@ class StartupTaint:
         if not has_taint(node, self.key):
             return True
         labels = (node.get("metadata") or {}).get("labels") or {}
-        caches = self.custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.MODELCACHE_PLURAL)
-        required = warm_required(caches.get("items") or [], labels)
+        caches: list[Obj] = []
+        for namespace in self.namespaces:  # only the namespaces that may hold new nodes are read
+            listed = self.custom.list_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, names.MODELCACHE_PLURAL
+            )
+            caches.extend(listed.get("items") or [])
+        required = warm_required(caches, labels, self.namespaces)
         decision = decide(required, self.complete, node_age_seconds(node, time.time()), self.deadline_seconds)
         if not decision.lift:
             if decision.waiting_for != self._announced:
                 self._announced = decision.waiting_for
-                log.info(
-                    "startup taint kept: waiting for %d warm-required cache(s)",
-                    len(decision.waiting_for),
-                    extra={"caches": [f"{ns}/{n}" for ns, n in decision.waiting_for]},
+                message = (
+                    f"keeping the startup taint {self.key} until these warm-required caches are on disk: "
+                    f"{named(decision.waiting_for)} (at most {self.deadline_seconds:g}s after the Node joined)"
                 )
+                log.info(message)
+                self._node_event(node, "Normal", message, REASON_WAITING)
             return False
         self._lift(node, decision)
         return True
@@ -179,17 +218,16 @@ class StartupTaint:
             self._node_event(node, "Normal", message, decision.reason)
             log.info(message)
             return
-        waiting = ", ".join(names.ready_label_key(ns, n) for ns, n in decision.waiting_for)
         message = (
             f"removed the startup taint {self.key} at the deadline of {self.deadline_seconds:g}s with "
-            f"{len(decision.waiting_for)} warm-required cache(s) not ready (Node labels they would get: "
-            f"{waiting}); Pods may start before their model is on disk. Raise "
-            "nodeAgent.startupTaint.deadlineSeconds or see each ModelCache's Events"
+            f"{len(decision.waiting_for)} warm-required cache(s) not ready: {named(decision.waiting_for)}; "
+            "Pods may start before their model is on disk. Raise nodeAgent.startupTaint.deadlineSeconds "
+            "or see each ModelCache's Events"
         )
         self._node_event(node, "Warning", message, decision.reason)
         log.warning(message)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        for namespace, cache in decision.waiting_for:  # tenant names stay in their own namespace
+        for namespace, cache in decision.waiting_for:
             # the copy's record, which the sync hook turns into the WarmBeforeSchedulable condition
             copy = names.modelcachenode_name(cache, self.node_name)
             try:

@@ -37,7 +37,32 @@ def test_only_local_warm_caches_selecting_the_node_are_required() -> None:
             "metadata": {"name": "leaving", "namespace": "t", "deletionTimestamp": "x"},
         },
     ]
-    assert warm_required(caches, {"pool": "gpu"}) == [("team-a", "gpu-warm"), ("team-b", "everywhere")]
+    assert warm_required(caches, {"pool": "gpu"}, ("team-a", "team-b", "t")) == [
+        ("team-a", "gpu-warm"),
+        ("team-b", "everywhere"),
+    ]
+
+
+def test_only_listed_namespaces_and_caches_that_can_complete_hold_a_node() -> None:
+    """#21 item 8: not any tenant's cache; never a Failed one or one the sync hook refused."""
+    failed = {**cache("failed", warmNewNodes=True), "status": {"phase": "Failed"}}
+    refused = {
+        **cache("over-quota", warmNewNodes=True),
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "Ready", "status": "False", "reason": "QuotaExceeded"}],
+        },
+    }
+    pending = {**cache("pending", warmNewNodes=True), "status": {"phase": "Pending"}}
+    caches = [
+        cache("listed", warmNewNodes=True),
+        cache("tenant", "team-b", warmNewNodes=True),
+        failed,
+        refused,
+        pending,
+    ]
+    assert warm_required(caches, {}, ("team-a",)) == [("team-a", "listed"), ("team-a", "pending")]
+    assert warm_required(caches, {}, ()) == []  # none listed: no cache holds a new node
 
 
 def test_the_taint_is_lifted_when_everything_is_on_disk_or_at_the_deadline() -> None:

@@ -6,6 +6,9 @@ its Pod on the node) lifts the taint from its own Node once the warmNewNodes
 cache selecting it is Ready there, and the scheduler then binds the Pod. A cache
 that never gets Ready holds the node only until the deadline, which the agent
 reports with Warning Events on the Node and on the ModelCache.
+
+#21 item 8: only namespaces the platform admin lists may hold new nodes, a cache
+that is Failed never holds, and the Node's Events name the caches it waits for.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from praesto.agent.warmup import REASON_DEADLINE, REASON_WARM
+from praesto.agent.warmup import REASON_DEADLINE, REASON_WAITING, REASON_WARM
 
 from praesto import names
 from praesto.store import StoreLayout
@@ -31,6 +34,7 @@ from tests.support.hub import LocalHub
 from tests.support.metacontroller import CompositeController
 
 NS = "warm-nodes"
+OTHER = "warm-not-listed"  # a tenant namespace the admin did not list in startupTaint.namespaces
 POOL = "test.praesto.io/pool"
 KEY = names.DEFAULT_STARTUP_TAINT_KEY
 
@@ -43,14 +47,16 @@ def joining_node(installed: Installed, name: str, pool: str) -> None:
 
 
 def chart_taint_args(installed: Installed) -> tuple[str, ...]:
+    """The DaemonSet's startup-taint flags, with NS listed as the chart's startupTaint.namespaces would."""
     agent = next(
         c
         for c in installed.rendered("DaemonSet")["spec"]["template"]["spec"]["containers"]
         if c["name"] == "agent"
     )
-    args = tuple(a for a in agent["args"] if a.startswith("--startup-taint-"))
+    args = tuple(a for a in agent["args"] if a.startswith(("--startup-taint-", "--warm-namespaces")))
     assert f"--startup-taint-key={KEY}" in args, agent["args"]
-    return args
+    assert "--warm-namespaces=" in args, "no namespace may hold new nodes unless the admin lists it"
+    return (*(a for a in args if not a.startswith("--warm-namespaces")), f"--warm-namespaces={NS}")
 
 
 def tainted(installed: Installed, node: str) -> bool:
@@ -65,9 +71,17 @@ def events(installed: Installed, namespace: str, kind: str, name: str) -> list[A
     return list(listed.items)
 
 
-def warm_cache(name: str, pool: str, repo: str) -> dict[str, Any]:
+def warm_cache(name: str, pool: str, repo: str, namespace: str = NS) -> dict[str, Any]:
     source = {"huggingface": {"repo": repo}}
-    return modelcache(name, NS, node_selector={POOL: pool}, source=source, warmNewNodes=True)
+    return modelcache(name, namespace, node_selector={POOL: pool}, source=source, warmNewNodes=True)
+
+
+def slow_hub(stack: ExitStack, tmp_path: Path) -> LocalHub:
+    """A hub whose repo takes about 60 s to download: its cache stays Downloading past a short deadline."""
+    hub = stack.enter_context(LocalHub(tmp_path / "slow-hub"))
+    hub.add_repo("org/slow", {"config.json": b"{}", "model.bin": b"s" * 6_000_000})
+    hub.faults.rate = 100_000
+    return hub
 
 
 def plain_pod(name: str, pool: str) -> dict[str, Any]:
@@ -86,6 +100,7 @@ def plain_pod(name: str, pool: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def namespace(installed: Installed) -> str:
     ensure_namespace(installed.admin, NS)
+    ensure_namespace(installed.admin, OTHER)
     return NS
 
 
@@ -129,21 +144,20 @@ def test_a_pod_waits_for_the_model_then_lands_on_the_warmed_node(
 
 def test_the_deadline_lifts_the_taint_with_warnings_naming_the_missing_cache(
     installed: Installed,
-    hub: LocalHub,
     composite: CompositeController,
     namespace: str,
     stack: ExitStack,
     tmp_path: Path,
 ) -> None:
+    hub = slow_hub(stack, tmp_path)
     joining_node(installed, "warm-late", "late")
-    installed.admin.create(warm_cache("never-ready", "late", "org/absent"))
-    # Metacontroller creates its copy for warm-late, which fails: the repo is not there.
+    installed.admin.create(warm_cache("never-ready", "late", "org/slow"))
     wait_for(
         "the copy on warm-late",
         lambda: "warm-late" in modelcachenodes(installed.admin, NS, "never-ready"),
         30,
     )
-    start_agent(stack, installed, hub, tmp_path / "warm-late", "warm-late", "--startup-taint-deadline=3")
+    start_agent(stack, installed, hub, tmp_path / "warm-late", "warm-late", "--startup-taint-deadline=20")
     wait_for("the deadline to lift the startup taint", lambda: not tainted(installed, "warm-late"), 60)
 
     def recorded(namespace: str, kind: str, name: str) -> list[Any]:
@@ -158,8 +172,9 @@ def test_the_deadline_lifts_the_taint_with_warnings_naming_the_missing_cache(
 
     node_events = recorded("default", "Node", "warm-late")
     assert node_events[0].type == "Warning"
-    assert names.ready_label_key(NS, "never-ready") in node_events[0].message
-    assert "never-ready" not in node_events[0].message  # tenant names stay off cluster-scoped objects
+    assert f"{NS}/never-ready" in node_events[0].message  # the admin listed NS: its caches are named
+    waiting = [e for e in events(installed, "default", "Node", "warm-late") if e.reason == REASON_WAITING]
+    assert waiting and f"{NS}/never-ready" in waiting[0].message, "the Event while waiting names it too"
     cache_events = recorded(NS, names.MODELCACHE_KIND, "never-ready")
     assert "node warm-late stopped waiting for this cache" in cache_events[0].message
 
@@ -176,3 +191,47 @@ def test_the_deadline_lifts_the_taint_with_warnings_naming_the_missing_cache(
     assert warm["reason"] == REASON_DEADLINE and warm["message"].startswith(
         "warm-late took Pods before this cache"
     )
+
+
+def lifted_as_warm(installed: Installed, node: str) -> None:
+    """The taint goes long before the deadline (600 s), as when every required cache is on disk."""
+    wait_for(f"the startup taint of {node} to go", lambda: not tainted(installed, node), 60)
+    reasons = {e.reason for e in events(installed, "default", "Node", node)}
+    assert REASON_WARM in reasons and REASON_DEADLINE not in reasons, reasons
+
+
+def test_a_cache_in_a_namespace_the_admin_did_not_list_holds_no_node(
+    installed: Installed,
+    composite: CompositeController,
+    namespace: str,
+    stack: ExitStack,
+    tmp_path: Path,
+) -> None:
+    """#21 item 8: any tenant's warmNewNodes cache used to hold every new node until the deadline."""
+    hub = slow_hub(stack, tmp_path)
+    joining_node(installed, "warm-tenant", "tenant")
+    installed.admin.create(warm_cache("greedy", "tenant", "org/slow", namespace=OTHER))
+    wait_for("its copy", lambda: "warm-tenant" in modelcachenodes(installed.admin, OTHER, "greedy"), 30)
+    start_agent(
+        stack, installed, hub, tmp_path / "warm-tenant", "warm-tenant", "--startup-taint-deadline=600"
+    )
+    lifted_as_warm(installed, "warm-tenant")
+
+
+def test_a_failed_cache_never_holds_a_node(
+    installed: Installed,
+    hub: LocalHub,
+    composite: CompositeController,
+    namespace: str,
+    stack: ExitStack,
+    tmp_path: Path,
+) -> None:
+    """#21 item 8: a listed namespace's cache that cannot complete (its repo does not exist)."""
+    joining_node(installed, "warm-failed", "failed")
+    installed.admin.create(warm_cache("absent", "failed", "org/absent"))
+    wait_for("its copy", lambda: "warm-failed" in modelcachenodes(installed.admin, NS, "absent"), 30)
+    start_agent(
+        stack, installed, hub, tmp_path / "warm-failed", "warm-failed", "--startup-taint-deadline=600"
+    )
+    composite.wait_parent(NS, "absent", phase_is(names.PHASE_FAILED), deadline=90)
+    lifted_as_warm(installed, "warm-failed")
