@@ -3,22 +3,66 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kubernetes.dynamic.exceptions import ApiException
+
 from praesto import names
 from tests.cluster.agents import AgentProcess
 from tests.cluster.installed import Installed
+from tests.cluster.tenants import modelcache
+from tests.support.chart_install import point_webhooks_at
 from tests.support.controlplane import wait_for
 from tests.support.hub import LocalHub
 from tests.support.kube_apply import Kube
 from tests.support.metacontroller import HookClient
+from tests.support.s3server import free_port
 
 Obj = dict[str, Any]
 MCN_API = names.API_VERSION
+
+
+@contextmanager
+def validator_down(installed: Installed, probe_namespace: str) -> Iterator[None]:
+    """The ModelCache validator failing open: failurePolicy Ignore, and nothing listening at its URL.
+
+    What webhooks.modelCaches.failurePolicy Ignore and a hooks outage together allow; the
+    checks that must hold anyway (an admission policy, the sync hook) are then what refuses.
+    Entered once the API server admits what only the validator refuses (a StorageClass that
+    does not exist) in `probe_namespace`.
+    """
+    rendered = installed.rendered("ValidatingWebhookConfiguration")
+    assert installed.hooks.ca_path is not None
+    ca = installed.hooks.ca_path.read_bytes()
+    down = point_webhooks_at(rendered, f"https://127.0.0.1:{free_port()}", ca)
+    for webhook in down["webhooks"]:
+        webhook["failurePolicy"] = "Ignore"
+    installed.admin.apply(down)
+    try:
+        wait_for(
+            "the validator outage to reach the API server", lambda: _unchecked(installed, probe_namespace), 30
+        )
+        yield
+    finally:
+        installed.admin.apply(point_webhooks_at(rendered, installed.hooks.base_url, ca))
+
+
+def _unchecked(installed: Installed, namespace: str) -> bool:
+    probe = modelcache(
+        f"unchecked-{free_port()}", namespace, storage={"size": "1", "storageClassName": "none"}
+    )
+    try:
+        installed.admin.create(probe)
+    except ApiException as err:
+        if err.status != 403:
+            raise
+        return False
+    installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, probe["metadata"]["name"], namespace)
+    return True
 
 
 def hook_client(installed: Installed) -> HookClient:

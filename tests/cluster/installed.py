@@ -25,10 +25,11 @@ from tests.support.kube_apply import Kube
 from tests.support.server import RunningServer, hooks_server
 
 Obj = dict[str, Any]
-QUOTA_NAMESPACE = "quota-team"  # the one namespace the tier's chart values give a quota (test_quota.py)
+QUOTA_NAMESPACE = "quota-team"  # a namespace the tier's chart values give a quota (test_quota.py)
+ORDER_NAMESPACE = "quota-order"  # another, for the sync hook's check in creation order (test_sync_checks.py)
 VALUES: Obj = {
     "webhooks": {"certManager": {"enabled": False}},
-    "namespaceQuota": {"namespaces": {QUOTA_NAMESPACE: "3Gi"}},
+    "namespaceQuota": {"namespaces": {QUOTA_NAMESPACE: "3Gi", ORDER_NAMESPACE: "3Gi"}},
 }
 HOOKS_SA = f"{RELEASE}-hooks"
 AGENT_SA = f"{RELEASE}-node-agent"

@@ -9,18 +9,16 @@ the same ModelCache is admitted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from kubernetes.client.rest import ApiException
 
 from praesto import names
+from tests.cluster.flows import validator_down
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache
-from tests.support.chart_install import ensure_namespace, point_webhooks_at
+from tests.support.chart_install import ensure_namespace
 from tests.support.controlplane import wait_for
 from tests.support.kube_apply import Kube
-from tests.support.s3server import free_port
 
 TENANT = "secret-access"
 AUTHOR = "model-author"
@@ -111,46 +109,15 @@ def test_the_object_store_form_is_checked_and_named_too(author: Kube) -> None:
     )
 
 
-@pytest.fixture
-def validator_unreachable(installed: Installed) -> Iterator[None]:
-    """The ModelCache validator failing open: failurePolicy Ignore, and nothing listening at its URL."""
-    rendered = installed.rendered("ValidatingWebhookConfiguration")
-    admin = installed.admin
-    assert installed.hooks.ca_path is not None
-    ca = installed.hooks.ca_path.read_bytes()
-    down = point_webhooks_at(rendered, f"https://127.0.0.1:{free_port()}", ca)
-    for webhook in down["webhooks"]:
-        webhook["failurePolicy"] = "Ignore"
-    admin.apply(down)
-    try:
-        yield
-    finally:
-        admin.apply(point_webhooks_at(rendered, installed.hooks.base_url, ca))
-
-
-def test_the_secret_check_holds_when_the_validator_fails_open(
-    installed: Installed, author: Kube, validator_unreachable: None
-) -> None:
+def test_the_secret_check_holds_when_the_validator_fails_open(installed: Installed, author: Kube) -> None:
     """Issue 21 item 16: webhooks.modelCaches.failurePolicy Ignore and a hooks outage admit unchecked
     specs, but naming a Secret the author cannot read is still refused: the API server checks it
     itself (the chart's ValidatingAdmissionPolicy), so it cannot fail open."""
-    wait_for("the validator outage to reach the API server", lambda: _admitted_unchecked(author), 30)
     token = {"secretRef": {"name": "not-granted", "key": "password"}}
     body = modelcache("outage", TENANT, source={"huggingface": {"repo": "attacker/exfil", "token": token}})
-    with pytest.raises(ApiException) as refused:
-        author.create(body)
+    with validator_down(installed, TENANT):
+        with pytest.raises(ApiException) as refused:
+            author.create(body)
     assert refused.value.status == 403, refused.value.body
     assert f"may not get Secret 'not-granted' in namespace {TENANT}" in str(refused.value.body)
     assert author.get(names.API_VERSION, names.MODELCACHE_KIND, "outage", TENANT) is None
-
-
-def _admitted_unchecked(author: Kube) -> bool:
-    """A StorageClass that does not exist passes only when the validator is not asked."""
-    name = f"unchecked-{free_port()}"
-    try:
-        author.create(modelcache(name, TENANT, storage={"size": "1Gi", "storageClassName": "no-such-class"}))
-    except ApiException as err:
-        if err.status != 403:
-            raise
-        return False
-    return True
