@@ -43,7 +43,8 @@ from urllib.parse import urlsplit
 from praesto.agent.budget import slots
 from praesto.agent.budget.leases import LeaseApi
 from praesto.agent.budget.slots import GLOBAL, Cooldown, Pace
-from praesto.agent.download.api import DownloadCancelled, Options, Plan, Result
+from praesto.agent.download import objplan
+from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, Result
 from praesto.agent.download.hfplan import endpoint_of
 from praesto.agent.download.http import Target, Transient
 from praesto.agent.worker import CacheRef, Downloader
@@ -69,10 +70,24 @@ class BudgetConfig:
 
 
 def origin_host(plan: Plan, options: Options) -> str:
-    """What `perHost` and Retry-After count by: the Hub endpoint's host, or the bucket of an object store."""
+    """What `perHost` and Retry-After count by: the Hub endpoint's host, or an object store's bucket
+    at its endpoint (#21 item 7: a tenant's own S3-compatible server with a bucket named like another
+    tenant's AWS bucket is another origin, so it neither shares nor holds that bucket's places).
+
+    The endpoint is the one the download uses (objplan.config_for: the cache's Secret, else the
+    agent's environment); none is the cloud's own, per account for Azure.
+    """
     if plan.source.scheme == "hf":
         return urlsplit(endpoint_of(options)).netloc
-    return f"{plan.source.scheme}://{plan.source.location.split('/', 1)[0]}"
+    bucket = plan.source.location.split("/", 1)[0]
+    try:
+        config = objplan.config_for(plan.source, options).config
+    except DownloadError:  # planning opened the store with this very config, so this is unreachable
+        config = {}
+    endpoint = str(config.get("endpoint") or config.get("base_url") or "")
+    account = str(config.get("account_name") or "")
+    at = urlsplit(endpoint).netloc.lower() if endpoint else (f"{account}." if account else "") + "default"
+    return f"{plan.source.scheme}://{at}/{bucket}"
 
 
 class OriginBudget:

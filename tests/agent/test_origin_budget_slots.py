@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from praesto.agent.budget import slots
+from praesto.agent.budget import gate, slots
 from praesto.agent.budget.slots import GLOBAL, Cooldown, Pace
+from praesto.agent.download.api import Options, Plan
 
 from praesto import names
+from praesto.spec import Source
 
 NOW = 1_800_000_000.0
 
@@ -131,3 +133,24 @@ def test_waiting_message_names_limit_holders_and_chart_value() -> None:
     assert "node-a, node-b hold it" in msg and "originBudget.maxNodes" in msg
     one = slots.describe("huggingface.co", 1, ["node-c"], "originBudget.perHost")
     assert "1 node may pull from huggingface.co" in one and "node-c holds it" in one
+
+
+def test_an_object_store_origin_is_its_bucket_at_its_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#21 item 7: keyed by bucket name alone, a tenant's own S3-compatible server with a bucket named
+    like another tenant's AWS bucket shared (and could hold) that bucket's places."""
+    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "S3_ENDPOINT", "PRAESTO_WORKLOAD_IDENTITY"):
+        monkeypatch.delenv(key, raising=False)
+    plan = Plan(Source("s3", "models/llama"), "v1", ())
+    aws = gate.origin_host(plan, Options())
+    own = {"AWS_ACCESS_KEY_ID": "AKIA0000", "AWS_SECRET_ACCESS_KEY": "x" * 20}
+    minio = gate.origin_host(
+        plan, Options(credentials={**own, "AWS_ENDPOINT_URL": "https://MinIO.tenant.example:9000"})
+    )
+    assert aws == "s3://default/models"
+    assert minio == "s3://minio.tenant.example:9000/models"
+    assert slots.claim_name(aws, "node-a") != slots.claim_name(minio, "node-a")
+    assert slots.host_lease_name(aws) != slots.host_lease_name(minio)  # nor its Retry-After
+    other_prefix = Plan(Source("s3", "models/mistral"), "v1", ())
+    assert gate.origin_host(other_prefix, Options()) == aws  # one bucket at one endpoint: one origin
+    hub = Plan(Source("hf", "org/m"), "c" * 40, ())
+    assert gate.origin_host(hub, Options(endpoint="https://hub.example:8443/")) == "hub.example:8443"
