@@ -31,11 +31,15 @@ AGENT: tuple[Permission, ...] = (
     Permission("", "events", ("create", "patch")),
     # Peers: the serving agent checks the asking agent's Pod-bound token (agent/peers/identity.py).
     Permission("authentication.k8s.io", "tokenreviews", ("create",), namespaced=False),
-    # Warm before schedulable (agent/warmup.py): the warmNewNodes caches selecting this node, and
-    # lifting the startup taint from its own Node (the chart's ValidatingAdmissionPolicy allows no more).
-    Permission(names.GROUP, names.MODELCACHE_PLURAL, ("list",)),
+    # Warm before schedulable (agent/warmup.py): lifting the startup taint from its own Node (the
+    # chart's ValidatingAdmissionPolicy allows no more).
     Permission("", "nodes", ("get", "patch"), namespaced=False),
 )
+
+# Warm before schedulable: which warmNewNodes caches select this node, read only in the namespaces the
+# admin lets hold new nodes (chart nodeAgent.startupTaint.namespaces): a Role in each of them, so no
+# agent lists every tenant's ModelCaches (#21 item 4).
+AGENT_WARM: tuple[Permission, ...] = (Permission(names.GROUP, names.MODELCACHE_PLURAL, ("list",)),)
 
 # Per-cache grant returned by the sync hook (Role in the cache's namespace, resourceNames = the Secret).
 AGENT_SECRET_GRANT = Permission("", "secrets", ("get",))

@@ -75,6 +75,23 @@ def test_node_agent_gets_exactly_its_declared_calls() -> None:
     assert grants_of(objects, pod["serviceAccountName"]) == declared(rbac.AGENT) | declared(rbac.AGENT_PEERS)
 
 
+def test_the_agent_lists_modelcaches_only_where_namespaces_may_hold_new_nodes() -> None:
+    """#21 item 4: no ClusterRole lets an agent list every tenant's ModelCaches; a Role in each namespace
+    of nodeAgent.startupTaint.namespaces lets it read that namespace's, for warm before schedulable."""
+    objects = render_objects({"nodeAgent": {"startupTaint": {"namespaces": ["ml-prod", "ml-dev"]}}})
+    cluster_wide = [r for r in find(objects, "ClusterRole") if r["metadata"]["name"] == "praesto-node-agent"]
+    assert all(rule["resources"] != ["modelcaches"] for role in cluster_wide for rule in role["rules"])
+    warm = {r["metadata"]["namespace"]: r for r in find(objects, "Role", "praesto-node-agent-warm")}
+    assert sorted(warm) == ["ml-dev", "ml-prod"]
+    assert all(granted(role) == declared(rbac.AGENT_WARM) for role in warm.values())
+    bindings = find(objects, "RoleBinding", "praesto-node-agent-warm")
+    assert {b["metadata"]["namespace"] for b in bindings} == set(warm)
+    assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": "praesto-node-agent",
+                                  "namespace": "praesto-system"}] for b in bindings)  # fmt: skip
+    off = render_objects({"nodeAgent": {"startupTaint": {"key": "", "namespaces": ["ml-prod"]}}})
+    assert not find(off, "Role", "praesto-node-agent-warm")  # no taint to lift: nothing to read
+
+
 def test_csi_plugin_gets_no_api_credentials() -> None:
     """The CSI plugin shares the agent's Pod, so it must not even get the token."""
     assert rbac.CSI == ()

@@ -27,8 +27,10 @@ from tests.support.server import RunningServer, hooks_server
 Obj = dict[str, Any]
 QUOTA_NAMESPACE = "quota-team"  # a namespace the tier's chart values give a quota (test_quota.py)
 ORDER_NAMESPACE = "quota-order"  # another, for the sync hook's check in creation order (test_sync_checks.py)
+WARM_NAMESPACE = "warm-nodes"  # may hold new nodes (nodeAgent.startupTaint.namespaces; test_warm_nodes.py)
 VALUES: Obj = {
     "webhooks": {"certManager": {"enabled": False}},
+    "nodeAgent": {"startupTaint": {"namespaces": [WARM_NAMESPACE]}},
     "namespaceQuota": {"namespaces": {QUOTA_NAMESPACE: "3Gi", ORDER_NAMESPACE: "3Gi"}},
 }
 HOOKS_SA = f"{RELEASE}-hooks"
@@ -73,6 +75,7 @@ def install_chart(
     admin = Kube(control_plane.admin())
     install_crds(admin, [*sorted(CRD_DIR.glob("*.yaml")), METACONTROLLER_CRDS])
     ensure_namespace(admin, NAMESPACE)
+    ensure_namespace(admin, WARM_NAMESPACE)  # the chart puts the agent's warm Role there
     client_ca = control_plane.webhook_client_ca.cert_path
     client_auth = {"webhooks": {"clientAuth": {"caBundle": client_ca.read_text()}}}
     values = merged(merged(VALUES, extra_values or {}), client_auth)

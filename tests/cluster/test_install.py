@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from praesto import names, rbac
-from tests.cluster.installed import AGENT_SA, HOOKS_SA, METACONTROLLER_SA, Installed
+from tests.cluster.installed import AGENT_SA, HOOKS_SA, METACONTROLLER_SA, WARM_NAMESPACE, Installed
 from tests.support.chart_install import ensure_namespace
 from tests.support.controlplane import ControlPlane
 from tests.support.helm_chart import NAMESPACE, ROOT
@@ -92,7 +92,13 @@ def test_spec_is_immutable_on_the_api_server(installed: Installed) -> None:
     assert "spec is immutable" in str(err.value.body)
 
 
-def _allowed(plane: ControlPlane, service_account: str, permission: rbac.Permission, verb: str) -> bool:
+def _allowed(
+    plane: ControlPlane,
+    service_account: str,
+    permission: rbac.Permission,
+    verb: str,
+    namespace: str = "some-tenant",
+) -> bool:
     resource, _, subresource = permission.resource.partition("/")
     attributes: dict[str, Any] = {
         "group": permission.group,
@@ -101,7 +107,7 @@ def _allowed(plane: ControlPlane, service_account: str, permission: rbac.Permiss
         "verb": verb,
     }
     if permission.namespaced:
-        attributes["namespace"] = "some-tenant"
+        attributes["namespace"] = namespace
     review = client.V1SubjectAccessReview(
         spec=client.V1SubjectAccessReviewSpec(
             user=f"system:serviceaccount:{NAMESPACE}:{service_account}",
@@ -118,6 +124,15 @@ IDENTITIES = {
     AGENT_SA: rbac.AGENT,
     METACONTROLLER_SA: rbac.METACONTROLLER,
 }
+
+
+def test_the_agent_lists_modelcaches_only_in_namespaces_that_may_hold_new_nodes(installed: Installed) -> None:
+    """#21 item 4: the tier's chart lists WARM_NAMESPACE in nodeAgent.startupTaint.namespaces."""
+    [listing] = rbac.AGENT_WARM
+    assert _allowed(installed.plane, AGENT_SA, listing, "list", WARM_NAMESPACE)
+    assert not _allowed(installed.plane, AGENT_SA, listing, "list", "some-tenant")
+    cluster_wide = rbac.Permission(listing.group, listing.resource, listing.verbs, namespaced=False)
+    assert not _allowed(installed.plane, AGENT_SA, cluster_wide, "list")
 
 
 @pytest.mark.parametrize("service_account", sorted(IDENTITIES))
