@@ -10,6 +10,7 @@ outside the allow-list gets no children either.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from praesto import names
@@ -18,10 +19,15 @@ from tests.cluster.installed import ORDER_NAMESPACE, Installed
 from tests.cluster.tenants import modelcache, ready_node
 from tests.support.chart_install import ensure_namespace
 from tests.support.controlplane import wait_for
+from tests.support.kube_apply import Kube
 from tests.support.metacontroller import CompositeController
 
 NODE = "order-node"
 SELECT = {"praesto.io/test-pool": "order"}
+
+
+def has_copies(admin: Kube, cache: str) -> bool:
+    return bool(modelcachenodes(admin, ORDER_NAMESPACE, cache))
 
 
 def ready(parent: dict[str, Any] | None, reason: str) -> bool:
@@ -48,11 +54,7 @@ def test_over_quota_and_unallowed_image_get_no_children_when_the_validator_fails
     message = next(c["message"] for c in refused["status"]["conditions"] if c["type"] == "Ready")
     assert "quota of 3.0 GiB" in message and "used by its 2 earlier ModelCache(s)" in message
     for earlier in ("q1-base", "q2-first"):
-        wait_for(
-            f"{earlier}'s node copy",
-            lambda name=earlier: bool(modelcachenodes(admin, ORDER_NAMESPACE, name)),
-            60,
-        )
+        wait_for(f"{earlier}'s node copy", partial(has_copies, admin, earlier), 60)
     assert modelcachenodes(admin, ORDER_NAMESPACE, "q3-second") == {}
     blocked = composite.wait_parent("default", "evil-image", lambda p: ready(p, "DownloaderImageNotAllowed"))
     assert blocked is not None and blocked["status"]["phase"] == names.PHASE_FAILED
