@@ -184,6 +184,12 @@ ORIGIN_CLAIM, ORIGIN_HOST = "claim", "host"
 # The resourceVersion of the write that made a claim (its place in the queue, set on the first
 # renewal; until then the claim's own resourceVersion is it). The policy admits only that value.
 ANNOTATION_CLAIMED_AT = "praesto.io/claimed-at-resource-version"
+# A claim that pulls from the origin: "new" on the write that marks it, then the resourceVersion
+# of that write (recorded on the next one; the policy admits only that value). Pullers are
+# ordered by it, and only the first `count` may pull: the budget's safety rests on this order.
+ANNOTATION_PULLING_SINCE = "praesto.io/pulling-since-resource-version"
+PULLING_NEW = "new"
+ANNOTATION_ORIGIN_NAMESPACE = "praesto.io/origin-namespace"  # whose download a claim queues for
 ANNOTATION_ORIGIN_HOST = "praesto.io/origin-host"
 ANNOTATION_RETRY_AFTER_UNTIL = "praesto.io/retry-after-until"  # RFC 3339: no origin request before
 ANNOTATION_RETRY_AFTER_BY = "praesto.io/retry-after-by"  # the node that was told to wait

@@ -4,14 +4,14 @@ Why Leases and no new service: every agent already talks to the API server, and
 a Lease is a record with an expiry (a crashed agent's claim lapses by itself).
 Each node queues for a group (`maxNodes`, and `perHost` per origin) with a Lease of
 its own, `praesto-origin-<group>.<node>` in the release namespace, which only it
-may write (the chart's policy); the first `count` live claims hold (slots.py). A
+may write (the chart's policy); whose turn it is and who may pull is slots.py. A
 node holds a group once for all its downloads together: the budget counts nodes,
 not downloads. Groups are taken in one order, the origin's first, then the
 cluster-wide one, and a node keeps what it holds while it waits for the next:
 with one order no two nodes can each hold what the other waits for, and a node
 waiting for a busy origin does not take one of the cluster's places meanwhile.
 
-Where it gates: at the origin's byte source (`GatedSource`, set on the download
+Where it gates: at the origin's byte source (`use.GatedSource`, set on the download
 through `Options.origin`), before the first origin request of a download, not
 before the download. So a node waiting for the budget still copies from peers
 whatever they can give, and a download that peers serve entirely never takes a
@@ -37,24 +37,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from praesto.agent.budget import slots
 from praesto.agent.budget.leases import LeaseApi
 from praesto.agent.budget.slots import GLOBAL, Cooldown, Pace
+from praesto.agent.budget.use import OriginUse
 from praesto.agent.download import objplan
 from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, Result
 from praesto.agent.download.hfplan import endpoint_of
-from praesto.agent.download.http import Target, Transient
 from praesto.agent.worker import CacheRef, Downloader
-
-if TYPE_CHECKING:
-    from praesto.agent.download.engine import ByteSource
 
 log = logging.getLogger("praesto.agent.budget")
 Report = Callable[[CacheRef, str], None]
-Sink = Callable[[int, memoryview], None]
 
 
 @dataclass(frozen=True)
@@ -108,7 +103,8 @@ class OriginBudget:
     # ---- the agent's hooks ---------------------------------------------------------
     def attach(self, ref: CacheRef, plan: Plan, options: Options, *, report: Report) -> None:
         """Before a download: its origin requests go through this budget (`Options.origin`)."""
-        options.origin = OriginUse(self, origin_host(plan, options), lambda m: report(ref, m), options.cancel)
+        host = origin_host(plan, options)
+        options.origin = OriginUse(self, host, ref.namespace, lambda m: report(ref, m), options.cancel)
 
     def releasing(self, downloader: Downloader) -> Downloader:
         """`downloader`, giving the download's share of the slots back however it ends."""
@@ -135,8 +131,11 @@ class OriginBudget:
         """The groups `host` needs, in the one order every node takes them: the origin's, then all."""
         return [g for g, n in ((host, self.config.per_host), (GLOBAL, self.config.max_nodes)) if n > 0]
 
-    def hold(self, host: str, cancel: threading.Event, report: Callable[[str], None], *, join: bool) -> None:
-        """Return once this node holds every group `host` needs; `join` counts one more download using them."""
+    def hold(
+        self, host: str, namespace: str, cancel: threading.Event, report: Callable[[str], None], *, join: bool
+    ) -> None:
+        """Return once this node holds every group `host` needs, queueing for a download of `namespace`;
+        `join` counts one more download using them."""
         groups = self.groups(host)
         with self._lock:
             for g in groups:
@@ -158,7 +157,7 @@ class OriginBudget:
                 if not self._taking.acquire(timeout=self.config.poll_seconds):
                     continue
                 try:
-                    waiting = self._take(missing)
+                    waiting = self._take(missing, namespace)
                 except Exception as err:  # the API unreachable: wait and look again, say why
                     waiting = f"cannot reach the origin budget's Leases ({type(err).__name__}); pulling nothing from the origin until it can"
                 finally:
@@ -196,8 +195,9 @@ class OriginBudget:
                 self._users[g] = self._users.get(g, 0) - 1
                 if self._users[g] <= 0:
                     self._users.pop(g)
-                    if g in self._held and not self._waiters.get(g):
-                        free.append(self._held.pop(g)[0])
+                    if not self._waiters.get(g):  # held, or lost meanwhile: the claim goes back either way
+                        held = self._held.pop(g, None)
+                        free.append(held[0] if held else slots.claim_name(g, self.node))
         for name in free:
             self._give_back(name)
 
@@ -206,23 +206,30 @@ class OriginBudget:
             return self.config.max_nodes, "originBudget.maxNodes"
         return self.config.per_host, "originBudget.perHost"
 
-    def _take(self, missing: list[str]) -> str | None:
-        """One look at the queues of the missing groups, in order, claiming as needed: None when all
-        are held, '' to look again at once (a claim was just written), else why this node waits."""
+    def _take(self, missing: list[str], namespace: str) -> str | None:
+        """One look at the queues of the missing groups, in order, claiming and marking as needed: None
+        when all are held, '' to look again at once (just written), else why this node waits."""
         leases, now = self.leases.list(), self.clock()
         seconds = self.config.lease_seconds
         for group in missing:
             name = slots.claim_name(group, self.node)
             mine = leases.get(name)
             if mine is None or not slots.is_live(mine, now, seconds) or slots.holder(mine) != self.node:
-                self.leases.write(slots.claimed(mine, name, self.node, now, seconds))
-                return ""  # the queue is read again after the claim: it then sees every earlier one
+                self.leases.write(slots.claimed(mine, name, self.node, now, seconds, namespace))
+                return ""
             if slots.renewal_due(mine, now, seconds):
-                written = self.leases.write(slots.claimed(mine, name, self.node, now, seconds))
-                leases[name] = written or mine
+                mine = leases[name] = (
+                    self.leases.write(slots.claimed(mine, name, self.node, now, seconds)) or mine
+                )
             count, value = self._count(group)
             held_by = slots.holders(leases, group, count, now, seconds)
-            if self.node not in held_by:
+            if slots.pulling_since(mine) is None:
+                if self.node in slots.next_up(leases, group, count, now, seconds):
+                    self.leases.write(slots.marked(mine, True))
+                    return ""  # read again: it pulls only if its mark is among the first `count`
+                return slots.describe(group, count, held_by, value)
+            if self.node not in held_by:  # another node marked first: take the mark back, wait
+                self.leases.write(slots.marked(mine, False))
                 return slots.describe(group, count, held_by, value)
             with self._lock:
                 self._held[group] = (name, now)
@@ -270,13 +277,17 @@ class OriginBudget:
                     ):
                         lost.append(group)
                         continue
+                    count, _ = self._count(group)
+                    if self.node not in slots.holders(
+                        leases, group, count, now, seconds
+                    ) or slots.should_yield(leases, group, count, self.node, now, seconds):
+                        lost.append(group)  # an earlier mark came back, or fairness: queue again
+                        self.leases.write(slots.marked(lease, False))
+                        continue
                     if self.leases.write(slots.claimed(lease, name, self.node, now, seconds)) is not None:
                         with self._lock:
                             if self._held.get(group, ("",))[0] == name:
                                 self._held[group] = (name, now)
-                    count, _ = self._count(group)
-                    if self.node not in slots.holders(leases, group, count, now, seconds):
-                        lost.append(group)  # an earlier claim came back: queue again
                 except Exception as err:
                     log.warning("could not renew origin claim %s: %s", name, type(err).__name__)
             with self._lock:
@@ -332,66 +343,3 @@ class OriginBudget:
                     return
         except Exception as err:
             log.warning("could not share the Retry-After of %s: %s", host, type(err).__name__)
-
-
-class OriginUse:
-    """One download's use of the budget: slots joined at its first origin request, left when it ends."""
-
-    def __init__(
-        self, budget: OriginBudget, host: str, report: Callable[[str], None], cancel: threading.Event
-    ) -> None:
-        self.budget, self.host, self.report, self.cancel = budget, host, report, cancel
-        self._lock = threading.Lock()  # one fetch thread of this download waits; the others queue here
-        self._joined = False
-
-    def wrap(self, source: ByteSource) -> ByteSource:
-        return GatedSource(source, self)
-
-    def before(self) -> None:
-        self.budget.wait_cooldown(self.host, self.cancel, self.report)
-        with self._lock:
-            self.budget.hold(self.host, self.cancel, self.report, join=not self._joined)
-            self._joined = True
-
-    def refused(self, error: Transient) -> None:
-        if error.retry_after is not None:
-            self.budget.record_cooldown(self.host, error.retry_after)
-
-    def done(self) -> None:
-        with self._lock:
-            if self._joined:
-                self._joined = False
-                self.budget.leave(self.host)
-
-
-class GatedSource:
-    """The origin's `ByteSource`, behind the budget: slots first, shared Retry-After, paced bytes."""
-
-    def __init__(self, inner: ByteSource, use: OriginUse) -> None:
-        self.inner, self.use = inner, use
-
-    def resolve(self, url: str) -> Target:
-        self.use.before()
-        try:
-            return self.inner.resolve(url)
-        except Transient as error:
-            self.use.refused(error)
-            raise
-
-    def fetch(self, target: Target, start: int, end: int, sink: Sink, cancel: threading.Event) -> int:
-        self.use.before()
-        pace = self.use.budget.pace
-
-        def paced(offset: int, chunk: memoryview) -> None:
-            sink(offset, chunk)
-            if (delay := pace.delay(len(chunk))) > 0 and cancel.wait(delay):
-                raise DownloadCancelled()
-
-        try:
-            return self.inner.fetch(target, start, end, paced if pace.rate > 0 else sink, cancel)
-        except Transient as error:
-            self.use.refused(error)
-            raise
-
-    def close(self) -> None:
-        self.inner.close()

@@ -3,12 +3,19 @@
 Each node claims its place in a group's queue with a `coordination.k8s.io/v1` Lease
 of its own (`claim_name`), which only it may write (the chart's policy): nobody can
 take another node's place, or write for it. The queue is ordered by the API server,
-not by any clock: by the resourceVersion of the write that made each claim
-(resource versions of one resource are comparable integers: k8s.io/apimachinery
-pkg/util/resourceversion CompareResourceVersion, v0.37.2). A node holds the group
-when its claim is among the first `count` live claims. Why that bounds the holders:
-a node looks at the queue only after its own claim is written, so it sees every
-claim made before its own; a claim made later ranks after it.
+not by any clock: by the resourceVersion of a write (resource versions of one
+resource are comparable integers: k8s.io/apimachinery pkg/util/resourceversion
+CompareResourceVersion, v0.37.2). A waiting node whose turn it is marks its claim
+as pulling, reads again, and pulls only when its mark is among the first `count`
+marks, ordered by the resourceVersion of the marking writes; else it takes the
+mark back. Why that bounds the pullers: a node looks only after its own mark is
+written, so it sees every mark made before its own; one made later ranks after it.
+
+Whose turn it is, is fairness, not safety (#21 item 7): when places free up, the
+waiting claims of the namespaces that pull least go first (each claim names the
+namespace of the download it queues for), and a namespace pulling more than its
+share (`count` over the namespaces with live claims) while another waits gives
+back its latest place, so each namespace gets its share of `maxNodes` in turn.
 
 A claim is live while its holder renews it. Every value a node writes is bounded
 when read, whatever the policy admitted: a lease duration longer than the budget's
@@ -94,15 +101,32 @@ def is_live(lease: Lease | None, now: float, max_seconds: int) -> bool:
     return renewed + min(max(duration, 0), max_seconds) > now
 
 
+def _annotations(lease: Lease) -> dict[str, str]:
+    return dict(((lease.get("metadata") or {}).get("annotations")) or {})
+
+
+def _version(value: object) -> int | None:
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
 def _claimed_at(lease: Lease) -> int:
     meta = lease.get("metadata") or {}
-    for value in (
-        ((meta.get("annotations") or {}).get(names.ANNOTATION_CLAIMED_AT)),
-        meta.get("resourceVersion"),
-    ):
-        if isinstance(value, str) and value.isdigit():
-            return int(value)
+    for value in (_annotations(lease).get(names.ANNOTATION_CLAIMED_AT), meta.get("resourceVersion")):
+        if (version := _version(value)) is not None:
+            return version
     return 1 << 128  # never written by the API server: last
+
+
+def pulling_since(lease: Lease) -> int | None:
+    """The resourceVersion of the write that marked this claim as pulling; None when not marked."""
+    value = _annotations(lease).get(names.ANNOTATION_PULLING_SINCE)
+    if value == names.PULLING_NEW:
+        return _version((lease.get("metadata") or {}).get("resourceVersion"))
+    return _version(value)
+
+
+def namespace_of(lease: Lease) -> str:
+    return _annotations(lease).get(names.ANNOTATION_ORIGIN_NAMESPACE, "")
 
 
 def queue(leases: Mapping[str, Lease], group: str, now: float, max_seconds: int) -> list[Lease]:
@@ -116,18 +140,73 @@ def queue(leases: Mapping[str, Lease], group: str, now: float, max_seconds: int)
     return sorted(live, key=lambda lease: (_claimed_at(lease), str(lease["metadata"]["name"])))
 
 
+def pullers(leases: Mapping[str, Lease], group: str, now: float, max_seconds: int) -> list[Lease]:
+    """The live claims marked as pulling, by the API server's order of their marking writes."""
+    marked = [
+        (since, lease)
+        for lease in queue(leases, group, now, max_seconds)
+        if (since := pulling_since(lease)) is not None
+    ]
+    return [
+        lease for _, lease in sorted(marked, key=lambda pair: (pair[0], str(pair[1]["metadata"]["name"])))
+    ]
+
+
 def holders(leases: Mapping[str, Lease], group: str, count: int, now: float, max_seconds: int) -> list[str]:
-    """The nodes holding `group` now: the first `count` in its queue."""
-    return [holder(lease) for lease in queue(leases, group, now, max_seconds)[:count]]
+    """The nodes that may pull from `group` now: the first `count` marks."""
+    return [holder(lease) for lease in pullers(leases, group, now, max_seconds)[:count]]
 
 
-def claimed(lease: Lease | None, name: str, me: str, now: float, duration: int) -> Lease:
-    """The body that claims (or renews the claim) `name` for `me`: create it when `lease` is None.
+def next_up(leases: Mapping[str, Lease], group: str, count: int, now: float, max_seconds: int) -> list[str]:
+    """The waiting nodes whose turn it is, one per free place: the namespaces pulling least first,
+    within a namespace first come first."""
+    live = queue(leases, group, now, max_seconds)
+    pulling: dict[str, int] = {}
+    for lease in pullers(leases, group, now, max_seconds)[:count]:
+        pulling[namespace_of(lease)] = pulling.get(namespace_of(lease), 0) + 1
+    free = count - sum(pulling.values())
+    if free <= 0:
+        return []
+    seen: dict[str, int] = {}
+    waiting: list[tuple[int, int, str]] = []
+    for position, lease in enumerate(live):
+        if pulling_since(lease) is not None:
+            continue
+        ns = namespace_of(lease)
+        waiting.append((pulling.get(ns, 0) + seen.get(ns, 0), position, holder(lease)))
+        seen[ns] = seen.get(ns, 0) + 1
+    return [node for _, _, node in sorted(waiting)[:free]]
 
-    A new claim (none, given back, or lapsed) drops the place it had; a renewal records,
-    once, the resourceVersion of the write that made the claim, which keeps its place.
-    The resourceVersion read stays in the body: only `me` writes this Lease, so a conflict
-    means only that `me` wrote it meanwhile.
+
+def should_yield(
+    leases: Mapping[str, Lease], group: str, count: int, me: str, now: float, max_seconds: int
+) -> bool:
+    """Whether `me` gives its place back for fairness: its namespace pulls more than its share while
+    a namespace under its share waits, and `me` holds that namespace's latest place."""
+    live = queue(leases, group, now, max_seconds)
+    namespaces = {namespace_of(lease) for lease in live}
+    share = max(1, count // max(1, len(namespaces)))
+    pulling: dict[str, list[Lease]] = {}
+    for lease in pullers(leases, group, now, max_seconds)[:count]:
+        pulling.setdefault(namespace_of(lease), []).append(lease)
+    mine = next((lease for lease in live if holder(lease) == me), None)
+    if mine is None:
+        return False
+    ours = pulling.get(namespace_of(mine), [])
+    starved = any(
+        pulling_since(lease) is None and len(pulling.get(namespace_of(lease), [])) < share for lease in live
+    )
+    return starved and len(ours) > share and holder(ours[-1]) == me
+
+
+def claimed(lease: Lease | None, name: str, me: str, now: float, duration: int, namespace: str = "") -> Lease:
+    """The body that claims (or renews the claim) `name` for `me`, for a download of `namespace`:
+    create it when `lease` is None.
+
+    A new claim (none, given back, or lapsed) drops the place and the mark it had; a renewal
+    records, once, the resourceVersion of the write that made the claim, and of the one that
+    marked it, which keep its places. The resourceVersion read stays in the body: only `me`
+    writes this Lease, so a conflict means only that `me` wrote it meanwhile.
     """
     body: Lease = (
         {
@@ -140,25 +219,38 @@ def claimed(lease: Lease | None, name: str, me: str, now: float, duration: int) 
         else {**lease, "metadata": dict(lease.get("metadata") or {}), "spec": dict(lease.get("spec") or {})}
     )
     meta, spec = body["metadata"], body["spec"]
-    annotations = dict(meta.get("annotations") or {})
+    annotations = _annotations(body)
+    version = str(meta.get("resourceVersion") or "")
     if lease is None or holder(lease) != me or not is_live(lease, now, duration):
         spec["acquireTime"] = rfc3339(now)
         spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (lease is not None)
         annotations.pop(names.ANNOTATION_CLAIMED_AT, None)
-    elif names.ANNOTATION_CLAIMED_AT not in annotations:
-        annotations[names.ANNOTATION_CLAIMED_AT] = str(meta.get("resourceVersion") or "")
+        annotations.pop(names.ANNOTATION_PULLING_SINCE, None)
+        annotations[names.ANNOTATION_ORIGIN_NAMESPACE] = namespace
+    else:
+        annotations.setdefault(names.ANNOTATION_CLAIMED_AT, version)
+        if annotations.get(names.ANNOTATION_PULLING_SINCE) == names.PULLING_NEW:
+            annotations[names.ANNOTATION_PULLING_SINCE] = version
     meta["annotations"] = annotations
     spec.update(holderIdentity=me, renewTime=rfc3339(now), leaseDurationSeconds=duration)
     return body
 
 
+def marked(lease: Lease, pulling: bool) -> Lease:
+    """The body that marks a claim as pulling (its turn came), or takes the mark back."""
+    meta = dict(lease.get("metadata") or {})
+    annotations = {k: v for k, v in _annotations(lease).items() if k != names.ANNOTATION_PULLING_SINCE}
+    if pulling:
+        annotations[names.ANNOTATION_PULLING_SINCE] = names.PULLING_NEW
+    return {**lease, "metadata": {**meta, "annotations": annotations}}
+
+
 def released(lease: Lease) -> Lease:
-    """The body that gives a claim back: no holder, no place in the queue."""
+    """The body that gives a claim back: no holder, no place in the queue, no mark."""
     spec = {k: v for k, v in (lease.get("spec") or {}).items() if k not in ("holderIdentity", "renewTime")}
     meta = dict(lease.get("metadata") or {})
-    meta["annotations"] = {
-        k: v for k, v in (meta.get("annotations") or {}).items() if k != names.ANNOTATION_CLAIMED_AT
-    }
+    dropped = (names.ANNOTATION_CLAIMED_AT, names.ANNOTATION_PULLING_SINCE)
+    meta["annotations"] = {k: v for k, v in _annotations(lease).items() if k not in dropped}
     return {**lease, "metadata": meta, "spec": spec}
 
 

@@ -26,8 +26,15 @@ def lease(
     return {"metadata": {"name": name, "resourceVersion": rv}, "spec": spec}
 
 
-def claim(node: str, rv: int, group: str = GLOBAL, **kwargs: Any) -> dict[str, Any]:
-    return lease(slots.claim_name(group, node), node, rv=str(rv), **kwargs)
+def claim(
+    node: str, rv: int, group: str = GLOBAL, ns: str = "team-a", pulling: str | None = None, **kwargs: Any
+) -> dict[str, Any]:
+    """A live claim of `node` made at resourceVersion `rv`, for namespace `ns`; `pulling`: its mark."""
+    body = lease(slots.claim_name(group, node), node, rv=str(rv), **kwargs)
+    body["metadata"]["annotations"] = {names.ANNOTATION_ORIGIN_NAMESPACE: ns}
+    if pulling is not None:
+        body["metadata"]["annotations"][names.ANNOTATION_PULLING_SINCE] = pulling
+    return body
 
 
 def by_name(*leases: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -44,22 +51,45 @@ def test_claim_names_name_the_node_and_groups_never_collide() -> None:
     assert slots.claim_name_fits("n" * 200) and not slots.claim_name_fits("n" * 230)
 
 
-def test_the_first_claims_by_the_api_servers_order_hold() -> None:
-    leases = by_name(claim("late", 30), claim("early", 10), claim("middle", 20))
-    assert slots.holders(leases, GLOBAL, 2, NOW, 30) == ["early", "middle"]
-    # a renewed claim keeps its place: the resourceVersion of its claiming write, recorded once
-    renewed = claim("late", 99)
-    renewed["metadata"]["annotations"] = {names.ANNOTATION_CLAIMED_AT: "5"}
-    assert slots.holders(by_name(renewed, claim("early", 10)), GLOBAL, 1, NOW, 30) == ["late"]
+def test_the_first_marks_by_the_api_servers_order_pull() -> None:
+    """Safety: whatever the turns, only the first `count` marking writes pull."""
+    leases = by_name(
+        claim("late", 30, pulling="new"), claim("early", 10, pulling="4"), claim("middle", 20, pulling="6")
+    )
+    assert slots.holders(leases, GLOBAL, 2, NOW, 30) == ["early", "middle"]  # "late" marked last: it waits
     # other groups' claims and host Leases are not in this queue
-    other = claim("other", 1, group="huggingface.co")
-    assert slots.holders(by_name(other, claim("early", 10)), GLOBAL, 1, NOW, 30) == ["early"]
+    other = claim("other", 1, group="huggingface.co", pulling="1")
+    assert slots.holders(by_name(other, claim("early", 10, pulling="4")), GLOBAL, 1, NOW, 30) == ["early"]
+
+
+def test_turns_go_first_come_first_within_a_namespace() -> None:
+    leases = by_name(claim("c", 30), claim("a", 10), claim("b", 20), claim("held", 5, pulling="5"))
+    assert slots.next_up(leases, GLOBAL, 3, NOW, 30) == ["a", "b"]
+    renewed = claim("c", 99)  # a renewed claim keeps its place: its claiming write, recorded once
+    renewed["metadata"]["annotations"][names.ANNOTATION_CLAIMED_AT] = "1"
+    assert slots.next_up(by_name(renewed, claim("a", 10)), GLOBAL, 1, NOW, 30) == ["c"]
+    assert slots.next_up(leases, GLOBAL, 1, NOW, 30) == []  # no free place
+
+
+def test_the_namespace_pulling_least_goes_first_and_one_over_its_share_yields() -> None:
+    """#21 item 7: each namespace gets a fair share of maxNodes when others wait."""
+    busy = [claim(f"busy-{i}", i, ns="team-a", pulling=str(i)) for i in range(1, 4)]
+    waiting = [claim("a-next", 10, ns="team-a"), claim("b-first", 20, ns="team-b")]
+    leases = by_name(*busy[:2], *waiting)
+    assert slots.next_up(leases, GLOBAL, 3, NOW, 30) == ["b-first"]  # team-b pulls nothing yet
+    full = by_name(*busy, *waiting)  # team-a pulls all 3 places while team-b waits: share is 3 // 2 = 1
+    assert [n for n in ("busy-1", "busy-2", "busy-3") if slots.should_yield(full, GLOBAL, 3, n, NOW, 30)] == [
+        "busy-3"
+    ]  # its latest place goes back first, one at a time
+    alone = by_name(*busy, claim("a-next", 10, ns="team-a"))
+    assert not slots.should_yield(alone, GLOBAL, 3, "busy-3", NOW, 30)  # nobody else waits
 
 
 def test_given_back_and_lapsed_claims_leave_the_queue() -> None:
-    given_back = slots.released(claim("a", 1))
-    lapsed = claim("b", 2, renewed=NOW - 31)
-    assert slots.holders(by_name(given_back, lapsed, claim("c", 3)), GLOBAL, 1, NOW, 30) == ["c"]
+    given_back = slots.released(claim("a", 1, pulling="1"))
+    lapsed = claim("b", 2, renewed=NOW - 31, pulling="2")
+    assert slots.holders(by_name(given_back, lapsed, claim("c", 3, pulling="3")), GLOBAL, 1, NOW, 30) == ["c"]
+    assert names.ANNOTATION_PULLING_SINCE not in given_back["metadata"]["annotations"]
 
 
 def test_what_another_node_wrote_is_bounded_when_read() -> None:
@@ -75,18 +105,28 @@ def test_what_another_node_wrote_is_bounded_when_read() -> None:
 
 def test_a_claim_records_its_place_on_renewal_and_a_new_claim_drops_it() -> None:
     name = slots.claim_name(GLOBAL, "c")
-    first = slots.claimed(None, name, "c", NOW, 30)
+    first = slots.claimed(None, name, "c", NOW, 30, "team-a")
     assert first["metadata"]["labels"] == {names.LABEL_ORIGIN_BUDGET: names.ORIGIN_CLAIM}
-    assert not first["metadata"]["annotations"]
+    assert first["metadata"]["annotations"] == {names.ANNOTATION_ORIGIN_NAMESPACE: "team-a"}
     written = {**first, "metadata": {**first["metadata"], "resourceVersion": "41"}}
     renewed = slots.claimed(written, name, "c", NOW + 10, 30)
-    assert renewed["metadata"]["annotations"] == {names.ANNOTATION_CLAIMED_AT: "41"}
+    assert renewed["metadata"]["annotations"][names.ANNOTATION_CLAIMED_AT] == "41"
     assert renewed["metadata"]["resourceVersion"] == "41"  # the write is guarded by it
     assert renewed["spec"]["acquireTime"] == slots.rfc3339(NOW)
     assert renewed["spec"]["renewTime"] == slots.rfc3339(NOW + 10)
     again = slots.claimed(renewed, name, "c", NOW + 100, 30)  # lapsed meanwhile: a new claim
     assert names.ANNOTATION_CLAIMED_AT not in again["metadata"]["annotations"]
     assert again["spec"]["acquireTime"] == slots.rfc3339(NOW + 100)
+    marking = slots.marked(renewed, True)
+    assert marking["metadata"]["annotations"][names.ANNOTATION_PULLING_SINCE] == names.PULLING_NEW
+    assert (
+        slots.pulling_since({**marking, "metadata": {**marking["metadata"], "resourceVersion": "50"}}) == 50
+    )
+    recorded = slots.claimed(
+        {**marking, "metadata": {**marking["metadata"], "resourceVersion": "50"}}, name, "c", NOW + 12, 30
+    )
+    assert recorded["metadata"]["annotations"][names.ANNOTATION_PULLING_SINCE] == "50"
+    assert names.ANNOTATION_PULLING_SINCE not in slots.marked(recorded, False)["metadata"]["annotations"]
     back = slots.released(renewed)
     assert not slots.holder(back) and names.ANNOTATION_CLAIMED_AT not in back["metadata"]["annotations"]
     assert slots.renewal_due(renewed, NOW + 20, 30) and not slots.renewal_due(renewed, NOW + 15, 30)

@@ -229,6 +229,8 @@ def test_the_policy_keeps_an_agent_to_its_own_claims_and_bounded_values(
         name, host = slots.claim_name("", me), slots.host_lease_name("origin.example")
         early = slots.claimed(None, name, me, now, 15)
         early["metadata"]["annotations"] = {names.ANNOTATION_CLAIMED_AT: "1"}
+        first_puller = slots.claimed(None, name, me, now, 15)
+        first_puller["metadata"]["annotations"] = {names.ANNOTATION_PULLING_SINCE: "1"}
         attacks = {  # what the agent tries -> (what the refusal must say, the body)
             "take another node's live place": ("only its own origin claims",
                                                slots.claimed(theirs, theirs["metadata"]["name"], me, now, 15)),
@@ -239,6 +241,7 @@ def test_the_policy_keeps_an_agent_to_its_own_claims_and_bounded_values(
                                                  slots.claimed(None, "praesto-origin-0", me, now, 15)),
             "lease for 2^31-1 seconds": ("lasts 1 to 15 seconds", slots.claimed(None, name, me, now, 2**31 - 1)),
             "jump the queue": ("place in the queue", early),
+            "pull ahead of every mark": ("marked as pulling", first_puller),
             "Retry-After in 2099": ("at most 600 seconds", slots.with_cooldown(
                 None, host, "origin.example", slots.Cooldown(4_070_908_800.0, me), now) or {}),
             "Retry-After in another node's name": ("written by the node that got it", slots.with_cooldown(
@@ -258,7 +261,14 @@ def test_the_policy_keeps_an_agent_to_its_own_claims_and_bounded_values(
         forged = slots.claimed(renewed, name, me, now + 10, 15)
         forged["metadata"]["annotations"][names.ANNOTATION_CLAIMED_AT] = "1"
         assert "place in the queue" in refused(forged)
-        assert not slots.holder(write(slots.released(renewed)))
+        marking = write(slots.marked(renewed, True))  # its turn: marked "new", then its write's version
+        recorded = write(slots.claimed(marking, name, me, now + 6, 15))
+        since = recorded["metadata"]["annotations"][names.ANNOTATION_PULLING_SINCE]
+        assert since == marking["metadata"]["resourceVersion"]
+        moved = slots.claimed(recorded, name, me, now + 7, 15)
+        moved["metadata"]["annotations"][names.ANNOTATION_PULLING_SINCE] = "1"
+        assert "marked as pulling" in refused(moved)
+        assert not slots.holder(write(slots.released(recorded)))
         fair = slots.with_cooldown(None, host, "origin.example", slots.Cooldown(now + 60, me), now)
         assert fair is not None
         assert slots.cooldown_of(write(fair), now, 600) == slots.Cooldown(pytest.approx(now + 60), me)  # type: ignore[arg-type]
