@@ -58,7 +58,7 @@ def agent_may_get_secret(installed: Installed, name: str) -> bool:
 def test_private_model_through_the_per_cache_secret_grant(
     installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeController
 ) -> None:
-    hub.add_repo("org/private", {"config.json": b"{}", "model.bin": b"p" * 30_000}, private=True)
+    hub.add_repo("org/private", {"config.json": b"{}", "model.bin": b"p" * 400_000}, private=True)
     hub.tokens.add("hf_tenant_token")
     core = client.CoreV1Api(installed.admin.api)
     for name in ("hf", "unrelated"):
@@ -70,20 +70,26 @@ def test_private_model_through_the_per_cache_secret_grant(
     source = {
         "huggingface": {"repo": "org/private", "token": {"secretRef": {"name": "hf", "key": "HF_TOKEN"}}}
     }
-    installed.admin.create(modelcache("private", NS, node_selector={POOL: "agent"}, source=source))
-    composite.wait_parent(NS, "private", phase_is(names.PHASE_READY), deadline=90)
-    # The grant the sync hook returned, created by Metacontroller's identity: exactly one Secret.
-    assert agent_may_get_secret(installed, "hf")
-    assert not agent_may_get_secret(installed, "unrelated")
+    hub.faults.rate = 100_000  # bytes/s per response: the download takes a few seconds
+    try:
+        installed.admin.create(modelcache("private", NS, node_selector={POOL: "agent"}, source=source))
+        # While the copy downloads: the grant the sync hook returned, created by Metacontroller's
+        # identity, for exactly that one Secret.
+        wait_for("the per-cache grant", lambda: agent_may_get_secret(installed, "hf"), 30)
+        assert not agent_may_get_secret(installed, "unrelated")
+        composite.wait_parent(NS, "private", phase_is(names.PHASE_READY), deadline=90)
+    finally:
+        hub.faults.rate = 0
     assert StoreLayout(agent.base).is_complete(NS, "private")
     assert "hf_tenant_token" not in agent.log()
-
-    installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "private", NS)
-    composite.wait_parent(NS, "private", gone, deadline=60)
+    # Every copy is on disk: no agent needs the Secret any more, so the grant goes (#21 item 4).
     role = names.secret_reader_role_name("private")
     wait_gone(installed.admin, "rbac.authorization.k8s.io/v1", "RoleBinding", role, NS)
     wait_gone(installed.admin, "rbac.authorization.k8s.io/v1", "Role", role, NS)
     assert not agent_may_get_secret(installed, "hf")
+
+    installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "private", NS)
+    composite.wait_parent(NS, "private", gone, deadline=60)
 
 
 def test_api_server_restart_mid_download_and_an_expired_watch(
