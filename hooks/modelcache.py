@@ -21,6 +21,7 @@ from praesto.hooks.common import (
     keep_observed,
     meta,
     previous_status,
+    section,
 )
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.local import sync_local
@@ -232,10 +233,23 @@ def refused(parent: Mapping[str, Any], spec: ModelCacheSpec, reason: str, messag
     return {"status": status, "children": []}
 
 
+# What finalize carries over from the last sync's status: facts about the model that no later
+# pass revises. Everything else is computed from this request, never echoed (see finalize).
+FINALIZE_KEPT_STATUS = ("mode", "resolvedRevision", "sizeBytes", "lastUsedTime", "pvcName")
+
+
 def finalize(request: Any, config: HooksConfig, now: datetime) -> Obj:
-    """Done only once every ModelCacheNode is gone (the agents remove the node copies first)."""
+    """Done only once every ModelCacheNode is gone (the agents remove the node copies first).
+
+    The status is a function of the copies in the request plus the model's settled facts, not
+    a copy of the previous status: every write to a deleting parent is an event (the
+    `ignoreStatusChanges` filter lets deleting parents through), and a pass reading a cache one
+    write behind would put the older status back, then the newer, for ever (issue 22).
+    """
     parent = v2.parent_of(request)
-    remaining = len(v2.objects(request, "children", v2.MODELCACHENODE))
+    copies = v2.objects(request, "children", v2.MODELCACHENODE)
+    remaining = len(copies)
+    ready = sum(1 for c in copies if section(c, "status").get("phase") == names.PHASE_READY)
     before = previous_status(parent)
     if remaining:
         message = (
@@ -243,7 +257,15 @@ def finalize(request: Any, config: HooksConfig, now: datetime) -> Obj:
         )
     else:
         message = "every node copy is removed"
-    status: Obj = {**before, "observedGeneration": generation(parent)}
+    status: Obj = {k: before[k] for k in FINALIZE_KEPT_STATUS if k in before}
+    status.update(
+        {
+            "observedGeneration": generation(parent),
+            "phase": names.PHASE_READY if remaining and ready == remaining else names.PHASE_PENDING,
+            "readyNodes": ready,
+            "totalNodes": remaining,
+        }
+    )
     status["conditions"] = [condition(before, READY, False, "Deleting", message, now, generation(parent))]
     response: Obj = {"status": status, "children": [], "finalized": remaining == 0}
     if remaining:

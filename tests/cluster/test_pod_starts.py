@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -169,9 +170,13 @@ def test_miss_then_hit_reported_on_pods_metrics_and_status(
     assert (starts["hits"], starts["misses"], len(starts["recentWaitSeconds"])) == (1, 1, 2)
     miss_wait, hit_wait = starts["recentWaitSeconds"]
     assert miss_wait > 0 and 0 <= hit_wait < miss_wait
-    synced = composite.wait_parent(
-        NS, "starts", lambda p: bool(((p or {}).get("status") or {}).get("podStarts")), 30
-    )
+
+    def summarised(parent: Any) -> bool:
+        summary = (((parent or {}).get("status") or {}).get("podStarts")) or {}
+        return bool(summary.get("waitSeconds", {}).get("samples") == len(starts["recentWaitSeconds"]))
+
+    # The copy's status change is an event: a pass brings its two starts into the cache's summary.
+    synced = composite.wait_parent(NS, "starts", summarised, 30)
     assert synced is not None
     summary = synced["status"]["podStarts"]
     assert summary == {

@@ -124,3 +124,19 @@ def test_finalize_asks_for_a_later_pass_only_while_copies_remain() -> None:
     assert waiting["finalized"] is False and waiting["resyncAfterSeconds"] > 0
     done = modelcache.finalize(sync_request(mc("tiny"), finalizing=True), golden.CONFIG, NOW)
     assert done["finalized"] is True and "resyncAfterSeconds" not in done and done["children"] == []
+
+
+def test_finalize_gives_the_same_status_from_a_stale_parent_as_from_a_fresh_one() -> None:
+    """Every write to a deleting parent is an event; a finalize that echoed the status it read would
+    put a stale one back from a lagging cache, then the fresh one, for ever."""
+    copy_ready = mcn("tiny", "node-a", node_status("Ready", 10, 10, resolvedRevision=COMMIT))
+    settled = {"mode": "Node", "resolvedRevision": COMMIT, "sizeBytes": 10}
+    stale = mc("tiny", status={**settled, "phase": "Ready", "readyNodes": 2, "totalNodes": 2})
+    fresh = mc("tiny", status={**settled, "phase": "Pending", "readyNodes": 0, "totalNodes": 0})
+    answers = [
+        modelcache.finalize(sync_request(parent, children=[copy_ready], finalizing=True), golden.CONFIG, NOW)
+        for parent in (stale, fresh)
+    ]
+    assert answers[0]["status"] == answers[1]["status"]
+    assert answers[0]["status"]["totalNodes"] == 1 and answers[0]["status"]["resolvedRevision"] == COMMIT
+    assert v2.check_response("finalize", answers[0]) == []

@@ -185,6 +185,7 @@ class CompositeController(Controller):
         parent = self.parents.get(namespace, name)
         if parent is None or not self.ours(parent):
             return
+        record.parent_version = str(meta(parent).get("resourceVersion"))
         missing = self.has_finalize and self.finalizer not in (meta(parent).get("finalizers") or [])
         if missing and not meta(parent).get("deletionTimestamp"):  # finalizer.SyncObject
             added = atomic_update(self.parent_resource, parent, self._add_finalizer)

@@ -212,6 +212,7 @@ class Pass:
     writes: list[str] = field(default_factory=list)
     error: str = ""
     finished: float = 0.0
+    parent_version: str = ""  # the resourceVersion of the parent this pass read from the cache
 
     def triggered_by(self, what: str, obj: Mapping[str, Any]) -> bool:
         return any(r.endswith(describe(what, obj)) for r in self.reasons)
