@@ -96,6 +96,8 @@ class OriginBudget:
         self._held: dict[str, tuple[str, float]] = {}  # group -> (claim Lease name, last renewed)
         self._users: dict[str, int] = {}  # group -> downloads of this node using it
         self._waiters: dict[str, int] = {}  # group -> downloads of this node waiting for it
+        self._requests: dict[str, int] = {}  # host -> origin requests in flight (counted by hold())
+        self._yielding: set[str] = set()  # groups given up for fairness, unmarked once their requests end
         self._cooldowns: dict[str, tuple[float, Cooldown | None]] = {}  # host -> (read at, what)
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -150,6 +152,7 @@ class OriginBudget:
                         if join:
                             for g in groups:
                                 self._users[g] = self._users.get(g, 0) + 1
+                        self._requests[host] = self._requests.get(host, 0) + 1  # with the check: atomic
                         joined = True
                         return
                 if cancel.is_set():
@@ -172,6 +175,17 @@ class OriginBudget:
                     raise DownloadCancelled()
         finally:
             self._done_waiting(groups, joined or not join)
+
+    def request_done(self, host: str) -> None:
+        """An origin request that `hold` let through has ended."""
+        with self._lock:
+            self._requests[host] = self._requests.get(host, 0) - 1
+            if self._requests[host] <= 0:
+                self._requests.pop(host)
+
+    def _quiet(self, group: str) -> bool:
+        """No origin request of `group` in flight (call with the lock held)."""
+        return not any(n > 0 for host, n in self._requests.items() if group in (GLOBAL, host))
 
     def _done_waiting(self, groups: list[str], using: bool) -> None:
         """A download stops waiting: claims nobody on this node uses or waits for any more go back."""
@@ -223,6 +237,10 @@ class OriginBudget:
                 )
             count, value = self._count(group)
             held_by = slots.holders(leases, group, count, now, seconds)
+            with self._lock:
+                yielding = group in self._yielding
+            if yielding:  # its place goes to another namespace once this node's requests end
+                return slots.describe(group, count, held_by, value)
             if slots.pulling_since(mine) is None:
                 if self.node in slots.next_up(leases, group, count, now, seconds):
                     self.leases.write(slots.marked(mine, True))
@@ -254,8 +272,8 @@ class OriginBudget:
         seconds = self.config.lease_seconds
         while not self._stop.wait(seconds / 3):
             with self._lock:
-                held = dict(self._held)
-            if not held:
+                held, yielding = dict(self._held), set(self._yielding)
+            if not held and not yielding:
                 continue
             lost: list[str] = []
             try:
@@ -265,6 +283,8 @@ class OriginBudget:
                 now = self.clock()
                 lost = [g for g, (_, renewed) in held.items() if now - renewed >= seconds]
                 leases = {}
+            if leases:
+                self._finish_yielding(yielding, leases, now)
             for group, (name, _) in held.items():
                 if not leases:
                     break
@@ -278,12 +298,14 @@ class OriginBudget:
                         lost.append(group)
                         continue
                     count, _ = self._count(group)
-                    if self.node not in slots.holders(
-                        leases, group, count, now, seconds
-                    ) or slots.should_yield(leases, group, count, self.node, now, seconds):
-                        lost.append(group)  # an earlier mark came back, or fairness: queue again
+                    if self.node not in slots.holders(leases, group, count, now, seconds):
+                        lost.append(group)  # an earlier mark came back: over the budget, stop at once
                         self.leases.write(slots.marked(lease, False))
                         continue
+                    if slots.should_yield(leases, group, count, self.node, now, seconds):
+                        lost.append(group)  # fairness: no new request; unmarked once the last one ends
+                        with self._lock:
+                            self._yielding.add(group)
                     if self.leases.write(slots.claimed(lease, name, self.node, now, seconds)) is not None:
                         with self._lock:
                             if self._held.get(group, ("",))[0] == name:
@@ -293,8 +315,32 @@ class OriginBudget:
             with self._lock:
                 for group in lost:
                     if group in self._held and self._held[group][0] == held[group][0]:
-                        log.warning("lost origin claim %s; waiting for the budget again", held[group][0])
+                        log.warning("gave up origin claim %s; waiting for the budget again", held[group][0])
                         del self._held[group]
+
+    def _finish_yielding(self, yielding: set[str], leases: dict[str, slots.Lease], now: float) -> None:
+        """A place given up for fairness keeps its mark, renewed, until this node's requests under it
+        end: only then may another node take it, so the budget is never exceeded meanwhile."""
+        seconds = self.config.lease_seconds
+        for group in yielding:
+            lease = leases.get(slots.claim_name(group, self.node))
+            with self._lock:
+                quiet = self._quiet(group)
+            try:
+                if lease is None or slots.holder(lease) != self.node:
+                    pass
+                elif quiet:
+                    self.leases.write(slots.marked(lease, False))
+                else:
+                    self.leases.write(
+                        slots.claimed(lease, str(lease["metadata"]["name"]), self.node, now, seconds)
+                    )
+                    continue
+            except Exception as err:
+                log.warning("could not give up origin place for %s: %s", group or "all", type(err).__name__)
+                continue
+            with self._lock:
+                self._yielding.discard(group)
 
     # ---- Retry-After -------------------------------------------------------------
     def cooldown(self, host: str) -> Cooldown | None:

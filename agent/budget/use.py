@@ -71,6 +71,8 @@ class GatedSource:
         except Transient as error:
             self.use.refused(error)
             raise
+        finally:
+            self.use.budget.request_done(self.use.host)
 
     def fetch(self, target: Target, start: int, end: int, sink: Sink, cancel: threading.Event) -> int:
         self.use.before()
@@ -86,6 +88,8 @@ class GatedSource:
         except Transient as error:
             self.use.refused(error)
             raise
+        finally:
+            self.use.budget.request_done(self.use.host)
 
     def close(self) -> None:
         self.inner.close()
