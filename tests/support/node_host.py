@@ -59,15 +59,22 @@ def links() -> set[str]:
 
 
 def iptables_chains() -> set[str]:
-    chains: set[str] = set()
+    """User-defined chains as `tool/table/chain`, and rules as `tool/table/-A ...`.
+
+    Built-in chains are left out: they appear in iptables-save as soon as anything
+    loads their table, whether or not anything is in them.
+    """
+    found: set[str] = set()
     for tool in ("iptables-save", "ip6tables-save"):
         table = ""
         for line in _run(tool).splitlines():
             if line.startswith("*"):
                 table = line[1:]
-            elif line.startswith(":"):
-                chains.add(f"{tool}/{table}/{line[1:].split()[0]}")
-    return chains
+            elif line.startswith(":") and line.split()[1] == "-":
+                found.add(f"{tool}/{table}/{line[1:].split()[0]}")
+            elif line.startswith("-A "):
+                found.add(f"{tool}/{table}/{line}")
+    return found
 
 
 def kubepods_cgroups() -> set[str]:
@@ -183,18 +190,15 @@ def remove_cgroups(cgroups: set[str]) -> None:
             os.rmdir(cgroup)
 
 
-def remove_chains(chains: set[str]) -> None:
-    """Flush and delete iptables chains `tool/table/chain` (rules that jump to them first)."""
-    for entry in sorted(chains):
-        tool, table, chain = entry.split("/")
-        binary = tool.removesuffix("-save")
-        for rule in _run(f"{binary}-save", "-t", table).splitlines():
-            if f"-j {chain}" in rule and rule.startswith("-A "):
-                subprocess.run(
-                    [binary, "-t", table, "-D", *rule.split()[1:]], capture_output=True, check=False
-                )
-    for entry in sorted(chains):
-        tool, table, chain = entry.split("/")
-        binary = tool.removesuffix("-save")
-        subprocess.run([binary, "-t", table, "-F", chain], capture_output=True, check=False)
-        subprocess.run([binary, "-t", table, "-X", chain], capture_output=True, check=False)
+def remove_chains(entries: set[str]) -> None:
+    """Delete leftover rules, then flush and delete leftover chains (entries of `iptables_chains`)."""
+    parsed = [entry.split("/", 2) for entry in sorted(entries)]
+    for tool, table, item in parsed:
+        if item.startswith("-A "):
+            binary = tool.removesuffix("-save")
+            subprocess.run([binary, "-t", table, "-D", *item.split()[1:]], capture_output=True, check=False)
+    for tool, table, item in parsed:
+        if not item.startswith("-A "):
+            binary = tool.removesuffix("-save")
+            subprocess.run([binary, "-t", table, "-F", item], capture_output=True, check=False)
+            subprocess.run([binary, "-t", table, "-X", item], capture_output=True, check=False)
