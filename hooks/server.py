@@ -107,8 +107,10 @@ _releaser: list[subprocess.Popen[bytes]] = []
 
 def _start_orphan_releaser(_server: Any) -> None:
     """Its own process (`python -m praesto.hooks.orphans`), started once by gunicorn's master:
-    threads in the master would be forked into workers mid-flight (locks held, TLS stuck)."""
-    _releaser.append(subprocess.Popen([sys.executable, "-m", "praesto.hooks.orphans"]))
+    threads in the master would be forked into workers mid-flight (locks held, TLS stuck).
+    `-P`: the working directory is not put first on sys.path, so a `praesto/` folder there (a
+    source checkout, or anything writable) cannot shadow the installed package."""
+    _releaser.append(subprocess.Popen([sys.executable, "-P", "-m", "praesto.hooks.orphans"]))
 
 
 def _stop_orphan_releaser(_server: Any) -> None:
