@@ -12,9 +12,11 @@ $(VENV)/.installed: pyproject.toml scripts/install.sh
 
 install: $(VENV)/.installed
 
-## Run the hooks and admission server locally on http://127.0.0.1:8080
-run: install
-	$(VENV)/bin/praesto-hooks --bind 127.0.0.1:8080
+## Praesto on a local one-node cluster (upstream control plane, kubelet, containerd; root): a ModelCache
+## and a Pod reading it at /models. Prints kubectl commands to try; Ctrl-C tears it all down.
+run: install node-bin
+	bash scripts/build_cluster.sh
+	$(PY) -m tests.node.local_cluster
 
 lint: install
 	$(VENV)/bin/ruff check .

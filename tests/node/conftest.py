@@ -18,11 +18,12 @@ import pytest
 
 from tests.cluster.controllers import running_metacontroller
 from tests.cluster.installed import METACONTROLLER_SA, Installed, install_chart
-from tests.node.node_daemons import NodeDaemons
+from tests.node.node_daemons import NodeDaemons, chart_values
 from tests.support.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane
 from tests.support.hub import LocalHub
 from tests.support.kube_apply import Kube
 from tests.support.metacontroller import Metacontroller
+from tests.support.node_host import NODE_IP
 from tests.support.real_node import RealNode, real_node
 
 __all__ = ["running_metacontroller"]  # a fixture (tests/cluster/controllers.py)
@@ -52,9 +53,10 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 
 @pytest.fixture(scope="session")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHub]:
-    """The Hugging Face Hub on loopback: the origin the node's agent downloads from."""
-    with LocalHub(tmp_path_factory.mktemp("hub")) as running:
+def hub(node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHub]:
+    """The Hugging Face Hub on the node's own address: the origin the node's agent downloads
+    from, and the shared-PVC download Job's Pod too (through the Pod network's gateway)."""
+    with LocalHub(tmp_path_factory.mktemp("hub"), host=NODE_IP) as running:
         yield running
 
 
@@ -62,11 +64,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHub]:
 def installed(
     control_plane: ControlPlane, hub: LocalHub, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Installed]:
-    values: dict[str, Any] = {
-        # One node: no peers to share with. The origin is the tier's hub.
-        "nodeAgent": {"peers": {"enabled": False}},
-        "downloader": {"hfEndpoint": hub.endpoint},
-    }
+    values = chart_values(hub)
     with install_chart(control_plane, tmp_path_factory.mktemp("installed"), extra_values=values) as chart:
         yield chart
 

@@ -29,11 +29,12 @@ from tests.cluster.controllers import WATCH_LAG
 from tests.cluster.flows import hook_client
 from tests.cluster.installed import METACONTROLLER_SA, install_chart
 from tests.cluster.tenants import modelcache, opted_in_namespace
-from tests.node.node_daemons import NodeDaemons
+from tests.node.node_daemons import NodeDaemons, chart_values
 from tests.node.pods import busybox_pod, wait_phase
 from tests.support.controlplane import start_control_plane, wait_for
 from tests.support.hub import LocalHub
 from tests.support.metacontroller import Metacontroller
+from tests.support.node_host import NODE_IP
 from tests.support.real_node import node_binaries, real_node
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,9 +69,9 @@ def main() -> int:
         stack.callback(plane.stop)
         say("starting one real node: containerd and the kubelet ...")
         node = stack.enter_context(real_node(plane, WORKDIR / "node", NODE))
-        hub = stack.enter_context(LocalHub(WORKDIR / "hub"))
+        hub = stack.enter_context(LocalHub(WORKDIR / "hub", host=NODE_IP))
         hub.add_repo("demo/tiny-model", MODEL)
-        values = {"nodeAgent": {"peers": {"enabled": False}}, "downloader": {"hfEndpoint": hub.endpoint}}
+        values = chart_values(hub)
         say("installing the chart's objects and starting praesto-hooks ...")
         installed = stack.enter_context(install_chart(plane, WORKDIR / "installed", extra_values=values))
         say("starting the Metacontroller stand-in (the chart installs the real one on a cluster) ...")

@@ -88,8 +88,13 @@ class Faults:
 class LocalHub:
     """Start with `with LocalHub(tmp_path) as hub:`; `hub.endpoint` is what HF_ENDPOINT takes."""
 
-    def __init__(self, root: Path, *, page_size: int = 1000, cdn_base: str | None = None) -> None:
+    def __init__(
+        self, root: Path, *, page_size: int = 1000, cdn_base: str | None = None, host: str = "127.0.0.1"
+    ) -> None:
+        """`host`: the address both servers listen on and the endpoints name (the node tier uses
+        the node's own address, which its Pods reach too)."""
         self.root = root
+        self.host = host
         self.blobs = root / "blobs"
         self.blobs.mkdir(parents=True, exist_ok=True)
         self.repos: dict[str, HubRepo] = {}
@@ -103,18 +108,18 @@ class LocalHub:
         self.bytes_by_path: dict[str, int] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) log
         self.spans: list[Span] = []  # every request's wall-clock start and end (origin budget tests)
-        self._api = _Server(("127.0.0.1", 0), self, cdn=False)
-        self._cdn = _Server(("127.0.0.1", 0), self, cdn=True)
+        self._api = _Server((host, 0), self, cdn=False)
+        self._cdn = _Server((host, 0), self, cdn=True)
         self._threads: list[threading.Thread] = []
 
     # ---- lifecycle -----------------------------------------------------------------
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._api.server_address[1]}"
+        return f"http://{self.host}:{self._api.server_address[1]}"
 
     @property
     def cdn_endpoint(self) -> str:
-        return self.cdn_base or f"http://127.0.0.1:{self._cdn.server_address[1]}"
+        return self.cdn_base or f"http://{self.host}:{self._cdn.server_address[1]}"
 
     def __enter__(self) -> LocalHub:
         for server in (self._api, self._cdn):

@@ -6,7 +6,7 @@ caches in `/var/lib/cni`, `/var/lib/kubelet/device-plugins`, `/var/log/container
 cgroups `/kubepods` in every v1 hierarchy, iptables canary chains, a bridge. So the node
 tier is one per machine, and its teardown removes everything it made and then checks,
 against a snapshot taken before the node started, that nothing is left: no mount, cgroup,
-interface, iptables chain, process or path.
+interface, iptables chain, process, path or changed host setting (ip_forward).
 
 The node's own address is NODE_IP in TEST-NET-1 (192.0.2.0/24, a documentation range),
 on a veth pair the tier creates: the kubelet refuses a loopback node IP, and the machine's
@@ -38,6 +38,8 @@ FIXED_PATHS = (
     Path("/usr/libexec/kubernetes"),
 )
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Host settings the node changes: the CNI bridge plugin turns on forwarding for its gateway.
+SYSCTLS = (Path("/proc/sys/net/ipv4/ip_forward"),)
 NODE_PROCESSES = ("kubelet", "containerd", "containerd-shim-runc-v2", "pause")
 MNT_DETACH = 2
 
@@ -101,6 +103,18 @@ def node_processes() -> set[str]:
     return found
 
 
+def sysctls() -> set[str]:
+    """`path=value` of each watched host setting."""
+    return {f"{p}={p.read_text().strip()}" for p in SYSCTLS if p.exists()}
+
+
+def restore_sysctls(before: set[str]) -> None:
+    for entry in before:
+        path, value = entry.split("=", 1)
+        with contextlib.suppress(OSError):
+            Path(path).write_text(value)
+
+
 @dataclass(frozen=True)
 class Footprint:
     """What of the node's kinds of state exists at one moment."""
@@ -111,6 +125,7 @@ class Footprint:
     cgroups: frozenset[str]
     processes: frozenset[str]
     paths: frozenset[str]
+    settings: frozenset[str]
 
     @classmethod
     def now(cls, workdir: Path) -> Footprint:
@@ -123,11 +138,12 @@ class Footprint:
             cgroups=frozenset(kubepods_cgroups()),
             processes=frozenset(node_processes()),
             paths=frozenset(str(p) for p in FIXED_PATHS if p.exists()),
+            settings=frozenset(sysctls()),
         )
 
     def added_since(self, before: Footprint) -> dict[str, list[str]]:
         """What exists now that did not before, by kind (empty when the node left nothing)."""
-        kinds = ("mounts", "links", "chains", "cgroups", "processes", "paths")
+        kinds = ("mounts", "links", "chains", "cgroups", "processes", "paths", "settings")
         added = {kind: sorted(getattr(self, kind) - getattr(before, kind)) for kind in kinds}
         return {kind: items for kind, items in added.items() if items}
 

@@ -12,8 +12,10 @@ Configuration (containerd v2.4 config `version = 3`, plugin sections as in conta
   /proc/self/oom_score_adj: Permission denied`);
 * the CRI plugin's sandbox image is the locally built pause image (no registry here);
 * one CNI network: a bridge with host-local IPAM in TEST-NET-2 (198.51.100.0/24, a
-  documentation range that belongs to the tier and routes nowhere), no gateway and no
-  masquerade, so Pods reach nothing beyond their bridge; IPAM state in the work dir.
+  documentation range that belongs to the tier and routes nowhere); the bridge is the Pods'
+  gateway (a download Job's Pod reaches the tier's hub on the node's own address), with no
+  masquerade, so nothing beyond the node answers them; IPAM state in the work dir. The
+  bridge plugin turns on ip_forward for its gateway; the node's teardown puts it back.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ state = "{self.workdir / "state"}"
                 {
                     "type": "bridge",
                     "bridge": BRIDGE,
-                    "isGateway": False,
+                    "isGateway": True,
                     "ipMasq": False,
                     "ipam": {
                         "type": "host-local",

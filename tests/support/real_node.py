@@ -125,6 +125,7 @@ def _clean_up(node: RealNode, workdir: Path, before: node_host.Footprint) -> Non
     node_host.remove_chains(set(added.get("chains", [])))
     for path in added.get("paths", []):
         subprocess.run(["rm", "-rf", "--one-file-system", path], check=False)
+    node_host.restore_sysctls(set(before.settings))
 
 
 @contextmanager
