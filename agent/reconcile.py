@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 from praesto.agent import baselock, eviction, logs
 from praesto.agent import status as st
 from praesto.agent.budget.gate import OriginBudget
+from praesto.agent.copies import CacheRef, CacheState, Key, Outcome, progress_record
 from praesto.agent.download import api as dlapi
 from praesto.agent.kube import Backoff, KubeApi, Obj, Watcher, is_transient, key_of
 from praesto.agent.metrics import AgentMetrics
@@ -30,15 +31,13 @@ from praesto.agent.peers.peering import REASON_WAITING_FOR_PEER, Peering
 from praesto.agent.podstarts import PodStartReporter, record_copy
 from praesto.agent.removal import Removal
 from praesto.agent.reservations import Reservations
-from praesto.agent.worker import CacheRef, CacheState, Downloader, Job, Outcome, Planner, progress_record
+from praesto.agent.worker import Job
 
 from praesto import names, store
 from praesto.quantity import QuantityError, format_bytes, parse_duration, parse_quantity
 from praesto.quota import Quotas
 from praesto.spec import InvalidSpec, source_from_node_spec
 from praesto.store import StoreLayout
-
-Key = tuple[str, str]
 
 
 @dataclass
@@ -68,8 +67,8 @@ class Agent(Removal):
         kube: KubeApi,
         metrics: AgentMetrics | None = None,
         clock: Callable[[], float] = time.time,
-        planner: Planner | None = None,
-        downloader: Downloader | None = None,
+        planner: dlapi.Planner | None = None,
+        downloader: dlapi.Downloader | None = None,
         peering: Peering | None = None,
         budget: OriginBudget | None = None,
     ):
@@ -81,8 +80,8 @@ class Agent(Removal):
         self.reserve = config.reserve
         self.reservations = Reservations()  # disk promised to downloads in flight (worker.make_room)
         self.quotas = config.quotas
-        self.planner: Planner = planner or plan
-        self.downloader: Downloader = downloader or download
+        self.planner: dlapi.Planner = planner or plan
+        self.downloader: dlapi.Downloader = downloader or download
         self.peering = peering  # peer-to-peer (praesto.agent.peers); None: origin only
         self.budget = budget  # cluster-wide origin budget (praesto.agent.budget); None: ungated
         if budget is not None:  # each download gives its share of the origin slots back when it ends
@@ -412,9 +411,13 @@ class Agent(Removal):
     def _attach(self, ref: CacheRef, plan: dlapi.Plan, options: dlapi.Options) -> None:
         """Before the bytes: the origin budget gates the origin (options.origin), peers (options.peers) not."""
         if self.budget is not None:
-            self.budget.attach(ref, plan, options, report=self._waiting_for_origin)
+            self.budget.attach(
+                ref.namespace, plan, options, report=lambda m: self._waiting_for_origin(ref, m)
+            )
         if self.peering is not None:
-            self.peering.attach(ref, plan, options, report=self._waiting_for_peer)
+            self.peering.attach(
+                ref.namespace, ref.cache, plan, options, report=lambda m: self._waiting_for_peer(ref, m)
+            )
 
     def _waiting_for_peer(self, ref: CacheRef, message: str) -> None:
         with self.lock:

@@ -14,16 +14,15 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from praesto.agent import capacity, eviction, logs
 from praesto.agent import status as st
+from praesto.agent.copies import CacheRef, CacheState, Key, Running, progress_record
 from praesto.agent.kube import KubeApi, Obj, key_of
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.reservations import Reservations
-from praesto.agent.worker import CacheRef, CacheState, Job, Room, progress_record
+from praesto.agent.worker import Room
 
 from praesto import names, store
 from praesto.quota import Quotas
 from praesto.store import StoreLayout
-
-Key = tuple[str, str]
 
 
 class Removal:
@@ -54,7 +53,7 @@ class Removal:
         if self.layout.base.is_dir():
             store.write_progress(self.layout, namespace, cache, progress)
 
-    def _job(self, key: Key) -> Job | None:
+    def _job(self, key: Key) -> Running | None:
         state = self.states.get(key)
         return None if state is None else state.job
 

@@ -11,17 +11,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from praesto.agent import capacity, eviction, logs
+from praesto.agent.copies import CacheRef, Outcome
 from praesto.agent.download import api as dlapi
 from praesto.agent.download.objcreds import settings_from_secret
 from praesto.agent.kube import KubeApi, SecretUnavailable
 from praesto.agent.reservations import Reservations
 
-from praesto import credscope, store
+from praesto import credscope
 from praesto.quantity import format_bytes
-from praesto.spec import Source
 from praesto.store import StoreLayout
 
 CLUSTER_SECRET_ENV = "PRAESTO_CREDENTIALS_SECRET"  # noqa: S105 - chart credentials.secretRef: "namespace/name"
@@ -38,51 +37,6 @@ def cluster_credentials_allowed(namespace: str, uri: str = "") -> bool:
     return credscope.CredentialScope.from_env(os.environ).entitled(namespace, uri)
 
 
-@dataclass(frozen=True)
-class CacheRef:
-    """The parts of a ModelCacheNode a download needs."""
-
-    namespace: str
-    name: str  # the ModelCacheNode
-    cache: str  # spec.modelCacheName: the store directory
-    source: Source
-    size_bytes: int | None  # spec.size
-    ttl: float | None  # spec.unusedTTL in seconds
-    cache_uid: str = ""  # the owning ModelCache's UID (the controller ownerReference); "" when none
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.namespace, self.name
-
-
-@dataclass
-class Outcome:
-    ref: CacheRef
-    result: dlapi.Result | None = None
-    error: dlapi.DownloadError | None = None
-    waiting: str | None = None  # why the download waits (a Secret, a credential)
-    waiting_reason: str = "WaitingForSecret"  # or WaitingForCredentials
-    cancelled: bool = False
-    evicted: list[tuple[str, str]] = field(default_factory=list)  # (namespace, cache) made room
-
-
-@dataclass
-class CacheState:
-    """What the agent remembers about one cache between reconciles (memory only)."""
-
-    job: Job | None = None
-    attempts: int = 0
-    retry_at: float = 0.0
-    downloaded: bool = False  # Ready through a download (not a cache hit)
-    size_bytes: int | None = None
-    evicted: bool = False  # set before the directory goes, so no reconcile re-downloads it meanwhile
-    peer_bytes: int | None = None  # bytes the last download got from peers, until Ready shows them
-    # (inode, mtime, size, cache UID) of the manifest last found to be this cache's: not read again
-    matching_manifest: tuple[int, int, int, str] | None = None
-
-
-Downloader = Callable[[dlapi.Plan, Path, dlapi.Options], dlapi.Result]
-Planner = Callable[[Source, dlapi.Options], dlapi.Plan]
 Peering = Callable[[CacheRef, dlapi.Plan, dlapi.Options], None]  # may set options.peers (or wait first)
 
 
@@ -183,8 +137,8 @@ class Job:
         room: Room,
         on_started: Callable[[CacheRef, dlapi.Plan], None],
         on_progress: Callable[[CacheRef, int, int], None],
-        planner: Planner,
-        downloader: Downloader,
+        planner: dlapi.Planner,
+        downloader: dlapi.Downloader,
         peering: Peering | None = None,
     ):
         self.ref, self.layout, self.kube, self.options, self.room = ref, layout, kube, options, room
@@ -305,11 +259,3 @@ class Job:
         if source.scheme == "hf":
             return settings.get("HF_TOKEN") or None, None, where
         return None, settings, where
-
-
-def progress_record(phase: str, done: int, total: int, message: str, now: float) -> store.Progress:
-    return store.Progress(phase=phase, bytes_done=done, bytes_total=total, message=message, updated_at=now)
-
-
-def manifest_of(layout: StoreLayout, namespace: str, cache: str) -> dict[str, Any]:
-    return store.read_json(layout.manifest_path(namespace, cache)) or {}

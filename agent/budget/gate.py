@@ -44,12 +44,11 @@ from praesto.agent.budget.leases import LeaseApi
 from praesto.agent.budget.slots import GLOBAL, Cooldown, Pace
 from praesto.agent.budget.use import OriginUse
 from praesto.agent.download import objplan
-from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, Result
+from praesto.agent.download.api import DownloadCancelled, Downloader, DownloadError, Options, Plan, Result
 from praesto.agent.download.hfplan import endpoint_of
-from praesto.agent.worker import CacheRef, Downloader
 
 log = logging.getLogger("praesto.agent.budget")
-Report = Callable[[CacheRef, str], None]
+Report = Callable[[str], None]  # why the download waits, for the copy's status
 
 
 @dataclass(frozen=True)
@@ -103,10 +102,10 @@ class OriginBudget:
         self._renewer: threading.Thread | None = None
 
     # ---- the agent's hooks ---------------------------------------------------------
-    def attach(self, ref: CacheRef, plan: Plan, options: Options, *, report: Report) -> None:
-        """Before a download: its origin requests go through this budget (`Options.origin`)."""
+    def attach(self, namespace: str, plan: Plan, options: Options, *, report: Report) -> None:
+        """Before a download for `namespace`: its origin requests go through this budget (`Options.origin`)."""
         host = origin_host(plan, options)
-        options.origin = OriginUse(self, host, ref.namespace, lambda m: report(ref, m), options.cancel)
+        options.origin = OriginUse(self, host, namespace, report, options.cancel)
 
     def releasing(self, downloader: Downloader) -> Downloader:
         """`downloader`, giving the download's share of the slots back however it ends."""

@@ -7,12 +7,11 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from praesto.agent.download.api import DownloadCancelled
-from praesto.agent.download.http import Target, Transient
+from praesto.agent.download.api import ByteSource, DownloadCancelled, Target
+from praesto.agent.download.http import Transient
 
 if TYPE_CHECKING:
     from praesto.agent.budget.gate import OriginBudget
-    from praesto.agent.download.engine import ByteSource
 
 Sink = Callable[[int, memoryview], None]
 

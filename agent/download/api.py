@@ -12,14 +12,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from praesto.agent.download.digests import ALGORITHMS, RunningDigest, StoreDigest
 
 from praesto.spec import Source
-
-if TYPE_CHECKING:
-    from praesto.agent.download.engine import ByteSource
 
 REASONS = (
     "RepoNotFound",
@@ -156,10 +153,35 @@ class PartSource(Protocol):
     def blame(self, file: RemoteFile) -> bool: ...
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where a file's bytes come from after redirects, and whether auth may be sent there."""
+
+    url: str
+    authorized: bool
+
+
+class ByteSource(Protocol):
+    """Where parts come from: the Hub over HTTP (http.Transport) or an object store (objfetch)."""
+
+    def resolve(self, url: str) -> Target: ...
+
+    def fetch(
+        self,
+        target: Target,
+        start: int,
+        end: int,
+        sink: Callable[[int, memoryview], None],
+        cancel: threading.Event,
+    ) -> int: ...
+
+    def close(self) -> None: ...
+
+
 class OriginGate(Protocol):
     """What stands between a download and its origin (the cluster-wide budget, agent/budget).
 
-    `wrap` gets the origin's byte source (`engine.ByteSource`) and returns one that
+    `wrap` gets the origin's byte source (`ByteSource`) and returns one that
     waits for the budget before each request; peers are never behind it.
     """
 
@@ -194,3 +216,7 @@ class Options:
     # The owning ModelCache's UID, recorded in the manifest: the agent trusts a complete copy only
     # for that cache (praesto.store.copy_mismatch). Empty for `praesto-agent download` (pre-baking).
     cache_uid: str = ""
+
+
+Planner = Callable[[Source, Options], Plan]  # `plan()`, or a test's stand-in
+Downloader = Callable[[Plan, Path, Options], Result]  # `download()`, or one wrapped (the origin budget)

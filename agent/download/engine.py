@@ -40,13 +40,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 from urllib.parse import quote
 
-from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, RemoteFile, Result
+from praesto.agent.download.api import (
+    ByteSource,
+    DownloadCancelled,
+    DownloadError,
+    Options,
+    Plan,
+    RemoteFile,
+    Result,
+    Target,
+)
 from praesto.agent.download.crashpoints import FILE_READ_ONLY, PARTS_JOURNALED, STAGING_CREATED, crash_point
 from praesto.agent.download.hashing import MemoryBudget, StreamHasher
-from praesto.agent.download.http import MAX_ATTEMPTS, Expired, Redirect, Target, Transient, Transport, backoff
+from praesto.agent.download.http import MAX_ATTEMPTS, Expired, Redirect, Transient, Transport, backoff
 from praesto.agent.download.journal import Journal
 from praesto.agent.download.publish import (
     TREE,
@@ -199,23 +207,6 @@ class Gate:
         log.debug(
             "connection at %.1f MB/s: trying %d in flight", conn_bytes / conn_seconds / 1e6, self.allowed
         )
-
-
-class ByteSource(Protocol):
-    """Where parts come from: the Hub over HTTP (http.Transport) or an object store (objfetch)."""
-
-    def resolve(self, url: str) -> Target: ...
-
-    def fetch(
-        self,
-        target: Target,
-        start: int,
-        end: int,
-        sink: Callable[[int, memoryview], None],
-        cancel: threading.Event,
-    ) -> int: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass

@@ -23,10 +23,9 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
-from praesto.agent.download.api import DownloadCancelled, DownloadError
+from praesto.agent.download.api import DownloadCancelled, DownloadError, Target
 
 CHUNK = 1 << 20
 MAX_ATTEMPTS = 8
@@ -58,14 +57,6 @@ class Expired(Exception):
 def origin(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     return parts.scheme, parts.netloc
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a file's bytes come from after redirects, and whether auth may be sent there."""
-
-    url: str
-    authorized: bool
 
 
 class Transport:

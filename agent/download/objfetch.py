@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import obstore
 from obstore.exceptions import NotFoundError, PreconditionError
-from praesto.agent.download.api import DownloadCancelled, Options, Plan, RemoteFile
+from praesto.agent.download.api import DownloadCancelled, Options, Plan, RemoteFile, Target
 from praesto.agent.download.engine import Engine
-from praesto.agent.download.http import CHUNK, Target, Transient
+from praesto.agent.download.http import CHUNK, Transient
 from praesto.agent.download.objcreds import StoreConfig
 from praesto.agent.download.objplan import STORE_ERRORS, Store, config_for, open_store, translate
 

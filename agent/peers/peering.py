@@ -41,7 +41,6 @@ from praesto.agent.peers.auth import Credentials, Pod, TokenMinter
 from praesto.agent.peers.identity import Gate, Identities
 from praesto.agent.peers.server import Limits, PeerServer
 from praesto.agent.peers.source import PeerSource, Tuning
-from praesto.agent.worker import CacheRef
 
 from praesto import names
 from praesto.store import StoreLayout
@@ -50,7 +49,7 @@ log = logging.getLogger("praesto.peers")
 REASON_WAITING_FOR_PEER = "WaitingForPeer"
 PROMPT_CHECKPOINT = 0.0  # seconds between journal checkpoints while peers may copy: every part
 Obj = dict[str, Any]
-Report = Callable[[CacheRef, str], None]
+Report = Callable[[str], None]  # why the download waits, for the copy's status
 
 
 @dataclass(frozen=True)
@@ -88,16 +87,17 @@ class Peering:
     def status_fields(self) -> dict[str, Any]:
         return {"peer": {"address": self.address}}
 
-    def attach(self, ref: CacheRef, plan: Plan, options: Options, *, report: Report) -> None:
-        """Set `options.peers` when peers hold `plan` or are fetching it; wait while a leader plans."""
+    def attach(self, namespace: str, cache: str, plan: Plan, options: Options, *, report: Report) -> None:
+        """Set `options.peers` when peers hold `plan` of `namespace`/`cache` or are fetching it;
+        wait while a leader plans."""
         if options.staging_dir is not None:  # other nodes may copy this download's written parts
-            self.server.inflight.register(ref.namespace, ref.cache, plan, options.staging_dir)
+            self.server.inflight.register(namespace, cache, plan, options.staging_dir)
             # offered to peers as soon as journaled: a second's lag per hop would hold the swarm back
             options.checkpoint_seconds = min(options.checkpoint_seconds, PROMPT_CHECKPOINT)
         skipped: set[str] = set()
         watched: tuple[str, Any, float] | None = None  # (leader, what it showed, since when)
         while True:
-            others = self._others(ref)
+            others = self._others(namespace, cache)
             ready = [
                 _address(o)
                 for o in others
@@ -105,8 +105,8 @@ class Peering:
             ]
             ready = [a for a in ready if a]
             if ready:
-                options.peers = self._source(ref, plan, self._holders(others, plan), [])
-                log.info("fetching %s/%s from peers %s", ref.namespace, ref.cache, ",".join(ready))
+                options.peers = self._source(namespace, cache, plan, self._holders(others, plan), [])
+                log.info("fetching %s/%s from peers %s", namespace, cache, ",".join(ready))
                 return
             active = {
                 _node(o): o
@@ -117,7 +117,7 @@ class Peering:
             }
             leader = min([self.node_name, *active])
             if leader == self.node_name:
-                self.server.inflight.seed(ref.namespace, ref.cache)
+                self.server.inflight.seed(namespace, cache)
                 return
             status = active[leader].get("status") or {}
             if (
@@ -126,8 +126,8 @@ class Peering:
             ):
                 seeder = _address(active[leader])
                 holders = {seeder: leader, **self._holders(others, plan)}
-                options.peers = self._source(ref, plan, holders, [seeder])
-                log.info("copying %s/%s from node %s while it downloads", ref.namespace, ref.cache, leader)
+                options.peers = self._source(namespace, cache, plan, holders, [seeder])
+                log.info("copying %s/%s from node %s while it downloads", namespace, cache, leader)
                 return
             shows = (
                 status.get("phase"),
@@ -144,24 +144,25 @@ class Peering:
                 skipped.add(leader)
                 continue
             report(
-                ref,
                 f"waiting for node {leader}, which is fetching this model from the origin; "
                 "it is copied from there once Ready",
             )
             if options.cancel.wait(self.config.poll_seconds):
                 raise DownloadCancelled()
 
-    def _source(self, ref: CacheRef, plan: Plan, addresses: dict[str, str], seeders: list[str]) -> PeerSource:
+    def _source(
+        self, namespace: str, cache: str, plan: Plan, addresses: dict[str, str], seeders: list[str]
+    ) -> PeerSource:
         tuning = dataclasses.replace(self.config.tuning, stall_seconds=self.config.stall_seconds)
         return PeerSource(
             addresses,
             self.credentials,
-            ref.namespace,
-            ref.cache,
+            namespace,
+            cache,
             plan.revision,
             tuning,
             seeders=seeders,
-            discover=lambda: self._holders(self._others(ref), plan),
+            discover=lambda: self._holders(self._others(namespace, cache), plan),
         )
 
     @staticmethod
@@ -176,18 +177,18 @@ class Peering:
             and _address(o)
         }
 
-    def _others(self, ref: CacheRef) -> list[Obj]:
+    def _others(self, namespace: str, cache: str) -> list[Obj]:
         """Other nodes' ModelCacheNodes of this cache; [] when the API cannot say (origin then)."""
         try:
             listed = self.custom.list_namespaced_custom_object(
                 names.GROUP,
                 names.VERSION,
-                ref.namespace,
+                namespace,
                 names.MODELCACHENODE_PLURAL,
-                label_selector=f"{names.LABEL_MODEL_CACHE}={ref.cache}",
+                label_selector=f"{names.LABEL_MODEL_CACHE}={cache}",
             )
         except Exception as err:  # peers are an optimisation: never fail a download on them
-            log.warning("listing peers of %s/%s failed: %s", ref.namespace, ref.cache, type(err).__name__)
+            log.warning("listing peers of %s/%s failed: %s", namespace, cache, type(err).__name__)
             return []
         items: list[Obj] = list(listed.get("items") or [])
         return [o for o in items if _node(o) != self.node_name and _node(o)]

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from praesto.agent.download.api import DownloadCancelled, DownloadError, RemoteFile, Sink
-from praesto.agent.download.http import Expired, Redirect, Target, Transient, Transport, retry_after
+from praesto.agent.download.api import DownloadCancelled, DownloadError, RemoteFile, Sink, Target
+from praesto.agent.download.http import Expired, Redirect, Transient, Transport, retry_after
 from praesto.agent.peers import auth
 from praesto.agent.peers.server import NOT_YET, WRITTEN_HEADER, file_path, parts_path
 from praesto.agent.peers.swarm import MAX_PEERS, Offer, neighbours, pick_peer

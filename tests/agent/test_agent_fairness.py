@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from praesto.agent import capacity
+from praesto.agent.copies import CacheRef
 from praesto.agent.download import api as dlapi
 from praesto.agent.reservations import Reservations
-from praesto.agent.worker import CacheRef, Room, make_room
+from praesto.agent.worker import Room, make_room
 
 from praesto import names, store
 from praesto.quantity import format_bytes
