@@ -25,7 +25,7 @@ from tests.support.metacontroller import (
     decorator_key,
     gone,
 )
-from tests.support.metacontroller_base import CACHE_FLUSH_INTERVAL
+from tests.support.metacontroller_base import CACHE_FLUSH_INTERVAL, Pass
 
 NS = "mc-events"
 POOL = "test.praesto.io/mc-pool"
@@ -118,7 +118,13 @@ def test_an_owned_childs_deletion_brings_a_pass_that_creates_it_again(
         30,
     )
     name = first["metadata"]["name"]
-    created = [p for p in composite.passes(f"{NS}/child") if f"create ModelCacheNode {NS}/{name}" in p.writes]
+
+    def creating_passes() -> list[Pass]:
+        return [p for p in composite.passes(f"{NS}/child") if f"create ModelCacheNode {NS}/{name}" in p.writes]
+
+    # A pass is recorded when it ends (after its status write), which may be after the copy shows.
+    wait_for("the pass that created it again to end", lambda: len(creating_passes()) >= 2, 30)
+    created = creating_passes()
     assert len(created) == 2, created  # created, deleted by hand, created again
     assert any(r.startswith(f"child delete ModelCacheNode {NS}/{name}@") for r in created[1].reasons)
 
