@@ -7,12 +7,14 @@ import os
 
 from kubernetes import client
 from praesto.agent.peers.auth import Pod
+from praesto.agent.peers.limits import Limits
 from praesto.agent.peers.peering import PeerConfig, Peering
-from praesto.agent.peers.server import Limits
 
 from praesto import names
 from praesto.quantity import QuantityError, parse_quantity
 from praesto.store import StoreLayout
+
+DEFAULTS = Limits()
 
 
 def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,10 +30,19 @@ def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
         help="this agent Pod's UID (env POD_UID, downward API): peer tokens are bound to it")  # fmt: skip
     add("--peer-service-account", default=env("PRAESTO_PEER_SERVICE_ACCOUNT", ""),
         help="<namespace>/<name> of the agent ServiceAccount: peers must present its tokens")  # fmt: skip
-    add("--peer-max-connections", type=int, default=env("PRAESTO_PEER_MAX_CONNECTIONS") or "128",
+    add("--peer-max-connections", type=int, default=env("PRAESTO_PEER_MAX_CONNECTIONS") or str(DEFAULTS.max_connections),
         help="open connections the peer server keeps; more get 503 (default %(default)s)")  # fmt: skip
-    add("--peer-idle-timeout", type=float, default=env("PRAESTO_PEER_IDLE_TIMEOUT") or "30",
+    add("--peer-max-connections-per-client", type=int,
+        default=env("PRAESTO_PEER_MAX_CONNECTIONS_PER_CLIENT") or str(DEFAULTS.max_connections_per_client),
+        help="open connections one client address may hold; more get 429 (default %(default)s)")  # fmt: skip
+    add("--peer-idle-timeout", type=float, default=env("PRAESTO_PEER_IDLE_TIMEOUT") or str(DEFAULTS.idle_seconds),
         help="seconds a peer connection may stay silent before it is closed (default %(default)s)")  # fmt: skip
+    add("--peer-request-timeout", type=float,
+        default=env("PRAESTO_PEER_REQUEST_TIMEOUT") or str(DEFAULTS.request_seconds),
+        help="seconds a request's head may take to arrive whole, however it is paced (default %(default)s)")  # fmt: skip
+    add("--peer-min-send-rate", default=env("PRAESTO_PEER_MIN_SEND_RATE") or str(DEFAULTS.min_send_rate),
+        help="bytes/s, a quantity (256Ki): a response sent slower on average, after --peer-idle-timeout "
+        "of grace, is cut; 0 never cuts (default %(default)s)")  # fmt: skip
     add("--peer-max-uploads", type=int, default=env("PRAESTO_PEER_MAX_UPLOADS") or "8",
         help="concurrent uploads to other agents (default %(default)s)")  # fmt: skip
     add("--peer-upload-rate", default=env("PRAESTO_PEER_UPLOAD_RATE", "0"),
@@ -50,8 +61,15 @@ def check_peer_arguments(args: argparse.Namespace) -> str | None:
         return "--peer-max-uploads: must be at least 1"
     if args.peer_max_connections < args.peer_max_uploads:
         return "--peer-max-connections: must be at least --peer-max-uploads"
+    if not 1 <= args.peer_max_connections_per_client <= args.peer_max_connections:
+        return (
+            f"--peer-max-connections-per-client: {args.peer_max_connections_per_client} must be from 1 to "
+            f"--peer-max-connections ({args.peer_max_connections})"
+        )
     if not args.peer_idle_timeout > 0:
         return "--peer-idle-timeout: must be more than 0 seconds"
+    if not args.peer_request_timeout > 0:
+        return "--peer-request-timeout: must be more than 0 seconds, e.g. 10"
     namespace, _, name = str(args.peer_service_account).partition("/")
     if not (names.is_dns_label(namespace) and name and "/" not in name):
         return (
@@ -65,11 +83,15 @@ def check_peer_arguments(args: argparse.Namespace) -> str | None:
                 f"{flag}: Required value with --peer-port (peer tokens are bound to this Pod); "
                 f"set it from the downward API (fieldRef {field})"
             )
-    try:
-        if parse_quantity(str(args.peer_upload_rate)) < 0:
-            raise QuantityError("negative")
-    except QuantityError as err:
-        return f"--peer-upload-rate: {err}; use bytes/s as a quantity such as 500Mi, or 0 for no cap"
+    for flag, value in (
+        ("--peer-upload-rate", args.peer_upload_rate),
+        ("--peer-min-send-rate", args.peer_min_send_rate),
+    ):
+        try:
+            if parse_quantity(str(value)) < 0:
+                raise QuantityError("negative")
+        except QuantityError as err:
+            return f"{flag}: {err}; use bytes/s as a quantity such as 500Mi, or 0 for none"
     return None
 
 
@@ -89,7 +111,10 @@ def build_peering(args: argparse.Namespace, api: client.ApiClient, layout: Store
             args.peer_max_uploads,
             int(parse_quantity(str(args.peer_upload_rate))),
             max_connections=args.peer_max_connections,
+            max_connections_per_client=args.peer_max_connections_per_client,
             idle_seconds=args.peer_idle_timeout,
+            request_seconds=args.peer_request_timeout,
+            min_send_rate=int(parse_quantity(str(args.peer_min_send_rate))),
         ),
     )
     return Peering(config, api, args.node_name, layout)

@@ -20,8 +20,11 @@ this node's audience, whose TokenReview names the asking node (401), and a
 ModelCacheNode of the cache on that node (403). A node-wide cap on concurrent uploads (503 + Retry-After beyond it)
 and on bytes/s keep a node's disk and NIC for its own Pods. Connections are
 capped too (`Limits.max_connections`: beyond it a connection gets 503 and is
-closed at once, without a thread) and every socket has an idle timeout
-(`Limits.idle_seconds`), so idle or trickling clients cannot pin threads.
+closed at once, without a thread; beyond `max_connections_per_client` from one
+address, 429), every socket has an idle timeout (`Limits.idle_seconds`), and
+each request a whole deadline (conns.py): its head must arrive within
+`request_seconds`, its response go out at `min_send_rate` or better, so idle or
+trickling clients cannot pin threads.
 Bytes go out with `sendfile` straight from the page cache.
 """
 
@@ -33,15 +36,18 @@ import logging
 import os
 import re
 import socket
+import sys
 import threading
 import time
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from praesto.agent.peers.conns import Connections, refusal
 from praesto.agent.peers.identity import Gate, Refused
 from praesto.agent.peers.inflight import Flight, InFlight, Written
+from praesto.agent.peers.limits import Limits as Limits  # re-exported: callers import it from here
+from praesto.agent.peers.limits import RateLimiter
 
 from praesto import names
 from praesto.store import StoreLayout, read_json
@@ -67,39 +73,6 @@ def parts_path(namespace: str, cache: str, revision: str) -> str:
     return f"{PREFIX}{namespace}/{cache}/{revision}/parts"
 
 
-@dataclass(frozen=True)
-class Limits:
-    max_uploads: int = 8  # concurrent file responses; more get 503
-    rate: int = 0  # bytes/s over all uploads of this node; 0 = unlimited
-    max_connections: int = 128  # open connections; more are answered 503 and closed, no thread
-    idle_seconds: float = 30.0  # a socket that sends or takes nothing this long is closed
-
-
-class RateLimiter:
-    """Node-wide token bucket: `take(n)` returns how many bytes may go now (waits if none)."""
-
-    def __init__(self, rate: int) -> None:
-        self.rate = rate
-        self._tokens = float(rate)
-        self._at = time.monotonic()
-        self._lock = threading.Lock()
-
-    def take(self, want: int) -> int:
-        if self.rate <= 0:
-            return want
-        while True:
-            with self._lock:
-                now = time.monotonic()
-                self._tokens = min(float(self.rate), self._tokens + (now - self._at) * self.rate)
-                self._at = now
-                if self._tokens >= 1:
-                    got = int(min(want, self._tokens, max(1, self.rate // 20)))
-                    self._tokens -= got
-                    return got
-                wait = (1 - self._tokens) / self.rate
-            time.sleep(max(wait, 0.001))
-
-
 class PeerServer(ThreadingHTTPServer):
     """`PeerServer(layout, gate, (host, port))`, then `start()`; `stop()` also cuts open transfers."""
 
@@ -120,9 +93,8 @@ class PeerServer(ThreadingHTTPServer):
         self.bytes_served = 0
         self.busy = 0  # uploads under way (told to askers in /parts, so they pick the least busy)
         self.not_yet = 0  # 425 answers: asks for ranges of an in-flight download not written yet
-        self.refused_connections = 0  # over max_connections
+        self.conns = Connections(self.limits.max_connections, self.limits.max_connections_per_client)
         self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
         self._manifests: dict[str, tuple[tuple[int, int, int], dict[str, dict[str, Any]], str]] = {}
         self.inflight = InFlight()  # downloads under way here: their journaled parts are served too
         self._thread: threading.Thread | None = None
@@ -133,6 +105,7 @@ class PeerServer(ThreadingHTTPServer):
         return f"{host!s}:{port}"
 
     def start(self) -> PeerServer:
+        self.conns.start()
         self._thread = threading.Thread(
             target=self.serve_forever, kwargs={"poll_interval": 0.1}, name="praesto-peer-server", daemon=True
         )
@@ -143,40 +116,42 @@ class PeerServer(ThreadingHTTPServer):
         """Stop accepting and close every open connection (as a node going away would)."""
         self.shutdown()
         self.server_close()
-        with self._lock:
-            conns, self._open = list(self._open), set()
-        for conn in conns:
+        self.conns.stop()
+        for conn in self.conns.take_all():
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
 
     @property
     def connections(self) -> int:
-        with self._lock:
-            return len(self._open)
+        return len(self.conns)
+
+    @property
+    def refused_connections(self) -> int:
+        """Connections refused by either cap."""
+        return self.conns.refused_total + self.conns.refused_client
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread per connection, up to `max_connections`; beyond, 503 and close in this thread."""
-        with self._lock:
-            full = len(self._open) >= self.limits.max_connections
-            if full:
-                self.refused_connections += 1
-            else:
-                self._open.add(request)
-        if not full:
+        """A thread per connection, up to the caps; beyond, an answer and close in this thread."""
+        client = str(client_address[0])
+        refused = self.conns.admit(request, client)
+        if refused is None:
             super().process_request(request, client_address)
             return
-        body = b'{"error": "connection limit reached on this node; try another peer"}'
-        head = "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"
-        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         with contextlib.suppress(OSError):
             request.settimeout(0)
-            request.send(head.encode() + body)
+            request.send(refusal(refused, client, self.limits.max_connections_per_client))
         super().shutdown_request(request)
 
     def shutdown_request(self, request: Any) -> None:
-        with self._lock:
-            self._open.discard(request)
+        self.conns.release(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A peer that went away, or was cut at its deadline, is no error of this server."""
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug(f"peer {client_address[0]}: connection ended: {sys.exc_info()[1]}")
+            return
+        super().handle_error(request, client_address)
 
     def count_not_yet(self) -> None:
         with self._lock:
@@ -228,6 +203,21 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.settimeout(self.server.limits.idle_seconds)  # every read and write
+
+    def handle_one_request(self) -> None:
+        """The head of the next request must arrive whole by its deadline (conns.py)."""
+        limits = self.server.limits
+        self.server.conns.expect(self.connection, limits.request_seconds, "request head")
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        if self.server.conns.timed_out(self.connection):  # cut mid-head: what came is not a request
+            self.close_connection = True
+            return False
+        # the head is in: from here the response's deadline runs (small answers get idle_seconds)
+        self.server.conns.expect(self.connection, self.server.limits.idle_seconds, "response")
+        return parsed
 
     def finish(self) -> None:
         with contextlib.suppress(OSError):
@@ -371,13 +361,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _sendfile(self, fd: int, start: int, end: int) -> None:
         """socket.sendfile: zero-copy, and it honours the socket's idle timeout (a raw os.sendfile
-        on a socket with a timeout, which is non-blocking underneath, would fail with EAGAIN)."""
+        on a socket with a timeout, which is non-blocking underneath, would fail with EAGAIN).
+        The whole response must go out by `Limits.send_seconds`: a reader taking a byte now and
+        then is cut there (conns.py)."""
         offset = start
+        conns, sock, doing = self.server.conns, self.connection, f"response of {end - start} bytes"
+        allowance = self.server.limits.send_seconds(end - start)  # spent only while the asker holds us
         try:
             with os.fdopen(fd, "rb", closefd=False) as handle:
                 while offset < end:
                     want = self.server.rate.take(min(SENDFILE_CHUNK, end - offset))
+                    began = time.monotonic()
+                    conns.expect(sock, allowance, doing)
                     sent = self.connection.sendfile(handle, offset, want)
+                    conns.expect(sock, None)  # our own pacing (rate.take) is not the asker's time
+                    if allowance is not None:
+                        allowance -= time.monotonic() - began
                     if sent == 0:
                         break
                     offset += sent
