@@ -17,7 +17,7 @@ from kubernetes import client, config
 from praesto.agent import baselock, capacity, logs
 from praesto.agent.budget.config import add_budget_arguments, build_budget, check_budget_arguments
 from praesto.agent.kube import KubeApi
-from praesto.agent.metrics import AgentMetrics
+from praesto.agent.metrics import FROM_LOCAL, METRICS_FROM, AgentMetrics
 from praesto.agent.peers.config import add_peer_arguments, build_peering, check_peer_arguments
 from praesto.agent.reconcile import Agent, AgentConfig
 from praesto.agent.warmup import StartupTaint
@@ -51,6 +51,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("PRAESTO_METRICS_ADDRESS", "0.0.0.0"),
         help=argparse.SUPPRESS,
     )
+    add("--metrics-from", choices=METRICS_FROM, default=os.environ.get("PRAESTO_METRICS_FROM") or FROM_LOCAL,
+        help="who may read /metrics (it names every tenant's caches): 'local', only inside the agent's "
+        "Pod (kubectl port-forward, a sidecar); 'any', every client that reaches the port (the chart "
+        "then admits only nodeAgent.metrics.allowedNamespaces with a NetworkPolicy). /healthz "
+        "answers everyone (default %(default)s)")  # fmt: skip
     add(
         "--hf-endpoint",
         default=os.environ.get("HF_ENDPOINT"),
@@ -140,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         log.error(f"cannot reach the Kubernetes API: {err}; run in-cluster or pass --kubeconfig")
         return 1
     if args.metrics_port:
-        agent.metrics.serve(args.metrics_port, args.metrics_address)
+        agent.metrics.serve(args.metrics_port, args.metrics_address, args.metrics_from)
     stopped = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:

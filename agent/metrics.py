@@ -2,14 +2,34 @@
 
 A registry per agent (not the global one) lets tests run several agents in one
 process and read exact values.
+
+The metrics name every tenant's namespaces and caches on the node, so `/metrics`
+answers only clients inside the agent's own Pod (loopback: `kubectl port-forward`,
+a sidecar) unless `--metrics-from=any` (the chart sets it when
+`nodeAgent.metrics.allowedNamespaces` or `nodeAgent.metrics.from` names a
+scraper, and admits only those to the port with a NetworkPolicy). Anyone else
+gets 403 naming that value. `/healthz` (the kubelet's readiness probe, from the
+node's address) answers everyone and tells nothing.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+import threading
 from dataclasses import dataclass
+from http.server import ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
 
 from praesto.agent.download.api import Result
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import MetricsHandler
+
+FROM_LOCAL = "local"  # --metrics-from: only clients inside the agent's Pod (loopback)
+FROM_ANY = "any"  # any client that reaches the port (the chart's NetworkPolicy says who can)
+METRICS_FROM = (FROM_LOCAL, FROM_ANY)
+SOCKET_TIMEOUT = 10.0  # a scrape that sends or takes nothing this long is dropped
 
 ORIGIN_SOURCE = "source"
 ORIGIN_DEDUP = "dedup"
@@ -75,7 +95,59 @@ class AgentMetrics:
         found = self.registry.get_sample_value(name, labels)
         return found or 0.0
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Serve /metrics on a thread; returns the bound port (`port=0` picks a free one)."""
-        server, _thread = start_http_server(port, addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "0.0.0.0", scrapers: str = FROM_LOCAL) -> int:
+        """Serve /metrics (to `scrapers`) and /healthz on a thread; returns the bound port
+        (`port=0` picks a free one)."""
+        handler = type("Handler", (_Handler,), {"registry": self.registry, "scrapers": scrapers})
+        server_class = type("Server", (ThreadingHTTPServer,), {"address_family": _family(addr)})
+        server = server_class((addr, port), handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, name="praesto-metrics", daemon=True).start()
         return int(server.server_port)
+
+
+def _family(addr: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
+def is_local(host: str) -> bool:
+    """A client on the loopback: inside the agent's own network namespace (its Pod)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+class _Handler(MetricsHandler):
+    scrapers = FROM_LOCAL
+    timeout = SOCKET_TIMEOUT
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/healthz":
+            self._answer(200, "ok\n")
+        elif path != "/metrics":
+            self._answer(404, f"{path}: not found; the agent serves /metrics and /healthz\n")
+        elif self.scrapers != FROM_ANY and not is_local(str(self.client_address[0])):
+            self._answer(
+                403,
+                "/metrics: Forbidden: it names every tenant's caches, so it answers only inside the "
+                "agent's Pod (kubectl port-forward); to let a scraper in, list its namespace in the "
+                "chart's nodeAgent.metrics.allowedNamespaces (agent flag --metrics-from=any)\n",
+            )
+        else:
+            super().do_GET()
+
+    def _answer(self, status: int, text: str) -> None:
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Nothing: scrapes every few seconds would fill the log."""

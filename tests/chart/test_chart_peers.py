@@ -12,12 +12,14 @@ from praesto.agent import cli as agent_cli
 from praesto.agent import daemon
 from praesto.agent.peers.auth import Pod
 from praesto.agent.peers.config import build_peering
+from praesto.agent.peers.limits import Limits
 
 from praesto import names, rbac
 from praesto.store import StoreLayout
 from tests.support.helm_chart import NAMESPACE, RELEASE, find, one, render, render_objects
 
 PEER = f"{RELEASE}-node-agent-peer"
+ENV_VALUES = {"NODE_NAME": "w1", "POD_IP": "127.0.0.1", "POD_NAME": "a", "POD_UID": "u"}
 
 
 def pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -92,13 +94,47 @@ def test_network_policy_lets_only_agents_reach_the_peer_port() -> None:
     selector = policy["spec"]["podSelector"]["matchLabels"]
     assert selector["app.kubernetes.io/component"] == "node-agent"
     rules = {tuple(p["port"] for p in r["ports"]): r.get("from") for r in policy["spec"]["ingress"]}
-    assert rules[("metrics", "healthz")] is None
+    assert rules[("healthz",)] is None  # metrics: tests/chart/test_chart_agent_metrics.py
     assert rules[("peers",)] == [{"podSelector": {"matchLabels": selector}}]
-    assert not find(
+    unrestricted = one(
         render_objects({"nodeAgent": {"peers": {"networkPolicy": {"enabled": False}}}}),
         "NetworkPolicy",
         f"{RELEASE}-node-agent",
     )
+    assert {"ports": [{"port": "peers", "protocol": "TCP"}]} in unrestricted["spec"]["ingress"]
+
+
+def test_connection_limits_and_deadlines_reach_the_peer_server(tmp_path: Any) -> None:
+    """Issue 21 item 13: the chart's values become the server's Limits; its defaults are Limits'."""
+    values = {
+        "maxConnections": 64,
+        "maxConnectionsPerClient": 5,
+        "idleTimeoutSeconds": 20,
+        "requestTimeoutSeconds": 4.5,
+        "minSendRate": "1Mi",
+    }
+    for peers, expected in (
+        ({}, Limits()),
+        (values, Limits(
+            max_connections=64, max_connections_per_client=5, idle_seconds=20, request_seconds=4.5,
+            min_send_rate=1 << 20,
+        )),
+    ):  # fmt: skip
+        agent = pod_spec(render_objects({"nodeAgent": {"peers": peers}}))["containers"][0]
+        expanded = [re.sub(r"\$\((\w+)\)", lambda m: ENV_VALUES[m.group(1)], a) for a in agent["args"]]
+        args = agent_cli.build_parser(with_run=True).parse_args(expanded)
+        assert daemon.check_arguments(args) is None
+        peering = build_peering(args, client.ApiClient(), StoreLayout(tmp_path))
+        assert peering is not None
+        try:
+            assert peering.config.limits == expected
+        finally:
+            peering.server.server_close()
+    args = agent_cli.build_parser(with_run=True).parse_args(
+        [*expanded, "--peer-max-connections=10", "--peer-max-connections-per-client=11"]
+    )
+    problem = daemon.check_arguments(args)
+    assert problem is not None and problem.startswith("--peer-max-connections-per-client: 11")
 
 
 def test_peers_disabled_renders_no_grant_port_or_flags() -> None:
@@ -106,7 +142,8 @@ def test_peers_disabled_renders_no_grant_port_or_flags() -> None:
     assert not find(objects, "Role", PEER) and not find(
         objects, "ValidatingAdmissionPolicy", f"{PEER}-tokens"
     )
-    assert not find(objects, "NetworkPolicy", f"{RELEASE}-node-agent")
+    ingress = one(objects, "NetworkPolicy", f"{RELEASE}-node-agent")["spec"]["ingress"]
+    assert not [r for r in ingress if r["ports"][0]["port"] == "peers"]
     agent = pod_spec(objects)["containers"][0]
     assert not [a for a in agent["args"] if "peer" in a]
     assert "POD_IP" not in {e["name"] for e in agent["env"]}
@@ -120,6 +157,12 @@ def test_peers_disabled_renders_no_grant_port_or_flags() -> None:
         ({"nodeAgent": {"peers": {"uploadRate": "fast"}}}, "/nodeAgent/peers/uploadRate"),
         ({"nodeAgent": {"peers": {"port": 0}}}, "/nodeAgent/peers/port"),
         ({"nodeAgent": {"peers": {"maxUploads": 0}}}, "/nodeAgent/peers/maxUploads"),
+        (
+            {"nodeAgent": {"peers": {"maxConnectionsPerClient": 0}}},
+            "/nodeAgent/peers/maxConnectionsPerClient",
+        ),
+        ({"nodeAgent": {"peers": {"requestTimeoutSeconds": 0}}}, "/nodeAgent/peers/requestTimeoutSeconds"),
+        ({"nodeAgent": {"peers": {"minSendRate": "slow"}}}, "/nodeAgent/peers/minSendRate"),
     ],
 )
 def test_values_schema_checks_peer_values(values: dict[str, Any], expected: str) -> None:
