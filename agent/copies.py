@@ -2,22 +2,26 @@
 
 A copy is one ModelCacheNode: `CacheRef` is what a download needs of it, `CacheState`
 what the agent remembers about it between reconciles (memory only), `Outcome` how
-one download of it ended. Nothing here acts; the reconciler, the disk room, the
-removal, the status writer and the job runner all speak these types, so none of
-them imports another to learn them (peers and the origin budget need none of them).
+one download of it ended. `Copies` owns the two maps the collaborators share (the
+objects as last seen, the states) and the one lock over them and every store
+mutation. Nothing here talks to the API server or the disk; the reconciler, the
+disk room, the removal, the status writer and the job runner all speak these
+types, so none of them imports another to learn them (peers and the origin budget
+need none of them).
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from praesto.agent.download import api as dlapi
 
 from praesto import store
 from praesto.spec import Source
 
+Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, ModelCacheNode name): one copy
 StoreKey = tuple[str, str]  # (namespace, cache): one store directory, shared by copies of one cache
 
@@ -75,3 +79,70 @@ class Outcome:
 def progress_record(phase: str, done: int, total: int, message: str, now: float) -> store.Progress:
     """The progress file the CSI driver reads for a copy (`store.write_progress`)."""
     return store.Progress(phase=phase, bytes_done=done, bytes_total=total, message=message, updated_at=now)
+
+
+def cache_of(obj: Obj) -> str:
+    """spec.modelCacheName: the store directory of a copy ("" when missing)."""
+    return str((obj.get("spec") or {}).get("modelCacheName", ""))
+
+
+def deleting(obj: Obj) -> bool:
+    return bool(obj["metadata"].get("deletionTimestamp"))
+
+
+def resource_version(obj: Obj) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class Copies:
+    """This node's ModelCacheNodes as last seen (the watch and the agent's own writes) and what
+    the agent remembers of each; `lock` guards both maps and every store mutation."""
+
+    def __init__(self) -> None:
+        self.objects: dict[Key, Obj] = {}
+        self.states: dict[Key, CacheState] = {}
+        self.lock = threading.RLock()
+
+    def get(self, key: Key) -> Obj | None:
+        with self.lock:
+            return self.objects.get(key)
+
+    def state(self, key: Key) -> CacheState:
+        with self.lock:
+            return self.states.setdefault(key, CacheState())
+
+    def keep(self, obj: Obj | None) -> None:
+        """A newer version of a known object (an API answer); never brings back a forgotten one."""
+        if obj is None:
+            return
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        with self.lock:
+            old = self.objects.get(key)
+            if old is not None and resource_version(obj) >= resource_version(old):
+                self.objects[key] = obj
+
+    def seen(self, key: Key, obj: Obj) -> None:
+        """The watch brought `obj`: kept unless an answer to the agent's own write is newer."""
+        with self.lock:
+            old = self.objects.get(key)
+            if old is None or resource_version(obj) >= resource_version(old):
+                self.objects[key] = obj
+
+    def keys_of(self, namespace: str, cache: str) -> list[Key]:
+        """The copies (one per ModelCacheNode) whose store directory is `namespace`/`cache`."""
+        with self.lock:
+            return [k for k, o in self.objects.items() if k[0] == namespace and cache_of(o) == cache]
+
+    def running(self, key: Key) -> Running | None:
+        with self.lock:
+            state = self.states.get(key)
+            return None if state is None else state.job
+
+    def busy(self) -> int:
+        """Downloads running on this node."""
+        with self.lock:
+            return sum(1 for s in self.states.values() if s.job is not None)

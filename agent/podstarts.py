@@ -14,7 +14,9 @@ second) and, for each finished one:
 4. observes the `praesto_pod_model_*` metrics, then removes the record.
 
 A record whose status write fails stays for the next poll; the Event and the
-metrics come after that write, so a retry never reports a Pod twice.
+metrics come after that write, so a retry never reports a Pod twice. The status
+goes through the agent's one status writer (status_writer.py); the copies are
+read from the agent's shared view (`Copies`).
 """
 
 from __future__ import annotations
@@ -24,20 +26,19 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from praesto.agent import logs
+from praesto.agent.copies import Copies, Obj, cache_of
 from praesto.agent.download.api import Result
-from praesto.agent.kube import Obj, key_of, short_error
+from praesto.agent.kube import KubeApi, key_of, short_error
 from praesto.agent.metrics import ORIGIN_DEDUP, ORIGIN_PEER, ORIGIN_SOURCE
 from praesto.agent.prewarm import Prewarmer, PrewarmResult
+from praesto.agent.status_writer import StatusWriter
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from praesto import podstart, store
 from praesto.quantity import format_bytes
-
-if TYPE_CHECKING:
-    from praesto.agent.reconcile import Agent
 
 REASON_HIT = "ModelCacheHit"
 REASON_MISS = "ModelCacheMiss"
@@ -153,14 +154,23 @@ def _count(value: Any) -> int:
 
 
 class PodStartReporter:
-    def __init__(self, agent: Agent, poll_seconds: float = 0.5, clock: Callable[[], float] = time.time):
-        self.agent = agent
-        self.layout = agent.layout
+    def __init__(
+        self,
+        copies: Copies,
+        status: StatusWriter,
+        kube: KubeApi,
+        node: str,
+        registry: CollectorRegistry,
+        poll_seconds: float = 0.5,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.copies, self.status, self.kube, self.node = copies, status, kube, node
+        self.layout = status.layout
         self.poll_seconds = poll_seconds
         self.clock = clock
-        self.metrics = PodStartMetrics(agent.metrics.registry)
+        self.metrics = PodStartMetrics(registry)
         self.prewarmer = Prewarmer()
-        self.log = logs.logger("praesto.agent.podstarts", node=agent.config.node_name)
+        self.log = logs.logger("praesto.agent.podstarts", node=node)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._summaries: dict[
@@ -206,9 +216,9 @@ class PodStartReporter:
         return reported
 
     def _copy_of(self, namespace: str, cache: str) -> Obj | None:
-        with self.agent.lock:
-            for (ns, _name), obj in self.agent.objects.items():
-                if ns == namespace and (obj.get("spec") or {}).get("modelCacheName") == cache:
+        with self.copies.lock:
+            for (ns, _name), obj in self.copies.objects.items():
+                if ns == namespace and cache_of(obj) == cache:
                     return obj
         return None
 
@@ -220,7 +230,7 @@ class PodStartReporter:
             self._prewarm(path.name, start)
         if obj is not None and not self._write_summary(obj, start):
             return False
-        node = self.agent.config.node_name
+        node = self.node
         by_origin = None if start.hit else copy_bytes(self.layout, start.namespace, start.name)
         reason, message = event_for(start, node, by_origin)
         involved = {
@@ -230,7 +240,7 @@ class PodStartReporter:
             "namespace": start.namespace,
             "uid": start.pod_uid,
         }
-        self.agent.kube.event(start.namespace, involved, "Normal", reason, message)
+        self.kube.event(start.namespace, involved, "Normal", reason, message)
         labels = {"namespace": start.namespace, "model_cache": start.name}
         self.metrics.wait_seconds.labels(**labels).observe(start.wait_seconds)
         self.metrics.starts.labels(**labels, result="hit" if start.hit else "miss").inc()
@@ -250,7 +260,7 @@ class PodStartReporter:
         current = self._summaries.get(ident) or (obj.get("status") or {}).get("podStarts")
         summary = updated_summary(current, start)
         try:
-            self.agent._store(self.agent.kube.patch_status(key[0], key[1], {"podStarts": summary}))
+            self.status.merge(key, {"podStarts": summary})
         except Exception as err:
             self.log.warning(
                 "could not write status.podStarts; retrying",

@@ -6,6 +6,12 @@ one next step: add the finalizer, clean up on deletion, report BasePathMissing,
 mark a complete copy Ready, evict one whose unusedTTL passed, or start a
 download (bounded by `max_parallel_caches`) that reports progress as it goes.
 Hydration requests from the CSI driver bring an Evicted cache back.
+
+`Agent` wires the collaborators, each the one owner of its state: `Copies`
+(the objects as last seen and the per-copy memory, one lock), `StatusWriter`
+(every status write, throttled, with Events), `DiskRoom` (reserve, reservations,
+eviction), `Removal` (deletion, sweep, foreign copies), the job runner
+(jobs.py, on a pool) and pod-start accounting (podstarts.py).
 """
 
 from __future__ import annotations
@@ -19,19 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes.client.rest import ApiException
 from praesto.agent import baselock, eviction, logs
 from praesto.agent import status as st
 from praesto.agent.budget.gate import OriginBudget
-from praesto.agent.copies import CacheRef, CacheState, Key, Outcome, progress_record
+from praesto.agent.copies import CacheRef, CacheState, Copies, Key, Obj, Outcome, progress_record
 from praesto.agent.download import api as dlapi
-from praesto.agent.kube import Backoff, KubeApi, Obj, Watcher, is_transient, key_of
+from praesto.agent.jobs import Job
+from praesto.agent.kube import Backoff, KubeApi, Watcher, key_of, short_error
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.peering import REASON_WAITING_FOR_PEER, Peering
 from praesto.agent.podstarts import PodStartReporter, record_copy
 from praesto.agent.removal import Removal
-from praesto.agent.reservations import Reservations
-from praesto.agent.worker import Job
+from praesto.agent.room import DiskRoom
+from praesto.agent.status_writer import StatusWriter
 
 from praesto import names, store
 from praesto.quantity import QuantityError, format_bytes, parse_duration, parse_quantity
@@ -57,10 +63,7 @@ class AgentConfig:
     quotas: Quotas = field(default_factory=Quotas)  # chart namespaceQuota: who gives room first
 
 
-_EVENT_PHASES = (names.PHASE_READY, names.PHASE_FAILED, names.PHASE_EVICTED)
-
-
-class Agent(Removal):
+class Agent:
     def __init__(
         self,
         config: AgentConfig,
@@ -77,33 +80,42 @@ class Agent(Removal):
         self.config, self.kube, self.clock = config, kube, clock
         self.metrics = metrics or AgentMetrics.create()
         self.layout = StoreLayout(config.base_path)
-        self.reserve = config.reserve
-        self.reservations = Reservations()  # disk promised to downloads in flight (worker.make_room)
-        self.quotas = config.quotas
         self.planner: dlapi.Planner = planner or plan
         self.downloader: dlapi.Downloader = downloader or download
         self.peering = peering  # peer-to-peer (praesto.agent.peers); None: origin only
         self.budget = budget  # cluster-wide origin budget (praesto.agent.budget); None: ungated
         if budget is not None:  # each download gives its share of the origin slots back when it ends
             self.downloader = budget.releasing(self.downloader)
-        self.objects: dict[Key, Obj] = {}
-        self.states: dict[Key, CacheState] = {}
-        self.lock = threading.RLock()  # objects, states and every store mutation
+        self.copies = Copies()  # the objects as last seen, the per-copy memory, the one store lock
+        self.lock = self.copies.lock
+        self.status = StatusWriter(
+            kube, self.copies, self.layout, clock, config.progress_seconds,
+            peering.status_fields if peering is not None else dict, config.node_name,
+        )  # fmt: skip
+        self.room = DiskRoom(self.layout, self.copies, config.reserve, config.quotas, self._evicted)
+        self.removal = Removal(self.layout, self.copies, self.status, kube)
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.stop_event = threading.Event()
         self.pool = ThreadPoolExecutor(config.max_parallel_caches, thread_name_prefix="praesto-download")
-        self.throttle = st.Throttle(config.progress_seconds)
-        self.file_throttle = st.Throttle(min(0.5, config.progress_seconds))
         self.watcher = Watcher(
             kube, self._on_watch, self.stop_event, config.watch_backoff, on_relisted=self._on_relisted
         )
         self.log = logs.logger("praesto.agent", node=config.node_name)
         self._threads: list[threading.Thread] = []
-        # Statuses the API server could not take (restarting, unreachable): written again each tick.
-        self._unsent: dict[Key, tuple[Any, ...]] = {}
         self._base_lock: int | None = None  # fd holding <base>/.praesto/agent.lock (baselock)
         self.fatal: str | None = None  # why the agent stopped on its own (another agent holds the store)
-        self.pod_starts = PodStartReporter(self)  # cold-start accounting and prewarm (issue #15)
+        # cold-start accounting and prewarm (issue #15)
+        self.pod_starts = PodStartReporter(
+            self.copies, self.status, kube, config.node_name, self.metrics.registry
+        )
+
+    @property
+    def objects(self) -> dict[Key, Obj]:
+        return self.copies.objects
+
+    @property
+    def states(self) -> dict[Key, CacheState]:
+        return self.copies.states
 
     # ---- lifecycle --------------------------------------------------------
 
@@ -152,14 +164,12 @@ class Agent(Removal):
 
     def _on_watch(self, type_: str, obj: Obj) -> None:
         key = key_of(obj)
-        with self.lock:
-            if type_ == "DELETED":
+        if type_ == "DELETED":
+            with self.lock:
                 self.objects.pop(key, None)
                 self.events.put(("deleted", obj))
-                return
-            old = self.objects.get(key)
-            if old is None or _rv(obj) >= _rv(old):
-                self.objects[key] = obj
+            return
+        self.copies.seen(key, obj)
         self.events.put(("dirty", key))
 
     def _loop(self) -> None:
@@ -184,16 +194,18 @@ class Agent(Removal):
                     if kind == "dirty":
                         dirty.add(payload)
                     elif kind == "deleted":
-                        self._forget(payload)
+                        self.removal.forget(payload)
                     elif kind == "done":
                         dirty.add(self._finish(payload))
                     elif kind == "sweep":
-                        self._sweep_unowned()
+                        self.removal.sweep_unowned()
                 except Exception as err:  # this thread must outlive any one event
-                    self.log.warning("event handling failed", extra={"event": kind, "error": _short(err)})
+                    self.log.warning(
+                        "event handling failed", extra={"event": kind, "error": short_error(err)}
+                    )
             if time.monotonic() >= next_tick:
                 next_tick = time.monotonic() + self.config.tick_seconds
-                self._resend_statuses()
+                self.status.resend()
                 with self.lock:
                     dirty.update(self.objects)
             for key in sorted(dirty):
@@ -204,7 +216,7 @@ class Agent(Removal):
                 except Exception as err:  # one cache's trouble must not stop the others
                     self.log.warning(
                         "reconcile failed; retrying on the next tick",
-                        extra={"namespace": key[0], "modelCacheNode": key[1], "error": _short(err)},
+                        extra={"namespace": key[0], "modelCacheNode": key[1], "error": short_error(err)},
                     )
 
     # ---- reconcile ------------------------------------------------------
@@ -212,15 +224,15 @@ class Agent(Removal):
     def reconcile(self, key: Key) -> None:
         with self.lock:
             obj = self.objects.get(key)
-            state = self.states.setdefault(key, CacheState())
+            state = self.copies.state(key)
         if obj is None:
             return
         meta = obj["metadata"]
         if meta.get("deletionTimestamp"):
-            self._finalize(key, obj, state)
+            self.removal.finalize(key, obj, state)
             return
         if names.FINALIZER_NODE_AGENT not in (meta.get("finalizers") or []):
-            self._store(
+            self.copies.keep(
                 self.kube.set_finalizers(obj, [*(meta.get("finalizers") or []), names.FINALIZER_NODE_AGENT])
             )
             return  # the watch brings the object back; continue from there
@@ -228,9 +240,11 @@ class Agent(Removal):
         if ref is None or state.job is not None:
             return
         if not self.layout.base.is_dir():
-            self._set(obj, names.PHASE_FAILED, st.REASON_BASE_PATH_MISSING, self._base_missing_message())
+            self.status.set(
+                obj, names.PHASE_FAILED, st.REASON_BASE_PATH_MISSING, self._base_missing_message()
+            )
             return
-        if self._foreign_copy_stays(obj, ref, state):
+        if self.removal.foreign_copy_stays(obj, ref, state):
             return
         if self.layout.is_complete(ref.namespace, ref.cache):
             self._ready(obj, ref, state)
@@ -255,7 +269,9 @@ class Agent(Removal):
             size = parse_quantity(spec["size"]) if spec.get("size") else None
             ttl = parse_duration(spec["unusedTTL"]) if spec.get("unusedTTL") else None
         except (InvalidSpec, ValueError, QuantityError, TypeError, KeyError) as err:
-            self._set(obj, names.PHASE_FAILED, st.REASON_INVALID_SPEC, f"{err}; fix the ModelCache spec")
+            self.status.set(
+                obj, names.PHASE_FAILED, st.REASON_INVALID_SPEC, f"{err}; fix the ModelCache spec"
+            )
             return None
         return CacheRef(ns, name, cache, source, size, ttl, _owner_uid(obj))
 
@@ -265,7 +281,7 @@ class Agent(Removal):
         expired = ref.ttl is not None and eviction.ttl_expired(
             self.layout, ref.namespace, ref.cache, ref.ttl, self.clock()
         )
-        if expired and self._evict(ref.namespace, ref.cache, "ttl"):
+        if expired and self.room.evict(ref.namespace, ref.cache, "ttl"):
             return
         store.clear_hydration_request(self.layout, ref.namespace, ref.cache)
         store.clear_progress(self.layout, ref.namespace, ref.cache)
@@ -280,7 +296,7 @@ class Agent(Removal):
         }
         if state.peer_bytes is not None:
             fields["bytesFromPeers"], state.peer_bytes = state.peer_bytes, None
-        self._set(
+        self.status.set(
             obj,
             names.PHASE_READY,
             st.REASON_CACHED,
@@ -318,18 +334,22 @@ class Agent(Removal):
     def _start(self, obj: Obj, ref: CacheRef, state: CacheState) -> None:
         options = dlapi.Options(endpoint=self.config.endpoint, concurrency=self.config.concurrency)
         job = Job(
-            ref, self.layout, self.kube, options, self._room(), self._on_started, self._on_progress,
+            ref, self.layout, self.kube, options, self.room, self._on_started, self.status.progress,
             self.planner, self.downloader,
             None if self.peering is None and self.budget is None else self._attach,
         )  # fmt: skip
         with self.lock:
             state.job, state.evicted = job, False
-            busy = sum(1 for s in self.states.values() if s.job is not None)
+            busy = self.copies.busy()
         if busy > self.config.max_parallel_caches:
-            self._set(obj, names.PHASE_PENDING, st.REASON_PENDING, "waiting for a download slot on this node")
+            self.status.set(
+                obj, names.PHASE_PENDING, st.REASON_PENDING, "waiting for a download slot on this node"
+            )
         elif st.phase_of(obj) not in (names.PHASE_DOWNLOADING, names.PHASE_FAILED):
             # a retry keeps showing the last failure until bytes flow again (no Failed/Pending flapping)
-            self._set(obj, names.PHASE_PENDING, st.REASON_PENDING, "resolving the source revision and files")
+            self.status.set(
+                obj, names.PHASE_PENDING, st.REASON_PENDING, "resolving the source revision and files"
+            )
         self.pool.submit(self._run_job, job)
 
     def _run_job(self, job: Job) -> None:
@@ -341,45 +361,14 @@ class Agent(Removal):
         self.events.put(("done", outcome))
 
     def _on_started(self, ref: CacheRef, plan: dlapi.Plan) -> None:
-        with self.lock:
-            state = self.states.setdefault(ref.key, CacheState())
-            state.size_bytes = plan.total_bytes
-        self.throttle.forget(ref.name)
-        self.file_throttle.forget(ref.name)
+        self.copies.state(ref.key).size_bytes = plan.total_bytes
         # resolvedRevision while Downloading: peers copy this download's written parts (agent/peers)
-        self._on_progress(ref, 0, plan.total_bytes, force=True, revision=plan.revision)
-
-    def _on_progress(
-        self, ref: CacheRef, done: int, total: int, force: bool = False, revision: str | None = None
-    ) -> None:
-        """Called from downloader threads: progress file always, status at most every few seconds."""
-        pct = f"{100 * done // total}%" if total else "0%"
-        message = f"downloading {pct} of {format_bytes(total)}"
-        with self.lock:
-            to_file = self.file_throttle.allow(ref.name) or force
-            allowed = self.throttle.allow(ref.name) or force
-            obj = self.objects.get(ref.key)
-        if to_file:  # each write is an fsync'd replace: not once per MiB
-            record = progress_record(names.PHASE_DOWNLOADING, done, total, message, self.clock())
-            self._write_progress(ref.namespace, ref.cache, record)
-        if allowed and obj is not None:
-            fields: dict[str, Any] = {
-                "progress": {"bytesDone": done, "bytesTotal": total},
-                "sizeBytes": total,
-            }
-            if revision is not None:
-                fields["resolvedRevision"] = revision
-            try:  # progress is best-effort: a refused status write must not stop the download
-                self._set(obj, names.PHASE_DOWNLOADING, st.REASON_DOWNLOADING, message, fields)
-            except Exception as err:
-                self.log.warning(
-                    "could not report progress", extra={"cache": ref.cache, "error": _short(err)}
-                )
+        self.status.started(ref, plan.total_bytes, plan.revision)
 
     def _finish(self, outcome: Outcome) -> Key:
         ref = outcome.ref
         with self.lock:
-            state = self.states.setdefault(ref.key, CacheState())
+            state = self.copies.state(ref.key)
             state.job = None
             obj = self.objects.get(ref.key)
         if outcome.result is not None:
@@ -391,7 +380,7 @@ class Agent(Removal):
             pass
         elif outcome.waiting is not None:
             delay = self._schedule_retry(state, 0.4)
-            self._set(
+            self.status.set(
                 obj,
                 names.PHASE_PENDING,
                 outcome.waiting_reason,
@@ -402,34 +391,26 @@ class Agent(Removal):
             self.metrics.failures.labels(err.reason).inc()
             delay = self._schedule_retry(state, 1.0 if err.retryable else 4.0)
             message = f"{err.message}; retrying in {delay:.0f}s (attempt {state.attempts})"
-            self._write_progress(
+            self.status.write_progress(
                 ref.namespace, ref.cache, progress_record(names.PHASE_FAILED, 0, 0, message, self.clock())
             )
-            self._set(obj, names.PHASE_FAILED, err.reason, message)
+            self.status.set(obj, names.PHASE_FAILED, err.reason, message)
         return ref.key
 
     def _attach(self, ref: CacheRef, plan: dlapi.Plan, options: dlapi.Options) -> None:
         """Before the bytes: the origin budget gates the origin (options.origin), peers (options.peers) not."""
+
+        def waiting(reason: str) -> Callable[[str], None]:  # why the download waits, on the copy's status
+            return lambda message: self.status.set_key(ref.key, names.PHASE_PENDING, reason, message)
+
         if self.budget is not None:
             self.budget.attach(
-                ref.namespace, plan, options, report=lambda m: self._waiting_for_origin(ref, m)
+                ref.namespace, plan, options, report=waiting(names.REASON_WAITING_FOR_ORIGIN_BUDGET)
             )
         if self.peering is not None:
             self.peering.attach(
-                ref.namespace, ref.cache, plan, options, report=lambda m: self._waiting_for_peer(ref, m)
+                ref.namespace, ref.cache, plan, options, report=waiting(REASON_WAITING_FOR_PEER)
             )
-
-    def _waiting_for_peer(self, ref: CacheRef, message: str) -> None:
-        with self.lock:
-            obj = self.objects.get(ref.key)
-        if obj is not None:
-            self._set(obj, names.PHASE_PENDING, REASON_WAITING_FOR_PEER, message)
-
-    def _waiting_for_origin(self, ref: CacheRef, message: str) -> None:
-        with self.lock:
-            obj = self.objects.get(ref.key)
-        if obj is not None:
-            self._set(obj, names.PHASE_PENDING, names.REASON_WAITING_FOR_ORIGIN_BUDGET, message)
 
     def _schedule_retry(self, state: CacheState, factor: float) -> float:
         delay = min(self.config.retry_max, self.config.retry_initial * factor * 2.0**state.attempts)
@@ -437,72 +418,10 @@ class Agent(Removal):
         state.retry_at = self.clock() + delay
         return delay
 
-    # ---- status -------------------------------------------------------------
-
-    def _set(
-        self,
-        obj: Obj,
-        phase: str,
-        reason: str,
-        message: str,
-        fields: dict[str, Any] | None = None,
-        extra: list[dict[str, Any]] | None = None,
-    ) -> None:
-        """Patch status to this state (nothing when already there); log and record transitions."""
-        ns, name = key_of(obj)
-        cache = str((obj.get("spec") or {}).get("modelCacheName", ""))
-        base = {
-            "localPath": str(self.layout.cache_dir(ns, cache)),
-            "observedGeneration": obj["metadata"].get("generation"),
-            **(self.peering.status_fields() if self.peering is not None else {}),
-        }
-        patch, changed = st.desired(
-            obj.get("status") or {}, phase, reason, message, self.clock(), {**base, **(fields or {})}, extra
-        )
-        if not patch:
-            return
-        if changed:
-            logs.cache_logger(ns, cache, modelCacheNode=name).info(
-                "status", extra={"phase": phase, "reason": reason, "detail": message}
-            )
-            if phase in _EVENT_PHASES or reason == st.REASON_WAITING_FOR_SECRET:
-                kind = "Warning" if phase == names.PHASE_FAILED else "Normal"
-                self.kube.emit_event(obj, kind, reason, message)
-        try:
-            self._store(self.kube.patch_status(ns, name, patch))
-        except Exception as err:
-            if not is_transient(err):
-                raise
-            with self.lock:
-                self._unsent[(ns, name)] = (phase, reason, message, fields, extra)
-            self.log.warning(
-                "could not write status; retrying on the next tick",
-                extra={"namespace": ns, "modelCacheNode": name, "error": _short(err)},
-            )
-            return
-        with self.lock:
-            self._unsent.pop((ns, name), None)
-
-    def _resend_statuses(self) -> None:
-        with self.lock:
-            for key in [k for k in self._unsent if k not in self.objects]:
-                del self._unsent[key]  # the object is gone: nothing to report on
-            unsent = [(self.objects.get(key), args) for key, args in self._unsent.items()]
-        for obj, args in unsent:
-            if obj is not None:
-                try:
-                    self._set(obj, *args)
-                except Exception as err:
-                    self.log.warning("could not write status", extra={"error": _short(err)})
-
-    def _store(self, obj: Obj | None) -> None:
-        if obj is None:
-            return
-        with self.lock:
-            key = key_of(obj)
-            old = self.objects.get(key)
-            if old is not None and _rv(obj) >= _rv(old):
-                self.objects[key] = obj
+    def _evicted(self, namespace: str, cache: str, cause: str) -> None:
+        """The disk room took a copy off the node: counted, and every copy of it says so."""
+        self.metrics.evictions.labels(cause).inc()
+        self.status.evicted(namespace, cache, cause)
 
     def _base_missing_message(self) -> str:
         return (
@@ -510,13 +429,6 @@ class Agent(Removal):
             "create it on the node (the agent never creates it, so a typo cannot fill the root disk) "
             "or set the chart's localCache.basePath"
         )
-
-
-def _rv(obj: Obj) -> int:
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
 
 
 def _owner_uid(obj: Obj) -> str:
@@ -529,9 +441,3 @@ def _owner_uid(obj: Obj) -> str:
 
 def _requested(layout: StoreLayout, ref: CacheRef) -> bool:
     return (ref.namespace, ref.cache) in store.pending_hydration_requests(layout)
-
-
-def _short(err: Exception) -> str:
-    if isinstance(err, ApiException):
-        return f"HTTP {err.status} {err.reason}"
-    return f"{type(err).__name__}: {str(err)[:200]}"

@@ -8,17 +8,16 @@ caches pushed off a node by a namespace that holds more than its quota.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from praesto.agent import capacity
-from praesto.agent.copies import CacheRef
+from praesto.agent.copies import CacheRef, Copies
 from praesto.agent.download import api as dlapi
 from praesto.agent.reservations import Reservations
-from praesto.agent.worker import Room, make_room
+from praesto.agent.room import DiskRoom
 
 from praesto import names, store
 from praesto.quantity import format_bytes
@@ -95,18 +94,18 @@ def _ref(cache: str, size: int) -> CacheRef:
 def test_two_plans_in_flight_cannot_both_eat_into_the_reserve(small_disk: Path) -> None:
     """Free space is read at plan time, bytes land later: the second plan must count the first's."""
     layout = store.StoreLayout(small_disk)
-    room = Room("100Ki", threading.RLock(), lambda ref: [], lambda ns, cache, cause: False)
+    room = DiskRoom(layout, Copies(), "100Ki")  # no other copy on the node: nothing to evict
     free = capacity.disk_usage(small_disk).free
     size = (free - 100 * KiB) * 3 // 4  # each fits alone above the reserve, both together do not
-    assert make_room(_ref("first", size), _plan("org/first", size), layout, room) == []
+    assert room.make_room(_ref("first", size), _plan("org/first", size)) == []
     with pytest.raises(dlapi.DownloadError) as refused:
-        make_room(_ref("second", size), _plan("org/second", size), layout, room)
+        room.make_room(_ref("second", size), _plan("org/second", size))
     assert refused.value.reason == "InsufficientDiskSpace"
     assert f"({format_bytes(size)} of it promised to downloads in flight)" in refused.value.message
 
     with room.lock:  # what the first job does however it ends
         room.reservations.release(("team-a", "first"))
-    assert make_room(_ref("second", size), _plan("org/second", size), layout, room) == []
+    assert room.make_room(_ref("second", size), _plan("org/second", size)) == []
 
 
 def test_written_bytes_stop_counting_as_promised() -> None:

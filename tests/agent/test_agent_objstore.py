@@ -155,7 +155,7 @@ def test_the_cluster_secret_is_never_read_for_a_cache_outside_its_scope(
 
 
 def test_cluster_credentials_allowed_reads_namespaces_and_prefixes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from praesto.agent.worker import cluster_credentials_allowed
+    from praesto.agent.jobs import cluster_credentials_allowed
 
     monkeypatch.setenv("PRAESTO_CREDENTIALS_NAMESPACES", "team-a, team-b")
     assert cluster_credentials_allowed("team-a", "s3://anything/")

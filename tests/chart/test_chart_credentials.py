@@ -9,7 +9,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 from praesto.agent.download.objcreds import ENV_CA_FILE, ENV_IDENTITY
-from praesto.agent.worker import (
+from praesto.agent.jobs import (
     CLUSTER_CREDENTIALS_NAMESPACES_ENV,
     CLUSTER_CREDENTIALS_SOURCES_ENV,
     CLUSTER_SECRET_ENV,

@@ -1,7 +1,8 @@
-"""One download of one cache, run on a worker thread: token, plan, room, bytes.
+"""The job runner: one download of one copy, run on a pool thread: token, plan, room, bytes.
 
-The worker owns the cache's status while it runs (Downloading + progress); the
-control loop owns it otherwise. It reports how it ended as an `Outcome`.
+While it runs the job reports progress (Downloading) through the callbacks it is
+given; the reconciler owns the copy's status otherwise. It reports how it ended as
+an `Outcome`, and gives its disk reservation back however it ended.
 """
 
 from __future__ import annotations
@@ -9,15 +10,13 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from praesto.agent import capacity, eviction, logs
+from praesto.agent import logs
 from praesto.agent.copies import CacheRef, Outcome
 from praesto.agent.download import api as dlapi
 from praesto.agent.download.objcreds import settings_from_secret
 from praesto.agent.kube import KubeApi, SecretUnavailable
-from praesto.agent.reservations import Reservations
+from praesto.agent.room import DiskRoom
 
 from praesto import credscope
 from praesto.quantity import format_bytes
@@ -38,73 +37,6 @@ def cluster_credentials_allowed(namespace: str, uri: str = "") -> bool:
 
 
 Peering = Callable[[CacheRef, dlapi.Plan, dlapi.Options], None]  # may set options.peers (or wait first)
-
-
-@dataclass
-class Room:
-    """What capacity planning needs from the agent: the reserve, who may be evicted, what is promised."""
-
-    reserve: str | None
-    lock: threading.RLock
-    candidates: Callable[[CacheRef], list[capacity.Candidate]]
-    evict: Callable[[str, str, str], bool]  # (namespace, cache, cause) -> evicted
-    reservations: Reservations = field(default_factory=Reservations)  # shared by every job of one agent
-
-
-def staged_bytes(path: Path) -> int:
-    """Disk already allocated to a resumable download (pre-allocated parts count)."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_blocks * 512
-            except FileNotFoundError:
-                continue
-    return total
-
-
-def make_room(ref: CacheRef, plan: dlapi.Plan, layout: StoreLayout, room: Room) -> list[tuple[str, str]]:
-    """Evict least recently used unused caches until the model fits above the reserve.
-
-    Raises InsufficientDiskSpace (with the numbers) when even that is not enough.
-    On success the model's bytes are reserved (`room.reservations`) until the job
-    releases them, so a download planned meanwhile counts them as already spent.
-    """
-    key = (ref.namespace, ref.cache)
-
-    def written(k: tuple[str, str]) -> int:
-        return staged_bytes(layout.staging_dir(*k))
-
-    with room.lock:
-        disk = capacity.disk_usage(layout.base)
-        reserve = capacity.reserve_bytes(room.reserve, disk.total)
-        needed = max(0, plan.total_bytes - written(key))
-        in_flight = room.reservations.outstanding(written, excluding=key)
-        candidates = room.candidates(ref)
-        chosen = capacity.choose_evictions(needed, _minus(disk, in_flight), reserve, candidates)
-        if chosen is None:
-            evictable = sum(c.size for c in candidates)
-            raise dlapi.DownloadError(
-                "InsufficientDiskSpace",
-                capacity.shortage_message(needed, disk, reserve, evictable, in_flight),
-            )
-        evicted = [(c.namespace, c.name) for c in chosen if room.evict(c.namespace, c.name, "capacity")]
-        if len(evicted) < len(chosen):  # a mount appeared meanwhile: check again with what is left
-            disk = capacity.disk_usage(layout.base)
-            if capacity.choose_evictions(needed, _minus(disk, in_flight), reserve, []) is None:
-                raise dlapi.DownloadError(
-                    "InsufficientDiskSpace",
-                    capacity.shortage_message(needed, disk, reserve, 0, in_flight)
-                    + " (a cache chosen for eviction is in use)",
-                )
-        if evicted:
-            eviction.gc_blobs(layout)
-        room.reservations.reserve(key, plan.total_bytes)
-        return evicted
-
-
-def _minus(disk: capacity.Disk, promised: int) -> capacity.Disk:
-    return capacity.Disk(disk.total, disk.free - promised)
 
 
 def check_request(ref: CacheRef, plan: dlapi.Plan) -> None:
@@ -134,7 +66,7 @@ class Job:
         layout: StoreLayout,
         kube: KubeApi,
         options: dlapi.Options,
-        room: Room,
+        room: DiskRoom,
         on_started: Callable[[CacheRef, dlapi.Plan], None],
         on_progress: Callable[[CacheRef, int, int], None],
         planner: dlapi.Planner,
@@ -178,7 +110,7 @@ class Job:
                 extra={"revision": plan.revision, "files": len(plan.files), "bytes": plan.total_bytes},
             )
             check_request(self.ref, plan)
-            out.evicted = make_room(self.ref, plan, self.layout, self.room)
+            out.evicted = self.room.make_room(self.ref, plan)
             if self.peering is not None:
                 self.peering(self.ref, plan, options)
             self.on_started(self.ref, plan)
@@ -215,8 +147,7 @@ class Job:
                     "SourceUnavailable", f"download failed unexpectedly: {type(err).__name__}", retryable=True
                 )
         finally:
-            with self.room.lock:  # however it ended, its promise no longer holds back other plans
-                self.room.reservations.release((self.ref.namespace, self.ref.cache))
+            self.room.release((self.ref.namespace, self.ref.cache))  # however it ended
         return out
 
     def _credentials(self) -> tuple[str | None, dict[str, str] | None, str]:
