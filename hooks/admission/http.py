@@ -90,13 +90,22 @@ def _answer(handler: Callable[[review.Request], dict[str, Any]]) -> tuple[Respon
         return _json(review.deny(parsed.uid, refusal))
 
 
+def _from_api_server() -> bool:
+    """Whether this caller is verified as the API server (webhooks.clientAuth): only then may an
+    answer describe the namespace's caches. Otherwise any Pod that can connect could have forged
+    the review, naming any namespace (#21 item 15): answers carry nothing it could not read itself."""
+    return bool(current_app.config.get(CONFIG_REQUIRE_CLIENT_CERT)) and bool(_peer_certificate())
+
+
 @blueprint.post("/admission/mutate-pod")
 def mutate_pod() -> tuple[Response, int]:
     image = current_app.config.get(CONFIG_IMAGE) or configured_image()
-    return _answer(lambda r: mutate(r, _lookups(), image))
+    disclose = _from_api_server()
+    return _answer(lambda r: mutate(r, _lookups(), image, disclose))
 
 
 @blueprint.post("/admission/validate-modelcache")
 def validate_modelcache() -> tuple[Response, int]:
     config = current_app.config.get("PRAESTO_HOOKS_CONFIG")
-    return _answer(lambda r: validate(r, _lookups(), config))
+    disclose = _from_api_server()
+    return _answer(lambda r: validate(r, _lookups(), config, disclose=disclose))

@@ -11,6 +11,13 @@ Which cache phases admit a Pod:
   them for an Evicted cache once it sees a consumer), and our wait init
   container keeps the application from starting before the complete marker.
 Not-yet-Ready phases admit with an AdmissionReview warning saying so.
+
+`disclose=False` (the caller is not verified as the API server: chart default,
+no webhooks.clientAuth): anyone able to connect can forge a review naming any
+namespace, so the answer says nothing about the cache beyond what the patch
+needs (#21 item 15): no phase, progress or failure text, no warnings, and one
+refusal for a cache that does not exist or has failed. The cache's status, read
+by the namespace's own users, says the rest.
 """
 
 from __future__ import annotations
@@ -56,7 +63,19 @@ def _progress(status: dict[str, Any]) -> str:
     return ""
 
 
-def _injection(mount: Mount, namespace: str, lookups: Lookups) -> tuple[Injection, str | None]:
+def _unusable(mount: Mount, namespace: str) -> Refusal:
+    """The refusal an unverified caller gets: the same whether the cache is missing or failed."""
+    return Refusal(
+        mount.field,
+        f"ModelCache {mount.cache!r} does not exist in namespace {namespace} or cannot be used",
+        f"check its name and status: kubectl describe modelcache {mount.cache} -n {namespace}",
+        FORBIDDEN,
+    )
+
+
+def _injection(
+    mount: Mount, namespace: str, lookups: Lookups, disclose: bool = True
+) -> tuple[Injection, str | None]:
     """Decide from the cache's mode and phase: inject (maybe with a warning) or refuse."""
     ref = f"{namespace}/{mount.cache}"
     try:
@@ -68,6 +87,8 @@ def _injection(mount: Mount, namespace: str, lookups: Lookups) -> tuple[Injectio
             "retry, or check the praesto-hooks logs",
             UNAVAILABLE,
         ) from None
+    if not disclose and (cache is None or sub(cache, "status").get("phase") == names.PHASE_FAILED):
+        raise _unusable(mount, namespace)
     if cache is None:
         raise Refusal(
             mount.field,
@@ -94,14 +115,14 @@ def _injection(mount: Mount, namespace: str, lookups: Lookups) -> tuple[Injectio
             warning = f"ModelCache {ref} was evicted; it is downloaded again and the Pod's init container waits for it"
         elif phase != names.PHASE_READY:
             warning = f"ModelCache {ref} is {phase}{_progress(status)}; the Pod's init container waits until it is complete"
-        return Injection(mount, str(pvc)), warning
+        return Injection(mount, str(pvc)), warning if disclose else None
     warning = None
     if phase != names.PHASE_READY:
         warning = (
             f"ModelCache {ref} is {phase}{_progress(status)}; the Pod waits in ContainerCreating "
             "until the copy on its node is complete"
         )
-    return Injection(mount, None), warning
+    return Injection(mount, None), warning if disclose else None
 
 
 def _target_index(spec: dict[str, Any], wanted: Wanted) -> int:
@@ -145,7 +166,9 @@ def _check_collisions(container: dict[str, Any], injections: list[Injection], sp
                 )
 
 
-def plan(request: review.Request, lookups: Lookups, image: str) -> tuple[list[dict[str, Any]], list[str]]:
+def plan(
+    request: review.Request, lookups: Lookups, image: str, disclose: bool = True
+) -> tuple[list[dict[str, Any]], list[str]]:
     """JSONPatch and warnings for an annotated Pod; raises `Refusal`."""
     pod = request.obj
     meta = sub(pod, "metadata")
@@ -159,7 +182,7 @@ def plan(request: review.Request, lookups: Lookups, image: str) -> tuple[list[di
     injections: list[Injection] = []
     warnings: list[str] = []
     for mount in wanted.mounts:
-        injection, warning = _injection(mount, request.namespace, lookups)
+        injection, warning = _injection(mount, request.namespace, lookups, disclose)
         injections.append(injection)
         if warning:
             warnings.append(warning)
@@ -167,8 +190,8 @@ def plan(request: review.Request, lookups: Lookups, image: str) -> tuple[list[di
     return build_patch(pod, request.namespace, target, injections, wanted.scheduling, image), warnings
 
 
-def mutate(request: review.Request, lookups: Lookups, image: str) -> dict[str, Any]:
-    """AdmissionReview response for one parsed request."""
+def mutate(request: review.Request, lookups: Lookups, image: str, disclose: bool = True) -> dict[str, Any]:
+    """AdmissionReview response for one parsed request; `disclose`: see the module docstring."""
     pod = request.obj
     meta = pod.get("metadata")
     if (
@@ -179,7 +202,7 @@ def mutate(request: review.Request, lookups: Lookups, image: str) -> dict[str, A
     ):
         return review.allow(request.uid)
     try:
-        patch, warnings = plan(request, lookups, image)
+        patch, warnings = plan(request, lookups, image, disclose)
     except Refusal as refusal:
         return review.deny(request.uid, refusal)
     return review.allow_patch(request.uid, patch, warnings)

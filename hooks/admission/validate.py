@@ -6,7 +6,16 @@ adds what needs the cluster (the StorageClass exists), the old object (spec
 immutable) and advice given as AdmissionReview warnings. Whether the author may
 read the Secret a cache names is checked by the API server itself (the chart's
 ValidatingAdmissionPolicy `*-modelcache-secret-access`, with the CEL authorizer),
-which no webhook outage or failurePolicy can skip.
+which no webhook outage or failurePolicy can skip: the webhook never answers
+"may user X read Secret Y".
+
+`disclose=False` (the caller is not verified as the API server: chart default,
+no webhooks.clientAuth): a forged review can name any namespace, so the answer
+depends on nothing that namespace holds (#21 item 15). The quota is then not
+checked here (the refusal, even without numbers, would let a caller bisect
+another namespace's free bytes): the sync hook enforces it, and the cache's
+`QuotaExceeded` condition tells the namespace's own users. The nodeSelector
+advice, which reads Node labels, is left out too.
 """
 
 from __future__ import annotations
@@ -91,7 +100,12 @@ def _check_downloader_image(parsed: ModelCacheSpec, config: HooksConfig) -> None
         raise Refusal("spec.downloader.image", cause, fix, FORBIDDEN)
 
 
-def advice(parsed: ModelCacheSpec, lookups: Lookups) -> list[str]:
+def _reveals_placement(selector: dict[str, str]) -> bool:
+    """A selector on Praesto's ready labels would say where other namespaces' caches are Ready."""
+    return any(key.startswith(names.READY_LABEL_PREFIX) for key in selector)
+
+
+def advice(parsed: ModelCacheSpec, lookups: Lookups, disclose: bool = True) -> list[str]:
     """Non-fatal warnings: things that work but are likely not what the user meant."""
     warnings = []
     if parsed.source.scheme == "hf" and not parsed.source.pinned:
@@ -106,7 +120,7 @@ def advice(parsed: ModelCacheSpec, lookups: Lookups) -> list[str]:
     else:
         if parsed.downloader:
             warnings.append("spec.downloader is ignored in local mode; it configures the shared PVC mode Job")
-        if parsed.node_selector:
+        if parsed.node_selector and disclose and not _reveals_placement(parsed.node_selector):
             try:
                 matching = lookups.count_nodes_matching(parsed.node_selector)
             except LookupUnavailable:
@@ -121,9 +135,13 @@ def advice(parsed: ModelCacheSpec, lookups: Lookups) -> list[str]:
 
 
 def validate(
-    request: review.Request, lookups: Lookups, config: HooksConfig | None = None, quotas: Quotas | None = None
+    request: review.Request,
+    lookups: Lookups,
+    config: HooksConfig | None = None,
+    quotas: Quotas | None = None,
+    disclose: bool = True,
 ) -> dict[str, Any]:
-    """AdmissionReview response for a ModelCache CREATE or UPDATE."""
+    """AdmissionReview response for a ModelCache CREATE or UPDATE; `disclose`: see the module docstring."""
     if request.operation not in ("CREATE", "UPDATE"):
         return review.allow(request.uid)
     obj = request.obj
@@ -145,7 +163,10 @@ def validate(
         _check_storage_class(parsed, lookups)
         if parsed.storage_class_name:  # local mode ignores spec.downloader (a warning says so)
             _check_downloader_image(parsed, config or HooksConfig())
-        quota.check(request.namespace, str(sub(obj, "metadata").get("name") or ""), parsed, lookups, quotas)
+        if disclose:
+            quota.check(
+                request.namespace, str(sub(obj, "metadata").get("name") or ""), parsed, lookups, quotas
+            )
     except Refusal as refusal:
         return review.deny(request.uid, refusal)
-    return review.allow(request.uid, advice(parsed, lookups))
+    return review.allow(request.uid, advice(parsed, lookups, disclose))

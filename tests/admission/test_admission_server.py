@@ -1,4 +1,9 @@
-"""AdmissionReview over TLS to a real praesto-hooks gunicorn, lookups served by the API emulator."""
+"""AdmissionReview over TLS to a real praesto-hooks gunicorn, lookups served by the API emulator.
+
+The server verifies its caller as the API server (--client-ca-file, the chart's webhooks.clientAuth)
+and the tests present that client certificate, so answers describe the caches; what an unverified
+caller gets is tests/admission/test_forged_reviews.py.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ import pytest
 
 from praesto import names
 from tests.support.kube import KubeEmulator
-from tests.support.server import RunningServer, hooks_server, post_json
+from tests.support.pki import CertificateAuthority
+from tests.support.server import CertifiedClient, RunningServer, hooks_server, post_json
 
 from .podkit import CACHES, IMAGE, NS, Obj, apply_and_validate, modelcache, mounts, pod, review_body
 
@@ -71,10 +77,17 @@ def api() -> Iterator[KubeEmulator]:
 @pytest.fixture(scope="module")
 def server(api: KubeEmulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     directory = tmp_path_factory.mktemp("hooks")
+    client_ca = CertificateAuthority(directory / "client-pki", "webhook-client-ca")
+    pair = client_ca.issue("apiserver", common_name="kube-apiserver", client=True)
     with hooks_server(
-        directory, tls=True, env=server_env(directory, api.url), workers=1, threads=4
+        directory,
+        tls=True,
+        env=server_env(directory, api.url),
+        workers=1,
+        threads=4,
+        extra_args=("--client-ca-file", str(client_ca.cert_path)),
     ) as running:
-        yield running
+        yield CertifiedClient.of(running, pair.cert_path, pair.key_path)
 
 
 def admit(server: RunningServer, path: str, body: Any) -> Obj:

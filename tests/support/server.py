@@ -14,6 +14,7 @@ server's CA when TLS is on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -58,6 +59,25 @@ class RunningServer:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+@dataclass(frozen=True)
+class CertifiedClient(RunningServer):
+    """The same server, called with a client certificate (as the API server calls a webhook
+    when its admission configuration names one; praesto-hooks --client-ca-file verifies it)."""
+
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+    @classmethod
+    def of(cls, server: RunningServer, cert: Path, key: Path) -> CertifiedClient:
+        return cls(server.base_url, server.ca_path, server.process, server.log_path, cert, key)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        context = super().ssl_context()
+        if context is not None and self.client_cert is not None:
+            context.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return context
 
 
 def make_tls_files(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> TlsFiles:
@@ -180,3 +200,16 @@ def get_text(server: RunningServer, path: str, timeout: float = 30) -> tuple[int
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode(errors="replace")
+
+
+def half_client_hello() -> bytes:
+    """The first half of a real TLS ClientHello: a handshake that has started and stalls."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="hooks")
+    with contextlib.suppress(ssl.SSLWantReadError):  # the ClientHello is out; now it would wait
+        tls.do_handshake()
+    hello = outgoing.read()
+    return hello[: len(hello) // 2]
