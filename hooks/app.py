@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 from flask import Flask, Response, g, request
 from praesto.hooks import v2
 from praesto.hooks.config import HooksConfig
+from praesto.hooks.gate import DEFAULT_MAX_REQUEST_BYTES
 from praesto.hooks.modelcache import HOOKS, Hook
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 log = logging.getLogger(__name__)
 MODELCACHE_PREFIX = "/hooks/modelcache"
-MAX_HOOK_BYTES = 128 << 20
 
 
 def json_response(body: object, status: int = 200) -> Response:
@@ -83,9 +83,21 @@ def create_app(config: HooksConfig | None = None) -> Flask:
     config = config or HooksConfig.from_env()
     app = Flask("praesto.hooks")
     app.config["PRAESTO_HOOKS_CONFIG"] = config
-    # Hook requests carry a cache's children and related objects (thousands of node copies at
-    # most); a bound keeps a hostile body from exhausting the container's memory.
-    app.config["MAX_CONTENT_LENGTH"] = MAX_HOOK_BYTES
+    # Hook requests carry a cache's children and related objects; a bound keeps a hostile body
+    # from exhausting the container's memory. praesto-hooks refuses larger bodies before reading
+    # them (hooks/gate.py) and sets this to its --max-request-bytes; this is the same bound for
+    # other WSGI servers.
+    app.config["MAX_CONTENT_LENGTH"] = DEFAULT_MAX_REQUEST_BYTES
+
+    @app.errorhandler(413)
+    def _too_large(_error: Exception) -> Response:
+        limit = request.max_content_length
+        return error_response(
+            413,
+            f"request body is over this server's limit of {limit} bytes "
+            "(praesto-hooks --max-request-bytes, chart value hooks.maxRequestBytes)",
+        )
+
     registry = CollectorRegistry()
     _install_metrics(app, registry)
 

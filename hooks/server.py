@@ -19,6 +19,8 @@ from gunicorn.app.base import BaseApplication
 from praesto.hooks.admission.http import CONFIG_REQUIRE_CLIENT_CERT
 from praesto.hooks.app import create_app
 from praesto.hooks.config import ConfigError, HooksConfig
+from praesto.hooks.gate import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REQUEST_TIMEOUT
+from praesto.hooks.gate import settings as gate_settings
 
 
 class HooksServer(BaseApplication):  # type: ignore[misc]
@@ -47,6 +49,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
     parser.add_argument("--timeout", type=int, default=30, help="worker timeout in seconds (default 30)")
+    parser.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help=f"largest request body on any route; larger ones get 413 unread (default {DEFAULT_MAX_REQUEST_BYTES})",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT,
+        help="seconds a client has to complete the TLS handshake and send the whole request "
+        f"(default {DEFAULT_REQUEST_TIMEOUT:g})",
+    )
     parser.add_argument("--certfile", help="TLS certificate (PEM); enables HTTPS together with --keyfile")
     parser.add_argument("--keyfile", help="TLS private key (PEM)")
     parser.add_argument(
@@ -68,6 +83,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--client-ca-file needs HTTPS (--certfile and --keyfile)")
     if args.workers < 1 or args.threads < 1:
         parser.error("--workers and --threads must be at least 1")
+    if args.max_request_bytes < 1 << 20:
+        parser.error("--max-request-bytes must be at least 1048576 (1 MiB): admission reviews need it")
+    if not 1 <= args.request_timeout <= 60:
+        parser.error("--request-timeout must be between 1 and 60 seconds")
     return args
 
 
@@ -77,7 +96,9 @@ def gunicorn_options(args: argparse.Namespace) -> dict[str, Any]:
         "bind": args.bind or ["0.0.0.0:8443" if tls else "0.0.0.0:8080"],
         "workers": args.workers,
         "threads": args.threads,
-        "worker_class": "gthread" if args.threads > 1 else "sync",
+        # Handshake, head and body are read on the worker's event loop under a deadline and a
+        # size limit; a pool thread only sees a complete request (hooks/gate.py).
+        **gate_settings(args.max_request_bytes, args.request_timeout),
         "timeout": args.timeout,
         "graceful_timeout": 10,
         "errorlog": "-",
@@ -131,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     app = create_app(config)
     app.config[CONFIG_REQUIRE_CLIENT_CERT] = bool(args.client_ca_file)
+    app.config["MAX_CONTENT_LENGTH"] = args.max_request_bytes
     HooksServer(app, gunicorn_options(args)).run()
     return 0
 

@@ -148,16 +148,48 @@ def test_service_exposes_only_https() -> None:
     assert [(p["name"], p["port"], p["targetPort"]) for p in ports] == [("https", 443, "https")]
 
 
-def test_network_policy_opens_only_the_https_port_to_the_listed_peers() -> None:
+def test_network_policy_admits_metacontroller_and_the_api_server_addresses_only() -> None:
+    """#21 item 14: no Pod but Metacontroller's is a peer; the API server and kubelet by address."""
     policy = one(render_objects(), "NetworkPolicy", "praesto-hooks")
     (rule,) = policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": "https", "protocol": "TCP"}]
-    assert "from" not in rule  # the API server's source is not portable to select
-    peers = [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"podSelector": {"matchLabels": {"app": "mc"}}}]
-    closed = one(
-        render_objects({"hooks": {"networkPolicy": {"from": peers}}}), "NetworkPolicy", "praesto-hooks"
-    )
-    assert closed["spec"]["ingress"][0]["from"] == peers
+    metacontroller = {"app.kubernetes.io/name": "metacontroller", "app.kubernetes.io/instance": "praesto"}
+    assert rule["from"] == [
+        {"podSelector": {"matchLabels": metacontroller}},  # the policy's namespace: the release's
+        {"ipBlock": {"cidr": "0.0.0.0/0"}},
+        {"ipBlock": {"cidr": "::/0"}},
+    ]
+    values = {
+        "hooks": {
+            "networkPolicy": {
+                "podCIDRs": ["10.244.0.0/16", "fd00:10::/56"],
+                "apiServerCIDRs": ["0.0.0.0/0", "::/0", "172.18.0.0/24"],
+                "metacontroller": [{"namespaceSelector": {"matchLabels": {"team": "platform"}}}],
+                "from": [{"podSelector": {"matchLabels": {"app": "prometheus"}}}],
+            }
+        }
+    }
+    closed = one(render_objects(values), "NetworkPolicy", "praesto-hooks")["spec"]["ingress"][0]["from"]
+    assert closed == [
+        {"namespaceSelector": {"matchLabels": {"team": "platform"}}},
+        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]}},
+        {"ipBlock": {"cidr": "::/0", "except": ["fd00:10::/56"]}},
+        {"ipBlock": {"cidr": "172.18.0.0/24"}},  # a narrow CIDR needs no except (it must contain it)
+        {"podSelector": {"matchLabels": {"app": "prometheus"}}},
+    ]
+    external = one(render_objects({"metacontroller": {"enabled": False}}), "NetworkPolicy", "praesto-hooks")
+    assert external["spec"]["ingress"][0]["from"][0] == {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "metacontroller"}},
+    }
+
+
+def test_hooks_request_limits_reach_the_server() -> None:
+    args = one(render_objects({"hooks": {"maxRequestBytes": 33554432, "requestTimeoutSeconds": 5}}), "Deployment",
+               "praesto-hooks")["spec"]["template"]["spec"]["containers"][0]["args"]  # fmt: skip
+    assert "--max-request-bytes=33554432" in args and "--request-timeout=5" in args
+    with pytest.raises(Exception, match="maxRequestBytes"):
+        render({"hooks": {"maxRequestBytes": 1000}})  # under 1 MiB: admission reviews would not fit
 
 
 def test_webhook_configurations() -> None:
