@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
+from kubernetes.client.rest import ApiException
 from praesto.csi.proto import csi_pb2, csi_pb2_grpc
 
 from praesto import names
@@ -30,15 +33,35 @@ def test_plain_pods_start_while_the_hooks_are_stopped(installed: Installed, node
     """The Pod webhook fails open for Pods without Praesto annotations (they never needed it)."""
     admin = installed.admin
     opted_in_namespace(admin, NS)
-    hooks = installed.hooks.process
-    os.killpg(hooks.pid, signal.SIGSTOP)  # hung, the worse case: every call times out
+    hooks = process_tree(installed.hooks.process.pid)  # gunicorn's master, workers, orphan releaser
+    signal_all(hooks, signal.SIGSTOP)  # hung, the worse case: every call times out
     try:
         admin.create(busybox_pod("plain", NS, "echo started"))
         assert wait_phase(admin, "plain", NS, ("Succeeded", "Failed")) == "Succeeded"
         assert "started" in pod_log(admin, "plain", NS)
     finally:
-        os.killpg(hooks.pid, signal.SIGCONT)
+        signal_all(hooks, signal.SIGCONT)
     delete_pod(admin, "plain", NS)
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants, from /proc (parent first)."""
+    parents: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (proc / "stat").read_text()
+                parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree = [pid]
+    for member in tree:
+        tree.extend(child for child, parent in parents.items() if parent == member)
+    return tree
+
+
+def signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +80,34 @@ def running_reader(
     delete_pod(admin, "steady-reader", NS)
 
 
+def ephemeral_volume_handle(pod_uid: str, volume_name: str) -> str:
+    """The volume id the kubelet gives an inline CSI volume (makeVolumeHandle,
+    kubernetes v1.37.2 pkg/volume/csi/csi_mounter.go)."""
+    return "csi-" + hashlib.sha256(f"{pod_uid}{volume_name}".encode()).hexdigest()
+
+
+def log_lines(installed: Installed) -> int:
+    """How many lines the reader has logged, once the kubelet serves its log again."""
+    count: list[int] = []
+
+    def served() -> bool:
+        try:
+            count[:] = [len(pod_log(installed.admin, "steady-reader", NS).splitlines())]
+        except ApiException:
+            return False
+        return True
+
+    wait_for("the kubelet serving the Pod's log", served, 60)
+    return count[0]
+
+
 def reads_since(installed: Installed, lines_before: int) -> bool:
-    lines = pod_log(installed.admin, "steady-reader", NS).splitlines()
+    """New log lines since `lines_before`, each the model's digest (False while the kubelet's
+    log endpoint is not serving yet, as just after a restart)."""
+    try:
+        lines = pod_log(installed.admin, "steady-reader", NS).splitlines()
+    except ApiException:
+        return False
     return len(lines) > lines_before and all(DIGEST in line for line in lines[lines_before:])
 
 
@@ -71,7 +120,7 @@ def test_kubelet_restart_keeps_the_running_pods_mount(
     node.wait_ready()
     assert mount_points_of(running_reader) == mounts
     assert core(installed.admin).read_namespaced_pod("steady-reader", NS).status.phase == "Running"
-    before = len(pod_log(installed.admin, "steady-reader", NS).splitlines())
+    before = log_lines(installed)
     wait_for("the Pod still reading the model", lambda: reads_since(installed, before), 30)
 
 
@@ -86,7 +135,7 @@ def test_csi_restart_keeps_the_mount_and_republish_is_idempotent(
     pod = core(installed.admin).read_namespaced_pod("steady-reader", NS)
     volume = next(v for v in pod.spec.volumes if v.csi)
     request = csi_pb2.NodePublishVolumeRequest(
-        volume_id=target.split("/")[-2],
+        volume_id=ephemeral_volume_handle(running_reader, volume.name),
         target_path=target,
         readonly=True,
         volume_capability=csi_pb2.VolumeCapability(
@@ -106,5 +155,5 @@ def test_csi_restart_keeps_the_mount_and_republish_is_idempotent(
     with grpc.insecure_channel(f"unix://{daemons.csi_socket()}") as channel:
         csi_pb2_grpc.NodeStub(channel).NodePublishVolume(request, timeout=30)
     assert mount_points_of(running_reader) == [target]  # no second mount stacked on the first
-    before = len(pod_log(installed.admin, "steady-reader", NS).splitlines())
+    before = log_lines(installed)
     wait_for("the Pod still reading the model", lambda: reads_since(installed, before), 30)

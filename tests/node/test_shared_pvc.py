@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -68,15 +68,16 @@ def shared_volume(
         }
     )
     yield root
-    for delete in (
-        lambda: core(admin).delete_persistent_volume(PV),
-        lambda: storage(installed).delete_storage_class(CLASS),
-    ):
-        try:
-            delete()
-        except ApiException as err:
-            if err.status != 404:
-                raise
+    deleted_or_absent(lambda: core(admin).delete_persistent_volume(PV))
+    deleted_or_absent(lambda: storage(installed).delete_storage_class(CLASS))
+
+
+def deleted_or_absent(delete: Callable[[], object]) -> None:
+    try:
+        delete()
+    except ApiException as err:
+        if err.status != 404:
+            raise
 
 
 def test_download_job_fills_the_shared_volume_and_a_pod_reads_it(

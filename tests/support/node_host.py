@@ -20,6 +20,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -199,11 +200,21 @@ def kill_cgroup_processes(cgroups: set[str]) -> None:
                 os.kill(int(pid), signal.SIGKILL)
 
 
-def remove_cgroups(cgroups: set[str]) -> None:
-    """rmdir the cgroups (deepest first); a cgroup still holding a process stays, and is reported."""
-    for cgroup in sorted(cgroups, key=lambda c: c.count("/"), reverse=True):
-        with contextlib.suppress(OSError):
-            os.rmdir(cgroup)
+def remove_cgroups(cgroups: set[str], deadline: float = 10.0) -> None:
+    """rmdir the cgroups (deepest first), killing what is still in them, until they are gone or
+    `deadline` passes: a killed process leaves its cgroup only once it has exited, so the first
+    rmdir after a kill can fail. A cgroup that stays is reported by the leftover check."""
+    end = time.monotonic() + deadline
+    left = set(cgroups)
+    while left:
+        kill_cgroup_processes(left)
+        for cgroup in sorted(left, key=lambda c: c.count("/"), reverse=True):
+            with contextlib.suppress(OSError):
+                os.rmdir(cgroup)
+        left = {c for c in left if os.path.isdir(c)}
+        if not left or time.monotonic() > end:
+            return
+        time.sleep(0.1)  # poll interval, bounded by the deadline above
 
 
 def remove_chains(entries: set[str]) -> None:

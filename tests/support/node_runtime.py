@@ -12,10 +12,10 @@ Configuration (containerd v2.4 config `version = 3`, plugin sections as in conta
   /proc/self/oom_score_adj: Permission denied`);
 * the CRI plugin's sandbox image is the locally built pause image (no registry here);
 * one CNI network: a bridge with host-local IPAM in TEST-NET-2 (198.51.100.0/24, a
-  documentation range that belongs to the tier and routes nowhere); the bridge is the Pods'
-  gateway (a download Job's Pod reaches the tier's hub on the node's own address), with no
-  masquerade, so nothing beyond the node answers them; IPAM state in the work dir. The
-  bridge plugin turns on ip_forward for its gateway; the node's teardown puts it back.
+  documentation range that belongs to the tier and routes nowhere); Pods get one route, to
+  the node's own address through the bridge (a download Job's Pod reaches the tier's hub
+  there), no default route and no masquerade; IPAM state in the work dir. The bridge plugin
+  turns on ip_forward for its gateway; the node's teardown puts it back.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.controlplane import Component, wait_for
+from tests.support.node_host import NODE_IP
 
 STARTUP_DEADLINE = 60.0
 CNI_BIN_DIR = "/usr/lib/cni"
@@ -105,6 +106,7 @@ state = "{self.workdir / "state"}"
                     "ipam": {
                         "type": "host-local",
                         "ranges": [[{"subnet": POD_SUBNET}]],
+                        "routes": [{"dst": f"{NODE_IP}/32"}],  # via the bridge; no default route
                         "dataDir": str(self.workdir / "ipam"),
                     },
                 },

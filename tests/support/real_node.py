@@ -114,7 +114,7 @@ def _clean_up(node: RealNode, workdir: Path, before: node_host.Footprint) -> Non
     now = node_host.Footprint.now(workdir)
     added = now.added_since(before)
     cgroups = set(added.get("cgroups", []))
-    node_host.kill_cgroup_processes(cgroups)
+    node_host.kill_cgroup_processes(cgroups)  # before unmounting: nothing may still use a mount
     node_host.unmount_under((str(workdir), *(str(p) for p in node_host.FIXED_PATHS)))
     node_host.remove_cgroups(cgroups)
     for link in (node_host.NODE_LINK, BRIDGE):
