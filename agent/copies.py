@@ -18,8 +18,9 @@ from typing import Any, Protocol
 
 from praesto.agent.download import api as dlapi
 
-from praesto import store
-from praesto.spec import Source
+from praesto import names, store
+from praesto.quantity import parse_duration, parse_quantity
+from praesto.spec import Source, source_from_node_spec
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, ModelCacheNode name): one copy
@@ -79,6 +80,29 @@ class Outcome:
 def progress_record(phase: str, done: int, total: int, message: str, now: float) -> store.Progress:
     """The progress file the CSI driver reads for a copy (`store.write_progress`)."""
     return store.Progress(phase=phase, bytes_done=done, bytes_total=total, message=message, updated_at=now)
+
+
+def ref_of(obj: Obj) -> CacheRef:
+    """What a download needs of a ModelCacheNode; raises (InvalidSpec, ValueError, QuantityError,
+    TypeError, KeyError) naming the field when its spec cannot be used."""
+    meta = obj.get("metadata") or {}
+    ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    spec = obj.get("spec") or {}
+    cache = spec.get("modelCacheName") or ""
+    if not (names.is_dns_label(cache) and names.is_dns_label(ns)):
+        raise ValueError(f"spec.modelCacheName: {cache!r} is not a DNS label; the sync hook writes it")
+    source = source_from_node_spec(spec.get("source") or {})
+    size = parse_quantity(spec["size"]) if spec.get("size") else None
+    ttl = parse_duration(spec["unusedTTL"]) if spec.get("unusedTTL") else None
+    return CacheRef(ns, name, cache, source, size, ttl, owner_uid(obj))
+
+
+def owner_uid(obj: Obj) -> str:
+    """The UID of the ModelCache that owns this ModelCacheNode (Metacontroller's controller reference)."""
+    for owner in obj["metadata"].get("ownerReferences") or []:
+        if owner.get("controller") and owner.get("kind") == names.MODELCACHE_KIND:
+            return str(owner.get("uid") or "")
+    return ""
 
 
 def cache_of(obj: Obj) -> str:

@@ -16,6 +16,7 @@ from types import FrameType
 from kubernetes import client, config
 from praesto.agent import baselock, capacity, logs
 from praesto.agent.budget.config import add_budget_arguments, build_budget, check_budget_arguments
+from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import FROM_LOCAL, METRICS_FROM, AgentMetrics
 from praesto.agent.peers.config import add_peer_arguments, build_peering, check_peer_arguments
@@ -126,7 +127,9 @@ def build(args: argparse.Namespace, api: client.ApiClient) -> Agent:
     )
     peering = build_peering(args, api, StoreLayout(cfg.base_path))
     budget = build_budget(args, api)
-    return Agent(cfg, KubeApi(api, args.node_name), AgentMetrics.create(), peering=peering, budget=budget)
+    credentials = CredentialPolicy.from_env(os.environ)  # the chart's credentials settings, read once
+    kube = KubeApi(api, args.node_name)
+    return Agent(cfg, kube, AgentMetrics.create(), peering=peering, budget=budget, credentials=credentials)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,34 +7,18 @@ an `Outcome`, and gives its disk reservation back however it ended.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 
 from praesto.agent import logs
 from praesto.agent.copies import CacheRef, Outcome
+from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download import api as dlapi
-from praesto.agent.download.objcreds import settings_from_secret
 from praesto.agent.kube import KubeApi, SecretUnavailable
 from praesto.agent.room import DiskRoom
 
-from praesto import credscope
 from praesto.quantity import format_bytes
 from praesto.store import StoreLayout
-
-CLUSTER_SECRET_ENV = "PRAESTO_CREDENTIALS_SECRET"  # noqa: S105 - chart credentials.secretRef: "namespace/name"
-# chart credentials.namespaces, comma-separated: who may use the cluster's credentials at all
-CLUSTER_CREDENTIALS_NAMESPACES_ENV = credscope.ENV_NAMESPACES
-# chart credentials.sources, comma-separated URI prefixes: what the cluster's credentials may fetch
-CLUSTER_CREDENTIALS_SOURCES_ENV = credscope.ENV_SOURCES
-
-
-def cluster_credentials_allowed(namespace: str, uri: str = "") -> bool:
-    """Whether a cache of `namespace` without a secretRef may use the cluster's Secret or identity
-    for source `uri`: the chart's credentials.namespaces and .sources, by the one rule the hooks
-    apply to the PVC-mode Job too (praesto/credscope.py)."""
-    return credscope.CredentialScope.from_env(os.environ).entitled(namespace, uri)
-
 
 Peering = Callable[[CacheRef, dlapi.Plan, dlapi.Options], None]  # may set options.peers (or wait first)
 
@@ -71,12 +55,14 @@ class Job:
         on_progress: Callable[[CacheRef, int, int], None],
         planner: dlapi.Planner,
         downloader: dlapi.Downloader,
+        credentials: CredentialPolicy,
         peering: Peering | None = None,
     ):
         self.ref, self.layout, self.kube, self.options, self.room = ref, layout, kube, options, room
         self.on_started, self.on_progress = on_started, on_progress
         self.planner, self.downloader = planner, downloader
         self.peering = peering
+        self.credentials = credentials  # the agent's policy, built once at start
         self.log = logs.cache_logger(ref.namespace, ref.cache, modelCacheNode=ref.name)
 
     @property
@@ -86,16 +72,13 @@ class Job:
     def run(self) -> Outcome:
         out = Outcome(self.ref)
         try:
-            token, credentials, where = self._credentials()
+            token, credentials, where = self.credentials.credentials(self.kube, self.ref)
             options = dlapi.Options(
                 endpoint=self.options.endpoint,
                 token=token,
                 credentials=credentials,
                 credentials_from=where,
-                # a cache that names its own Secret uses only it, never the cluster's identity; and
-                # the cluster's serve only the namespaces the platform admin opted in
-                identity_allowed=self.ref.source.secret_ref is None
-                and cluster_credentials_allowed(self.ref.namespace, self.ref.source.uri),
+                identity_allowed=self.credentials.identity_allowed(self.ref),
                 concurrency=self.options.concurrency,
                 blobs_dir=self.layout.blobs_dir,
                 dedup_scope=self.ref.namespace,
@@ -149,44 +132,3 @@ class Job:
         finally:
             self.room.release((self.ref.namespace, self.ref.cache))  # however it ended
         return out
-
-    def _credentials(self) -> tuple[str | None, dict[str, str] | None, str]:
-        """(HF token, object-store settings, where from), read per attempt so Secret edits apply.
-
-        The cache's own secretRef wins; else, for namespaces opted in (chart
-        credentials.namespaces), the chart's credentials Secret (env PRAESTO_CREDENTIALS_SECRET,
-        "namespace/name") or the workload identity; else none (anonymous).
-        """
-        source, ref = self.ref.source, self.ref.source.secret_ref
-        if ref is not None and source.scheme == "hf":
-            return self.kube.read_token(self.ref.namespace, ref.name, ref.key), None, ""
-        if ref is not None:
-            namespace, name = self.ref.namespace, ref.name
-        elif self.ref.namespace not in credscope.CredentialScope.from_env(os.environ).namespaces:
-            return (
-                None,
-                None,
-                (
-                    f"no credentials (namespace {self.ref.namespace} is not opted in to the cluster's "
-                    "credentials: the chart's credentials.namespaces; or give the cache its own secretRef)"
-                ),
-            )
-        elif not cluster_credentials_allowed(self.ref.namespace, source.uri):
-            return (
-                None,
-                None,
-                (
-                    f"no credentials ({source.uri} is outside the sources the cluster's credentials may "
-                    "fetch: the chart's credentials.sources; or give the cache its own secretRef)"
-                ),
-            )
-        elif "/" in os.environ.get(CLUSTER_SECRET_ENV, ""):
-            namespace, name = os.environ[CLUSTER_SECRET_ENV].split("/", 1)
-        else:
-            return None, None, "no credentials"
-        data, annotations = self.kube.read_secret(namespace, name)
-        settings = settings_from_secret(data, annotations)
-        where = f"Secret {namespace}/{name}"
-        if source.scheme == "hf":
-            return settings.get("HF_TOKEN") or None, None, where
-        return None, settings, where

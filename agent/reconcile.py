@@ -16,6 +16,7 @@ eviction), `Removal` (deletion, sweep, foreign copies), the job runner
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -28,7 +29,8 @@ from typing import Any
 from praesto.agent import baselock, eviction, logs
 from praesto.agent import status as st
 from praesto.agent.budget.gate import OriginBudget
-from praesto.agent.copies import CacheRef, CacheState, Copies, Key, Obj, Outcome, progress_record
+from praesto.agent.copies import CacheRef, CacheState, Copies, Key, Obj, Outcome, progress_record, ref_of
+from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download import api as dlapi
 from praesto.agent.jobs import Job
 from praesto.agent.kube import Backoff, KubeApi, Watcher, key_of, short_error
@@ -40,9 +42,9 @@ from praesto.agent.room import DiskRoom
 from praesto.agent.status_writer import StatusWriter
 
 from praesto import names, store
-from praesto.quantity import QuantityError, format_bytes, parse_duration, parse_quantity
+from praesto.quantity import QuantityError, format_bytes
 from praesto.quota import Quotas
-from praesto.spec import InvalidSpec, source_from_node_spec
+from praesto.spec import InvalidSpec
 from praesto.store import StoreLayout
 
 
@@ -74,12 +76,15 @@ class Agent:
         downloader: dlapi.Downloader | None = None,
         peering: Peering | None = None,
         budget: OriginBudget | None = None,
+        credentials: CredentialPolicy | None = None,
     ):
         from praesto.agent.download import download, plan  # the real downloader unless a caller injects one
 
         self.config, self.kube, self.clock = config, kube, clock
         self.metrics = metrics or AgentMetrics.create()
         self.layout = StoreLayout(config.base_path)
+        # which credentials each download uses: decided once, here (the environment is read now)
+        self.credentials = credentials or CredentialPolicy.from_env(os.environ)
         self.planner: dlapi.Planner = planner or plan
         self.downloader: dlapi.Downloader = downloader or download
         self.peering = peering  # peer-to-peer (praesto.agent.peers); None: origin only
@@ -257,23 +262,13 @@ class Agent:
         self._start(obj, ref, state)
 
     def _parse(self, obj: Obj) -> CacheRef | None:
-        ns, name = key_of(obj)
-        spec = obj.get("spec") or {}
         try:
-            cache = spec.get("modelCacheName") or ""
-            if not (names.is_dns_label(cache) and names.is_dns_label(ns)):
-                raise ValueError(
-                    f"spec.modelCacheName: {cache!r} is not a DNS label; the sync hook writes it"
-                )
-            source = source_from_node_spec(spec.get("source") or {})
-            size = parse_quantity(spec["size"]) if spec.get("size") else None
-            ttl = parse_duration(spec["unusedTTL"]) if spec.get("unusedTTL") else None
+            return ref_of(obj)
         except (InvalidSpec, ValueError, QuantityError, TypeError, KeyError) as err:
             self.status.set(
                 obj, names.PHASE_FAILED, st.REASON_INVALID_SPEC, f"{err}; fix the ModelCache spec"
             )
             return None
-        return CacheRef(ns, name, cache, source, size, ttl, _owner_uid(obj))
 
     def _ready(self, obj: Obj, ref: CacheRef, state: CacheState) -> None:
         manifest = store.read_json(self.layout.manifest_path(ref.namespace, ref.cache)) or {}
@@ -302,7 +297,11 @@ class Agent:
             st.REASON_CACHED,
             f"{format_bytes(size)} cached at revision {str(manifest.get('resolvedRevision', ''))[:12]}",
             fields,
-            extra=[self._size_condition(obj, ref, size)],
+            extra=[
+                st.size_condition(
+                    (obj.get("status") or {}).get("conditions"), ref.size_bytes, size, self.clock()
+                )
+            ],
         )
 
     def _last_used(self, obj: Obj, ref: CacheRef) -> str | None:
@@ -315,27 +314,13 @@ class Agent:
         used = store.last_used(self.layout, ref.namespace, ref.cache)
         return st.rfc3339(used) if used else None
 
-    def _size_condition(self, obj: Obj, ref: CacheRef, size: int) -> dict[str, Any]:
-        previous = (obj.get("status") or {}).get("conditions")
-        if ref.size_bytes is not None and size > ref.size_bytes:
-            msg = (
-                f"the copy on this node is {format_bytes(size)}, more than spec.size "
-                f"{format_bytes(ref.size_bytes)}; it was already complete here (pre-baked, or cached before "
-                "storage.size became a limit) and is served, but a new download this large is refused; "
-                "raise storage.size on the ModelCache to match"
-            )
-            return st.condition(
-                st.SIZE_WITHIN_REQUEST, False, st.REASON_SIZE_EXCEEDS_REQUEST, msg, self.clock(), previous
-            )
-        return st.condition(st.SIZE_WITHIN_REQUEST, True, st.REASON_SIZE_OK, "", self.clock(), previous)
-
     # ---- downloads ---------------------------------------------------------
 
     def _start(self, obj: Obj, ref: CacheRef, state: CacheState) -> None:
         options = dlapi.Options(endpoint=self.config.endpoint, concurrency=self.config.concurrency)
         job = Job(
             ref, self.layout, self.kube, options, self.room, self._on_started, self.status.progress,
-            self.planner, self.downloader,
+            self.planner, self.downloader, self.credentials,
             None if self.peering is None and self.budget is None else self._attach,
         )  # fmt: skip
         with self.lock:
@@ -429,14 +414,6 @@ class Agent:
             "create it on the node (the agent never creates it, so a typo cannot fill the root disk) "
             "or set the chart's localCache.basePath"
         )
-
-
-def _owner_uid(obj: Obj) -> str:
-    """The UID of the ModelCache that owns this ModelCacheNode (Metacontroller's controller reference)."""
-    for owner in obj["metadata"].get("ownerReferences") or []:
-        if owner.get("controller") and owner.get("kind") == names.MODELCACHE_KIND:
-            return str(owner.get("uid") or "")
-    return ""
 
 
 def _requested(layout: StoreLayout, ref: CacheRef) -> bool:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from praesto import names
+from praesto.quantity import format_bytes
 
 READY = "Ready"
 SIZE_WITHIN_REQUEST = "SizeWithinRequest"
@@ -55,6 +56,21 @@ def condition(
         "message": message,
         "lastTransitionTime": since,
     }
+
+
+def size_condition(
+    previous: list[dict[str, Any]] | None, limit: int | None, size: int, now: float
+) -> dict[str, Any]:
+    """SizeWithinRequest of a complete copy of `size` bytes against spec.size (`limit`)."""
+    if limit is not None and size > limit:
+        msg = (
+            f"the copy on this node is {format_bytes(size)}, more than spec.size "
+            f"{format_bytes(limit)}; it was already complete here (pre-baked, or cached before "
+            "storage.size became a limit) and is served, but a new download this large is refused; "
+            "raise storage.size on the ModelCache to match"
+        )
+        return condition(SIZE_WITHIN_REQUEST, False, REASON_SIZE_EXCEEDS_REQUEST, msg, now, previous)
+    return condition(SIZE_WITHIN_REQUEST, True, REASON_SIZE_OK, "", now, previous)
 
 
 def with_conditions(

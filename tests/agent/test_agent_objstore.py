@@ -155,12 +155,14 @@ def test_the_cluster_secret_is_never_read_for_a_cache_outside_its_scope(
 
 
 def test_cluster_credentials_allowed_reads_namespaces_and_prefixes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from praesto.agent.jobs import cluster_credentials_allowed
+    from praesto.agent.credentials import CredentialPolicy
 
     monkeypatch.setenv("PRAESTO_CREDENTIALS_NAMESPACES", "team-a, team-b")
+    cluster_credentials_allowed = CredentialPolicy.from_env(os.environ).entitled  # read once, at start
     assert cluster_credentials_allowed("team-a", "s3://anything/")
     assert not cluster_credentials_allowed("team-c", "s3://anything/")
     monkeypatch.setenv("PRAESTO_CREDENTIALS_SOURCES", "s3://models/shared/,hf://org/")
+    cluster_credentials_allowed = CredentialPolicy.from_env(os.environ).entitled  # a restart reads it again
     assert cluster_credentials_allowed("team-b", "s3://models/shared/llama/")
     assert cluster_credentials_allowed("team-b", "hf://org/model")
     assert not cluster_credentials_allowed("team-b", "s3://models/private/")

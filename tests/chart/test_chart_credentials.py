@@ -8,12 +8,12 @@ from typing import Any
 
 import helm_python as helm
 import pytest
-from praesto.agent.download.objcreds import ENV_CA_FILE, ENV_IDENTITY
-from praesto.agent.jobs import (
+from praesto.agent.credentials import (
     CLUSTER_CREDENTIALS_NAMESPACES_ENV,
     CLUSTER_CREDENTIALS_SOURCES_ENV,
     CLUSTER_SECRET_ENV,
 )
+from praesto.agent.download.objcreds import ENV_CA_FILE, ENV_IDENTITY
 from praesto.hooks.config import HooksConfig
 
 from praesto import rbac

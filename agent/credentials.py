@@ -1,0 +1,88 @@
+"""Which credentials a download of a copy uses: the node agent's credential policy.
+
+Built once, at the process edge, from the chart's settings (`from_env`), and handed
+to every job; the Secrets it names are read per attempt, so Secret edits apply
+without a restart. The cache's own secretRef wins; else, for namespaces the platform
+admin opted in (chart credentials.namespaces) and sources inside credentials.sources,
+the chart's credentials Secret (credentials.secretRef) or the workload identity; else
+none (anonymous). The namespace and source rule is the one the hooks apply to the
+PVC-mode Job too (praesto/credscope.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from praesto.agent.copies import CacheRef
+from praesto.agent.download.objcreds import settings_from_secret
+from praesto.agent.kube import KubeApi
+
+from praesto import credscope
+
+CLUSTER_SECRET_ENV = "PRAESTO_CREDENTIALS_SECRET"  # noqa: S105 - chart credentials.secretRef: "namespace/name"
+# chart credentials.namespaces, comma-separated: who may use the cluster's credentials at all
+CLUSTER_CREDENTIALS_NAMESPACES_ENV = credscope.ENV_NAMESPACES
+# chart credentials.sources, comma-separated URI prefixes: what the cluster's credentials may fetch
+CLUSTER_CREDENTIALS_SOURCES_ENV = credscope.ENV_SOURCES
+
+# (HF token, object-store settings, where they came from for messages)
+Credentials = tuple[str | None, dict[str, str] | None, str]
+
+
+@dataclass(frozen=True)
+class CredentialPolicy:
+    scope: credscope.CredentialScope = field(default_factory=credscope.CredentialScope)
+    cluster_secret: tuple[str, str] | None = None  # (namespace, name) of the chart's Secret
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> CredentialPolicy:
+        secret = env.get(CLUSTER_SECRET_ENV, "")
+        namespace, _, name = secret.partition("/")
+        return cls(credscope.CredentialScope.from_env(env), (namespace, name) if "/" in secret else None)
+
+    def entitled(self, namespace: str, uri: str = "") -> bool:
+        """Whether a cache of `namespace` without a secretRef may use the cluster's Secret or identity
+        for source `uri`: the chart's credentials.namespaces and .sources."""
+        return self.scope.entitled(namespace, uri)
+
+    def identity_allowed(self, ref: CacheRef) -> bool:
+        """A cache that names its own Secret uses only it, never the cluster's identity; and the
+        cluster's serve only the namespaces the platform admin opted in."""
+        return ref.source.secret_ref is None and self.entitled(ref.namespace, ref.source.uri)
+
+    def credentials(self, kube: KubeApi, ref: CacheRef) -> Credentials:
+        """(HF token, object-store settings, where from) for one attempt (Secrets read now)."""
+        source, secret_ref = ref.source, ref.source.secret_ref
+        if secret_ref is not None and source.scheme == "hf":
+            return kube.read_token(ref.namespace, secret_ref.name, secret_ref.key), None, ""
+        if secret_ref is not None:
+            namespace, name = ref.namespace, secret_ref.name
+        elif ref.namespace not in self.scope.namespaces:
+            return (
+                None,
+                None,
+                (
+                    f"no credentials (namespace {ref.namespace} is not opted in to the cluster's "
+                    "credentials: the chart's credentials.namespaces; or give the cache its own secretRef)"
+                ),
+            )
+        elif not self.entitled(ref.namespace, source.uri):
+            return (
+                None,
+                None,
+                (
+                    f"no credentials ({source.uri} is outside the sources the cluster's credentials may "
+                    "fetch: the chart's credentials.sources; or give the cache its own secretRef)"
+                ),
+            )
+        elif self.cluster_secret is not None:
+            namespace, name = self.cluster_secret
+        else:
+            return None, None, "no credentials"
+        data, annotations = kube.read_secret(namespace, name)
+        settings = settings_from_secret(data, annotations)
+        where = f"Secret {namespace}/{name}"
+        if source.scheme == "hf":
+            return settings.get("HF_TOKEN") or None, None, where
+        return None, settings, where
