@@ -13,7 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import grpc
 from kubernetes import client
+from praesto.csi.proto import csi_pb2, csi_pb2_grpc
 
 from praesto import names
 from tests.cluster.agents import bound_to, remove_agent_pod
@@ -97,9 +99,22 @@ class NodeDaemons:
         self.csi.start()
 
     def restart_csi(self) -> None:
+        """Stop and start the plugin; returns once the new process answers Probe on its socket
+        (the CSINode may still list the driver from before: it says nothing of the new process)."""
         assert self.csi is not None
         self.csi.stop()
         self.start_csi()
+        wait_for("the CSI plugin serving its socket", self.csi_serving, REGISTRATION_DEADLINE)
+
+    def csi_serving(self) -> bool:
+        assert self.csi is not None
+        self.csi.check_running()
+        with grpc.insecure_channel(f"unix://{self.csi_socket()}") as channel:
+            try:
+                answer = csi_pb2_grpc.IdentityStub(channel).Probe(csi_pb2.ProbeRequest(), timeout=5)
+            except grpc.RpcError:
+                return False
+        return not answer.HasField("ready") or answer.ready.value
 
     def restart_agent(self) -> None:
         assert self.agent is not None

@@ -48,6 +48,7 @@ def shared_volume(
     node.containerd.import_image(praesto_image().archive)
     root = tmp_path_factory.mktemp("shared-volume")
     os.chown(root, NONROOT, NONROOT)  # a hostPath volume gets no fsGroup: the export's owner, as on NFS
+    root.chmod(0o755)  # and its mode: readers of any uid may traverse it (mktemp made it 0700)
     admin = installed.admin
     admin.apply(
         {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": CLASS},
