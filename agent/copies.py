@@ -59,7 +59,6 @@ class CacheState:
     attempts: int = 0
     retry_at: float = 0.0
     downloaded: bool = False  # Ready through a download (not a cache hit)
-    size_bytes: int | None = None
     evicted: bool = False  # set before the directory goes, so no reconcile re-downloads it meanwhile
     peer_bytes: int | None = None  # bytes the last download got from peers, until Ready shows them
     # (inode, mtime, size, cache UID) of the manifest last found to be this cache's: not read again

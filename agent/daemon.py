@@ -1,6 +1,6 @@
 """`praesto-agent run`: flags, Kubernetes client set-up, metrics server, signals.
 
-Everything with behaviour lives in `reconcile.Agent`; this is the process edge.
+Everything with behaviour lives in `node_agent.Agent` and its collaborators; this is the process edge.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from praesto.agent.budget.config import add_budget_arguments, build_budget, chec
 from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import FROM_LOCAL, METRICS_FROM, AgentMetrics
+from praesto.agent.node_agent import Agent
 from praesto.agent.peers.config import add_peer_arguments, build_peering, check_peer_arguments
-from praesto.agent.reconcile import Agent, AgentConfig
+from praesto.agent.reconcile import AgentConfig
 from praesto.agent.warmup import StartupTaint
 
 from praesto import credscope, names, quota

@@ -1,26 +1,36 @@
 """The job runner: one download of one copy, run on a pool thread: token, plan, room, bytes.
 
-While it runs the job reports progress (Downloading) through the callbacks it is
-given; the reconciler owns the copy's status otherwise. It reports how it ended as
-an `Outcome`, and gives its disk reservation back however it ended.
+`JobRunner` holds what every job shares, built once at start: the credential
+policy, the disk room, the planner and downloader, peers and the origin budget,
+and a pool of `max_parallel_caches` threads. A `Job` reports its progress
+(Downloading) through the status writer while it runs; the reconciler owns the
+copy's status otherwise. It ends as an `Outcome`, handed to the runner's `done`,
+and gives its disk reservation back however it ended.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from praesto.agent import logs
+from praesto.agent.budget.gate import OriginBudget
 from praesto.agent.copies import CacheRef, Outcome
 from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download import api as dlapi
 from praesto.agent.kube import KubeApi, SecretUnavailable
+from praesto.agent.metrics import AgentMetrics
+from praesto.agent.peers.peering import REASON_WAITING_FOR_PEER, Peering
 from praesto.agent.room import DiskRoom
+from praesto.agent.status_writer import StatusWriter
 
+from praesto import names
 from praesto.quantity import format_bytes
 from praesto.store import StoreLayout
 
-Peering = Callable[[CacheRef, dlapi.Plan, dlapi.Options], None]  # may set options.peers (or wait first)
+# Before the bytes: may set options.peers and options.origin (or wait first, saying why)
+Attach = Callable[[CacheRef, dlapi.Plan, dlapi.Options], None]
 
 
 def check_request(ref: CacheRef, plan: dlapi.Plan) -> None:
@@ -56,12 +66,12 @@ class Job:
         planner: dlapi.Planner,
         downloader: dlapi.Downloader,
         credentials: CredentialPolicy,
-        peering: Peering | None = None,
+        attach: Attach | None = None,
     ):
         self.ref, self.layout, self.kube, self.options, self.room = ref, layout, kube, options, room
         self.on_started, self.on_progress = on_started, on_progress
         self.planner, self.downloader = planner, downloader
-        self.peering = peering
+        self.attach = attach
         self.credentials = credentials  # the agent's policy, built once at start
         self.log = logs.cache_logger(ref.namespace, ref.cache, modelCacheNode=ref.name)
 
@@ -94,8 +104,8 @@ class Job:
             )
             check_request(self.ref, plan)
             out.evicted = self.room.make_room(self.ref, plan)
-            if self.peering is not None:
-                self.peering(self.ref, plan, options)
+            if self.attach is not None:
+                self.attach(self.ref, plan, options)
             self.on_started(self.ref, plan)
             dest = self.layout.cache_dir(self.ref.namespace, self.ref.cache)
             out.result = self.downloader(plan, dest, options)
@@ -132,3 +142,72 @@ class Job:
         finally:
             self.room.release((self.ref.namespace, self.ref.cache))  # however it ended
         return out
+
+
+class JobRunner:
+    """Starts one `Job` per copy to download on a pool of `max_parallel` threads; `done` gets each outcome."""
+
+    def __init__(
+        self,
+        layout: StoreLayout,
+        kube: KubeApi,
+        room: DiskRoom,
+        status: StatusWriter,
+        metrics: AgentMetrics,
+        credentials: CredentialPolicy,
+        planner: dlapi.Planner,
+        downloader: dlapi.Downloader,
+        done: Callable[[Outcome], None],
+        *,
+        endpoint: str | None,
+        concurrency: int,
+        max_parallel: int,
+        peering: Peering | None = None,
+        budget: OriginBudget | None = None,
+    ) -> None:
+        self.layout, self.kube, self.room, self.status, self.metrics = layout, kube, room, status, metrics
+        self.credentials, self.planner, self.done = credentials, planner, done
+        self.endpoint, self.concurrency = endpoint, concurrency
+        self.peering, self.budget = peering, budget
+        # each download gives its share of the origin slots back when it ends
+        self.downloader = budget.releasing(downloader) if budget is not None else downloader
+        self.pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="praesto-download")
+
+    def start(self, ref: CacheRef) -> Job:
+        """Queue a download of `ref`; it runs once a pool thread is free."""
+        options = dlapi.Options(endpoint=self.endpoint, concurrency=self.concurrency)
+        job = Job(
+            ref, self.layout, self.kube, options, self.room, self._started, self.status.progress,
+            self.planner, self.downloader, self.credentials,
+            None if self.peering is None and self.budget is None else self._attach,
+        )  # fmt: skip
+        self.pool.submit(self._run, job)
+        return job
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _run(self, job: Job) -> None:
+        self.metrics.in_flight.inc()
+        try:
+            outcome = job.run()
+        finally:
+            self.metrics.in_flight.dec()
+        self.done(outcome)
+
+    def _started(self, ref: CacheRef, plan: dlapi.Plan) -> None:
+        # resolvedRevision while Downloading: peers copy this download's written parts (agent/peers)
+        self.status.started(ref, plan.total_bytes, plan.revision)
+
+    def _attach(self, ref: CacheRef, plan: dlapi.Plan, options: dlapi.Options) -> None:
+        """Before the bytes: the origin budget gates the origin (options.origin), peers (options.peers) not."""
+
+        def waiting(reason: str) -> Callable[[str], None]:  # why the download waits, on the copy's status
+            return lambda message: self.status.set_key(ref.key, names.PHASE_PENDING, reason, message)
+
+        if self.budget is not None:
+            report = waiting(names.REASON_WAITING_FOR_ORIGIN_BUDGET)
+            self.budget.attach(ref.namespace, plan, options, report=report)
+        if self.peering is not None:
+            report = waiting(REASON_WAITING_FOR_PEER)
+            self.peering.attach(ref.namespace, ref.cache, plan, options, report=report)

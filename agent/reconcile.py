@@ -7,36 +7,29 @@ mark a complete copy Ready, evict one whose unusedTTL passed, or start a
 download (bounded by `max_parallel_caches`) that reports progress as it goes.
 Hydration requests from the CSI driver bring an Evicted cache back.
 
-`Agent` wires the collaborators, each the one owner of its state: `Copies`
-(the objects as last seen and the per-copy memory, one lock), `StatusWriter`
-(every status write, throttled, with Events), `DiskRoom` (reserve, reservations,
-eviction), `Removal` (deletion, sweep, foreign copies), the job runner
-(jobs.py, on a pool) and pod-start accounting (podstarts.py).
+`Reconciler` owns the event queue and the loop, and nothing else: what it knows of
+the copies is `Copies`', what it says goes through the `StatusWriter`, eviction is
+the `DiskRoom`'s, deletion and the sweep the `Removal`'s, downloads the
+`JobRunner`'s; node_agent.py wires them and runs the loop on its thread.
 """
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from praesto.agent import baselock, eviction, logs
 from praesto.agent import status as st
-from praesto.agent.budget.gate import OriginBudget
 from praesto.agent.copies import CacheRef, CacheState, Copies, Key, Obj, Outcome, progress_record, ref_of
-from praesto.agent.credentials import CredentialPolicy
-from praesto.agent.download import api as dlapi
-from praesto.agent.jobs import Job
-from praesto.agent.kube import Backoff, KubeApi, Watcher, key_of, short_error
+from praesto.agent.jobs import JobRunner
+from praesto.agent.kube import Backoff, KubeApi, key_of, short_error
 from praesto.agent.metrics import AgentMetrics
-from praesto.agent.peers.peering import REASON_WAITING_FOR_PEER, Peering
-from praesto.agent.podstarts import PodStartReporter, record_copy
+from praesto.agent.podstarts import record_copy
 from praesto.agent.removal import Removal
 from praesto.agent.room import DiskRoom
 from praesto.agent.status_writer import StatusWriter
@@ -65,127 +58,53 @@ class AgentConfig:
     quotas: Quotas = field(default_factory=Quotas)  # chart namespaceQuota: who gives room first
 
 
-class Agent:
+class Reconciler:
+    """Events (watch, relist, finished jobs, ticks) -> one step per copy, on one thread."""
+
     def __init__(
         self,
         config: AgentConfig,
         kube: KubeApi,
-        metrics: AgentMetrics | None = None,
-        clock: Callable[[], float] = time.time,
-        planner: dlapi.Planner | None = None,
-        downloader: dlapi.Downloader | None = None,
-        peering: Peering | None = None,
-        budget: OriginBudget | None = None,
-        credentials: CredentialPolicy | None = None,
-    ):
-        from praesto.agent.download import download, plan  # the real downloader unless a caller injects one
-
-        self.config, self.kube, self.clock = config, kube, clock
-        self.metrics = metrics or AgentMetrics.create()
+        copies: Copies,
+        status: StatusWriter,
+        room: DiskRoom,
+        removal: Removal,
+        jobs: JobRunner,
+        metrics: AgentMetrics,
+        clock: Callable[[], float],
+    ) -> None:
+        self.config, self.kube, self.copies, self.status = config, kube, copies, status
+        self.room, self.removal, self.jobs, self.metrics, self.clock = room, removal, jobs, metrics, clock
         self.layout = StoreLayout(config.base_path)
-        # which credentials each download uses: decided once, here (the environment is read now)
-        self.credentials = credentials or CredentialPolicy.from_env(os.environ)
-        self.planner: dlapi.Planner = planner or plan
-        self.downloader: dlapi.Downloader = downloader or download
-        self.peering = peering  # peer-to-peer (praesto.agent.peers); None: origin only
-        self.budget = budget  # cluster-wide origin budget (praesto.agent.budget); None: ungated
-        if budget is not None:  # each download gives its share of the origin slots back when it ends
-            self.downloader = budget.releasing(self.downloader)
-        self.copies = Copies()  # the objects as last seen, the per-copy memory, the one store lock
-        self.lock = self.copies.lock
-        self.status = StatusWriter(
-            kube, self.copies, self.layout, clock, config.progress_seconds,
-            peering.status_fields if peering is not None else dict, config.node_name,
-        )  # fmt: skip
-        self.room = DiskRoom(self.layout, self.copies, config.reserve, config.quotas, self._evicted)
-        self.removal = Removal(self.layout, self.copies, self.status, kube)
+        self.lock = copies.lock
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self.stop_event = threading.Event()
-        self.pool = ThreadPoolExecutor(config.max_parallel_caches, thread_name_prefix="praesto-download")
-        self.watcher = Watcher(
-            kube, self._on_watch, self.stop_event, config.watch_backoff, on_relisted=self._on_relisted
-        )
         self.log = logs.logger("praesto.agent", node=config.node_name)
-        self._threads: list[threading.Thread] = []
-        self._base_lock: int | None = None  # fd holding <base>/.praesto/agent.lock (baselock)
-        self.fatal: str | None = None  # why the agent stopped on its own (another agent holds the store)
-        # cold-start accounting and prewarm (issue #15)
-        self.pod_starts = PodStartReporter(
-            self.copies, self.status, kube, config.node_name, self.metrics.registry
-        )
 
-    @property
-    def objects(self) -> dict[Key, Obj]:
-        return self.copies.objects
-
-    @property
-    def states(self) -> dict[Key, CacheState]:
-        return self.copies.states
-
-    # ---- lifecycle --------------------------------------------------------
-
-    def start(self) -> Agent:
-        """Raises baselock.BasePathInUse when another agent holds this base path."""
-        self._hold_base_lock()
-        if self.peering is not None:
-            self.peering.start()
-        for target, name in ((self.watcher.run, "praesto-watch"), (self._loop, "praesto-reconcile")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        self.pod_starts.start()
-        self.log.info("agent started", extra={"basePath": str(self.config.base_path)})
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.stop_event.set()
-        self.kube.abort_watch()
-        with self.lock:
-            for state in self.states.values():
-                if state.job is not None:
-                    state.job.cancel.set()
-        self.events.put(("wake", None))
-        for thread in self._threads:
-            thread.join(timeout)
-        self.pod_starts.stop(timeout)
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        if self.peering is not None:
-            self.peering.stop()
-        if self.budget is not None:
-            self.budget.stop()
-        if self._base_lock is not None:
-            baselock.release(self._base_lock)
-            self._base_lock = None
-
-    def _hold_base_lock(self) -> bool:
-        """Lock the store once it exists; False while it does not (the agent then writes nothing to it)."""
-        if self._base_lock is None and self.layout.base.is_dir():
-            self._base_lock = baselock.acquire(self.layout)
-        return self._base_lock is not None
-
-    def _on_relisted(self) -> None:
+    def on_relisted(self) -> None:
         """After every (re)list: the store holds no copy that no ModelCacheNode of this node owns."""
         self.events.put(("sweep", None))
 
-    def _on_watch(self, type_: str, obj: Obj) -> None:
+    def on_watch(self, type_: str, obj: Obj) -> None:
         key = key_of(obj)
         if type_ == "DELETED":
             with self.lock:
-                self.objects.pop(key, None)
+                self.copies.objects.pop(key, None)
                 self.events.put(("deleted", obj))
             return
         self.copies.seen(key, obj)
         self.events.put(("dirty", key))
 
-    def _loop(self) -> None:
+    def run(
+        self, stop: threading.Event, hold_store: Callable[[], object], fail: Callable[[str], None]
+    ) -> None:
+        """The loop, until `stop`: `hold_store` (the base path lock) before each pass; when it
+        raises (another agent holds the store) `fail` is told why and the loop ends."""
         next_tick = 0.0
-        while not self.stop_event.is_set():
+        while not stop.is_set():
             try:
-                self._hold_base_lock()  # a base path created after start: lock it before touching it
+                hold_store()  # a base path created after start: lock it before touching it
             except (baselock.BasePathInUse, OSError) as err:
-                self.fatal = str(err)
-                self.log.error(self.fatal)
-                self.stop_event.set()
+                fail(str(err))
                 return
             try:
                 items = [self.events.get(timeout=self.config.tick_seconds)]
@@ -212,9 +131,9 @@ class Agent:
                 next_tick = time.monotonic() + self.config.tick_seconds
                 self.status.resend()
                 with self.lock:
-                    dirty.update(self.objects)
+                    dirty.update(self.copies.objects)
             for key in sorted(dirty):
-                if self.stop_event.is_set():
+                if stop.is_set():
                     return
                 try:
                     self.reconcile(key)
@@ -228,7 +147,7 @@ class Agent:
 
     def reconcile(self, key: Key) -> None:
         with self.lock:
-            obj = self.objects.get(key)
+            obj = self.copies.objects.get(key)
             state = self.copies.state(key)
         if obj is None:
             return
@@ -317,12 +236,7 @@ class Agent:
     # ---- downloads ---------------------------------------------------------
 
     def _start(self, obj: Obj, ref: CacheRef, state: CacheState) -> None:
-        options = dlapi.Options(endpoint=self.config.endpoint, concurrency=self.config.concurrency)
-        job = Job(
-            ref, self.layout, self.kube, options, self.room, self._on_started, self.status.progress,
-            self.planner, self.downloader, self.credentials,
-            None if self.peering is None and self.budget is None else self._attach,
-        )  # fmt: skip
+        job = self.jobs.start(ref)
         with self.lock:
             state.job, state.evicted = job, False
             busy = self.copies.busy()
@@ -335,27 +249,20 @@ class Agent:
             self.status.set(
                 obj, names.PHASE_PENDING, st.REASON_PENDING, "resolving the source revision and files"
             )
-        self.pool.submit(self._run_job, job)
 
-    def _run_job(self, job: Job) -> None:
-        self.metrics.in_flight.inc()
-        try:
-            outcome = job.run()
-        finally:
-            self.metrics.in_flight.dec()
+    def done(self, outcome: Outcome) -> None:
+        """A job ended (from its pool thread): handled on the loop's thread."""
         self.events.put(("done", outcome))
 
-    def _on_started(self, ref: CacheRef, plan: dlapi.Plan) -> None:
-        self.copies.state(ref.key).size_bytes = plan.total_bytes
-        # resolvedRevision while Downloading: peers copy this download's written parts (agent/peers)
-        self.status.started(ref, plan.total_bytes, plan.revision)
+    def wake(self) -> None:
+        self.events.put(("wake", None))
 
     def _finish(self, outcome: Outcome) -> Key:
         ref = outcome.ref
         with self.lock:
             state = self.copies.state(ref.key)
             state.job = None
-            obj = self.objects.get(ref.key)
+            obj = self.copies.objects.get(ref.key)
         if outcome.result is not None:
             state.downloaded = True
             state.peer_bytes = outcome.result.bytes_from_peers
@@ -382,31 +289,11 @@ class Agent:
             self.status.set(obj, names.PHASE_FAILED, err.reason, message)
         return ref.key
 
-    def _attach(self, ref: CacheRef, plan: dlapi.Plan, options: dlapi.Options) -> None:
-        """Before the bytes: the origin budget gates the origin (options.origin), peers (options.peers) not."""
-
-        def waiting(reason: str) -> Callable[[str], None]:  # why the download waits, on the copy's status
-            return lambda message: self.status.set_key(ref.key, names.PHASE_PENDING, reason, message)
-
-        if self.budget is not None:
-            self.budget.attach(
-                ref.namespace, plan, options, report=waiting(names.REASON_WAITING_FOR_ORIGIN_BUDGET)
-            )
-        if self.peering is not None:
-            self.peering.attach(
-                ref.namespace, ref.cache, plan, options, report=waiting(REASON_WAITING_FOR_PEER)
-            )
-
     def _schedule_retry(self, state: CacheState, factor: float) -> float:
         delay = min(self.config.retry_max, self.config.retry_initial * factor * 2.0**state.attempts)
         state.attempts += 1
         state.retry_at = self.clock() + delay
         return delay
-
-    def _evicted(self, namespace: str, cache: str, cause: str) -> None:
-        """The disk room took a copy off the node: counted, and every copy of it says so."""
-        self.metrics.evictions.labels(cause).inc()
-        self.status.evicted(namespace, cache, cause)
 
     def _base_missing_message(self) -> str:
         return (

@@ -21,7 +21,8 @@ from typing import Any
 from praesto.agent import logs
 from praesto.agent.kube import Backoff, KubeApi
 from praesto.agent.metrics import AgentMetrics
-from praesto.agent.reconcile import Agent, AgentConfig
+from praesto.agent.node_agent import Agent
+from praesto.agent.reconcile import AgentConfig
 
 from praesto import names, rbac
 from praesto.store import StoreLayout

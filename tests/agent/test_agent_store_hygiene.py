@@ -20,7 +20,7 @@ import pytest
 from praesto.agent import baselock
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
-from praesto.agent.reconcile import Agent
+from praesto.agent.node_agent import Agent
 
 from praesto import names, store
 from tests.agent.harness import NODE, Env, env_context

@@ -18,11 +18,12 @@ from typing import Any
 from praesto.agent import logs
 from praesto.agent.kube import Backoff, KubeApi
 from praesto.agent.metrics import AgentMetrics
+from praesto.agent.node_agent import Agent
 from praesto.agent.peers.auth import Pod
 from praesto.agent.peers.peering import PeerConfig, Peering
 from praesto.agent.peers.server import Limits
 from praesto.agent.peers.source import Tuning
-from praesto.agent.reconcile import Agent, AgentConfig
+from praesto.agent.reconcile import AgentConfig
 
 from praesto import names
 from praesto.store import StoreLayout

@@ -1,0 +1,151 @@
+"""The node agent: its collaborators wired together, started and stopped.
+
+Each collaborator is the one owner of its state: `Copies` (copies.py: the
+ModelCacheNodes as last seen, the per-copy memory, the one store lock),
+`StatusWriter` (status_writer.py: every status write, throttled, with Events),
+`DiskRoom` (room.py: reserve, reservations, eviction), `Removal` (removal.py:
+deletion, the sweep, foreign copies), `JobRunner` (jobs.py: downloads on a pool,
+with the credential policy built once here), `Reconciler` (reconcile.py: events
+-> one step per copy) and `PodStartReporter` (podstarts.py). The watch feeds the
+reconciler; the store's base path is locked before anything touches it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from praesto.agent import baselock, logs
+from praesto.agent.budget.gate import OriginBudget
+from praesto.agent.copies import CacheState, Copies, Key, Obj
+from praesto.agent.credentials import CredentialPolicy
+from praesto.agent.download import api as dlapi
+from praesto.agent.jobs import JobRunner
+from praesto.agent.kube import KubeApi, Watcher
+from praesto.agent.metrics import AgentMetrics
+from praesto.agent.peers.peering import Peering
+from praesto.agent.podstarts import PodStartReporter
+from praesto.agent.reconcile import AgentConfig, Reconciler
+from praesto.agent.removal import Removal
+from praesto.agent.room import DiskRoom
+from praesto.agent.status_writer import StatusWriter
+
+from praesto.store import StoreLayout
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        kube: KubeApi,
+        metrics: AgentMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        planner: dlapi.Planner | None = None,
+        downloader: dlapi.Downloader | None = None,
+        peering: Peering | None = None,
+        budget: OriginBudget | None = None,
+        credentials: CredentialPolicy | None = None,
+    ):
+        from praesto.agent.download import download, plan  # the real downloader unless a caller injects one
+
+        self.config, self.kube = config, kube
+        self.metrics = metrics or AgentMetrics.create()
+        self.layout = StoreLayout(config.base_path)
+        self.peering = peering  # peer-to-peer (praesto.agent.peers); None: origin only
+        self.budget = budget  # cluster-wide origin budget (praesto.agent.budget); None: ungated
+        self.copies = Copies()
+        self.status = StatusWriter(
+            kube, self.copies, self.layout, clock, config.progress_seconds,
+            peering.status_fields if peering is not None else dict, config.node_name,
+        )  # fmt: skip
+        self.room = DiskRoom(self.layout, self.copies, config.reserve, config.quotas, self._evicted)
+        self.removal = Removal(self.layout, self.copies, self.status, kube)
+        self.jobs = JobRunner(
+            self.layout, kube, self.room, self.status, self.metrics,
+            # which credentials each download uses: decided once, here (the environment is read now)
+            credentials or CredentialPolicy.from_env(os.environ),
+            planner or plan, downloader or download, lambda outcome: self.reconciler.done(outcome),
+            endpoint=config.endpoint, concurrency=config.concurrency, max_parallel=config.max_parallel_caches,
+            peering=peering, budget=budget,
+        )  # fmt: skip
+        self.reconciler = Reconciler(
+            config, kube, self.copies, self.status, self.room, self.removal, self.jobs, self.metrics, clock
+        )
+        # cold-start accounting and prewarm (issue #15)
+        self.pod_starts = PodStartReporter(
+            self.copies, self.status, kube, config.node_name, self.metrics.registry
+        )
+        self.stop_event = threading.Event()
+        self.watcher = Watcher(
+            kube, self.reconciler.on_watch, self.stop_event, config.watch_backoff,
+            on_relisted=self.reconciler.on_relisted,
+        )  # fmt: skip
+        self.log = logs.logger("praesto.agent", node=config.node_name)
+        self._threads: list[threading.Thread] = []
+        self._base_lock: int | None = None  # fd holding <base>/.praesto/agent.lock (baselock)
+        self.fatal: str | None = None  # why the agent stopped on its own (another agent holds the store)
+
+    @property
+    def objects(self) -> dict[Key, Obj]:
+        return self.copies.objects
+
+    @property
+    def states(self) -> dict[Key, CacheState]:
+        return self.copies.states
+
+    def reconcile(self, key: Key) -> None:
+        """One step for one copy, now (the loop does this for every copy each tick)."""
+        self.reconciler.reconcile(key)
+
+    def start(self) -> Agent:
+        """Raises baselock.BasePathInUse when another agent holds this base path."""
+        self._hold_base_lock()
+        if self.peering is not None:
+            self.peering.start()
+        loop = lambda: self.reconciler.run(self.stop_event, self._hold_base_lock, self._fail)  # noqa: E731
+        for target, name in ((self.watcher.run, "praesto-watch"), (loop, "praesto-reconcile")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self.pod_starts.start()
+        self.log.info("agent started", extra={"basePath": str(self.config.base_path)})
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stop_event.set()
+        self.kube.abort_watch()
+        with self.copies.lock:
+            for state in self.states.values():
+                if state.job is not None:
+                    state.job.cancel.set()
+        self.reconciler.wake()
+        for thread in self._threads:
+            thread.join(timeout)
+        self.pod_starts.stop(timeout)
+        self.jobs.shutdown()
+        if self.peering is not None:
+            self.peering.stop()
+        if self.budget is not None:
+            self.budget.stop()
+        if self._base_lock is not None:
+            baselock.release(self._base_lock)
+            self._base_lock = None
+
+    def _hold_base_lock(self) -> bool:
+        """Lock the store once it exists; False while it does not (the agent then writes nothing to it)."""
+        if self._base_lock is None and self.layout.base.is_dir():
+            self._base_lock = baselock.acquire(self.layout)
+        return self._base_lock is not None
+
+    def _fail(self, why: str) -> None:
+        """The agent stops on its own (another agent holds the store)."""
+        self.fatal = why
+        self.log.error(why)
+        self.stop_event.set()
+
+    def _evicted(self, namespace: str, cache: str, cause: str) -> None:
+        """The disk room took a copy off the node: counted, and every copy of it says so."""
+        self.metrics.evictions.labels(cause).inc()
+        self.status.evicted(namespace, cache, cause)
