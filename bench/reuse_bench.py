@@ -38,6 +38,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from praesto.csi.storefs import CsiStore
+
 from bench.common import ROUNDS, median, print_table
 from praesto import names, store
 from tests.agent.harness import Env, env_context
@@ -75,8 +77,8 @@ def one_round(work: Path, files: dict[str, bytes]) -> dict[str, tuple[float, int
         env.hub.reset_counters()
         env.create_mcn("first")
         out["cold download"] = (_until_ready(env, "first"), env.hub.bytes_served)
-        store.record_mount(
-            env.layout, store.MountRecord("vol-1", "team-a", "first", "/var/lib/kubelet/x", time.time())
+        CsiStore(env.layout).record_mount(
+            store.MountRecord("vol-1", "team-a", "first", "/var/lib/kubelet/x", time.time())
         )
         env.hub.reset_counters()
         env.create_mcn("first", namespace="team-b", repo="org/first")
@@ -84,13 +86,13 @@ def one_round(work: Path, files: dict[str, bytes]) -> dict[str, tuple[float, int
         env.hub.reset_counters()
         env.create_mcn("second", ttl="10m")
         out["second identical cache"] = (_until_ready(env, "second"), env.hub.bytes_served)
-        store.touch_used(env.layout, "team-a", "second")
+        CsiStore(env.layout).touch_used("team-a", "second")
         env.skip(11 * 60)  # past the TTL on the agent's clock
         env.wait_phase("second", names.PHASE_EVICTED, timeout=60)
         assert not env.layout.cache_dir("team-a", "second").exists()
         env.offset = 0.0
         env.hub.reset_counters()
-        store.request_hydration(env.layout, "team-a", "second")
+        CsiStore(env.layout).request_hydration("team-a", "second")
         out["rehydrate after eviction"] = (_until_ready(env, "second"), env.hub.bytes_served)
     return out
 

@@ -18,7 +18,9 @@ The agent is the only writer of cache directories, staging, blobs, progress and
 copy records; the CSI driver is the only writer of mount records, `used` stamps,
 requests and pod-start records,
 which it writes through `praesto.csi.storefs` (directory fds, no symlink followed:
-it runs as root, the agent does not). The agent may remove answered requests,
+it runs as root, the agent does not); this module holds the layout, the record
+shapes, the agent's readers and the agent's own writers, and no writer of the
+driver's files (tests write those through `CsiStore` too). The agent may remove answered requests,
 reported pod-start records and a deleted cache's `used` stamp, and holds `.praesto/agent.lock` while it runs.
 Every write is a whole-file atomic replace, so a reader never sees half a record.
 """
@@ -29,7 +31,6 @@ import contextlib
 import json
 import os
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -167,10 +168,6 @@ class MountRecord:
         return names.short_hash(self.volume_id, 32) + ".json"
 
 
-def record_mount(layout: StoreLayout, record: MountRecord) -> None:
-    write_json_atomic(layout.mounts_dir / record.file_name, asdict(record))
-
-
 def record_from(data: dict[str, Any] | None) -> MountRecord | None:
     """A mount record parsed from its JSON, None when malformed (shared with the CSI driver's reader)."""
     if not data:
@@ -187,21 +184,6 @@ def record_from(data: dict[str, Any] | None) -> MountRecord | None:
         return None
 
 
-def find_mount(layout: StoreLayout, volume_id: str) -> MountRecord | None:
-    return record_from(read_json(layout.mounts_dir / (names.short_hash(volume_id, 32) + ".json")))
-
-
-def drop_mount(layout: StoreLayout, volume_id: str, now: float | None = None) -> MountRecord | None:
-    """Forget a mount and stamp its cache's last-used time; unknown ids are fine."""
-    path = layout.mounts_dir / (names.short_hash(volume_id, 32) + ".json")
-    record = record_from(read_json(path))
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    if record is not None:
-        touch_used(layout, record.namespace, record.name, now)
-    return record
-
-
 def all_mounts(layout: StoreLayout) -> list[MountRecord]:
     if not layout.mounts_dir.is_dir():
         return []
@@ -213,14 +195,6 @@ def mounts_for(layout: StoreLayout, namespace: str, name: str) -> list[MountReco
     return [r for r in all_mounts(layout) if r.namespace == namespace and r.name == name]
 
 
-def touch_used(layout: StoreLayout, namespace: str, name: str, now: float | None = None) -> None:
-    stamp = layout.used_dir / cache_key(namespace, name)
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.touch()
-    when = time.time() if now is None else now
-    os.utime(stamp, (when, when))
-
-
 def last_used(layout: StoreLayout, namespace: str, name: str) -> float | None:
     """Time of the last unmount, or None if the cache was never used on this node."""
     try:
@@ -230,15 +204,6 @@ def last_used(layout: StoreLayout, namespace: str, name: str) -> float | None:
 
 
 # ---- hydration requests (CSI -> agent) and progress (agent -> CSI) --------
-
-
-def request_hydration(layout: StoreLayout, namespace: str, name: str, now: float | None = None) -> None:
-    """Ask the agent to (re)download a cache; repeating the request is harmless."""
-    path = layout.requests_dir / (cache_key(namespace, name) + ".json")
-    if path.exists():
-        return
-    when = time.time() if now is None else now
-    write_json_atomic(path, {"namespace": namespace, "name": name, "requestedAt": when})
 
 
 def pending_hydration_requests(layout: StoreLayout) -> list[tuple[str, str]]:

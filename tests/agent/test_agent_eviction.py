@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from praesto.agent import eviction
+from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from praesto.quantity import format_bytes
@@ -26,7 +27,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
 def _mount(env: Env, cache: str, volume: str) -> None:
     """A mount record exactly as the CSI driver writes it."""
     target = f"/var/lib/kubelet/pods/{volume}/volumes/x"
-    store.record_mount(env.layout, store.MountRecord(volume, "team-a", cache, target, time.time()))
+    CsiStore(env.layout).record_mount(store.MountRecord(volume, "team-a", cache, target, time.time()))
 
 
 def test_ttl_eviction_then_hydration_request_brings_it_back(env: Env) -> None:
@@ -39,7 +40,7 @@ def test_ttl_eviction_then_hydration_request_brings_it_back(env: Env) -> None:
     env.wait_phase("idle", names.PHASE_READY)
     env.wait_phase("busy", names.PHASE_READY)
     _mount(env, "busy", "vol-1")
-    store.touch_used(env.layout, "team-a", "idle")  # used once, unmounted now
+    CsiStore(env.layout).touch_used("team-a", "idle")  # used once, unmounted now
     env.wait(lambda: "lastUsedTime" in env.status("idle"), "lastUsedTime of the unmounted cache")
 
     env.skip(11 * 60)  # the agent's clock moves past the TTL
@@ -57,7 +58,7 @@ def test_ttl_eviction_then_hydration_request_brings_it_back(env: Env) -> None:
 
     env.offset = 0.0
     env.hub.reset_counters()
-    store.request_hydration(env.layout, "team-a", "idle")  # what the CSI driver does on a mount
+    CsiStore(env.layout).request_hydration("team-a", "idle")  # what the CSI driver does on a mount
     env.wait_phase("idle", names.PHASE_READY)
     assert tree(env.layout.cache_dir("team-a", "idle"))["w.bin"] == weights
     assert env.hub.bytes_served >= len(weights)
@@ -70,7 +71,7 @@ def test_hydration_request_for_a_ready_cache_is_just_cleared(env: Env) -> None:
     env.start()
     env.wait_phase("tiny", names.PHASE_READY)
     env.hub.reset_counters()
-    store.request_hydration(env.layout, "team-a", "tiny")
+    CsiStore(env.layout).request_hydration("team-a", "tiny")
     env.wait(lambda: store.pending_hydration_requests(env.layout) == [], "request cleared")
     assert env.hub.bytes_served == 0
 
@@ -100,8 +101,8 @@ def test_capacity_evicts_the_least_recently_used_unmounted_cache(tmp_path: Path,
         env.wait_phase("old", names.PHASE_READY)
         env.wait_phase("recent", names.PHASE_READY)
         now = time.time()
-        store.touch_used(env.layout, "team-a", "old", now - 7200)
-        store.touch_used(env.layout, "team-a", "recent", now - 3600)
+        CsiStore(env.layout).touch_used("team-a", "old", now - 7200)
+        CsiStore(env.layout).touch_used("team-a", "recent", now - 3600)
         os.utime(env.layout.complete_marker("team-a", "old"), (now - 9000, now - 9000))
         os.utime(env.layout.complete_marker("team-a", "recent"), (now - 9000, now - 9000))
         _mount(env, "old", "vol-old")  # least recently used, but in use: must stay

@@ -18,6 +18,7 @@ from praesto.agent.copies import CacheRef, Copies
 from praesto.agent.download import api as dlapi
 from praesto.agent.reservations import Reservations
 from praesto.agent.room import DiskRoom
+from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from praesto.quantity import format_bytes
@@ -142,7 +143,7 @@ def test_a_failed_download_gives_its_reservation_back(tmp_path: Path, small_disk
 
 def _mount(env: Env, namespace: str, cache: str, volume: str) -> None:
     target = f"/var/lib/kubelet/pods/{volume}/volumes/x"
-    store.record_mount(env.layout, store.MountRecord(volume, namespace, cache, target, time.time()))
+    CsiStore(env.layout).record_mount(store.MountRecord(volume, namespace, cache, target, time.time()))
 
 
 @pytest.mark.root
@@ -162,7 +163,7 @@ def test_eviction_takes_from_the_namespace_over_its_quota_first(tmp_path: Path, 
             ("greedy", "team-a", 60),
             ("busy", "team-a", 1),
         ):
-            store.touch_used(env.layout, namespace, cache, now - used)
+            CsiStore(env.layout).touch_used(namespace, cache, now - used)
             os.utime(env.layout.complete_marker(namespace, cache), (now - 9000, now - 9000))
         _mount(env, "team-a", "busy", "vol-busy")
 

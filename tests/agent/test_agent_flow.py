@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from tests.agent.harness import MCN, Env, env_context, ready_condition, tree
@@ -216,11 +217,11 @@ def test_deletion_waits_for_mounts_to_end(env: Env) -> None:
     env.start()
     env.wait_phase("tiny", names.PHASE_READY)
     record = store.MountRecord("vol-1", "team-a", "tiny", "/pods/x/volumes/m", time.time())
-    store.record_mount(env.layout, record)
+    CsiStore(env.layout).record_mount(record)
     env.kube.delete(MCN, names.modelcachenode_name("tiny", "node-a"), "team-a")
     env.wait(lambda: "waiting for 1 Pod mount" in env.status("tiny").get("message", ""), "deletion held")
     assert env.layout.is_complete("team-a", "tiny")
-    store.drop_mount(env.layout, "vol-1")  # the CSI driver unpublishes
+    CsiStore(env.layout).drop_mount("vol-1")  # the CSI driver unpublishes
     env.wait(lambda: env.get("tiny") is None, "object released")
     assert not env.layout.cache_dir("team-a", "tiny").exists()
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from tests.agent.harness import MCN, NODE, Env, env_context, tree
@@ -123,7 +124,7 @@ def test_a_foreign_copy_still_mounted_is_unpublished_and_never_ready(env: Env) -
     env.start()
     env.wait_phase(CACHE, names.PHASE_READY)
     mount = store.MountRecord("csi-vol-1", "team-a", CACHE, "/var/lib/kubelet/pods/p/vol", time.time())
-    store.record_mount(env.layout, mount)
+    CsiStore(env.layout).record_mount(mount)
 
     _recreated_while_away(env, "org/second", "uid-2")
     env.start()
@@ -134,7 +135,7 @@ def test_a_foreign_copy_still_mounted_is_unpublished_and_never_ready(env: Env) -
     assert env.status(CACHE).get("phase") == names.PHASE_PENDING
     assert not env.layout.is_complete("team-a", CACHE), "no new Pod may mount the foreign copy"
 
-    store.drop_mount(env.layout, mount.volume_id)
+    CsiStore(env.layout).drop_mount(mount.volume_id)
     env.wait(lambda: _manifest_uid(env) == "uid-2", "the right copy once the mount ended")
     assert tree(env.layout.cache_dir("team-a", CACHE)) == {"weights.bin": b"second"}
 

@@ -21,6 +21,7 @@ from praesto.agent import baselock
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.node_agent import Agent
+from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from tests.agent.harness import NODE, Env, env_context
@@ -99,8 +100,8 @@ def test_the_agent_process_exits_naming_the_path_and_the_holder(tmp_path: Path) 
 def test_requests_for_caches_this_node_does_not_hold_are_dropped(env: Env) -> None:
     env.add_model("kept", **{"config.json": b"{}"})
     env.create_mcn("kept", ttl="1h")
-    store.request_hydration(env.layout, "team-a", "ghost")  # a Pod asked for a cache not assigned here
-    store.request_hydration(env.layout, "team-b", "kept")  # same name, another namespace: not ours either
+    CsiStore(env.layout).request_hydration("team-a", "ghost")  # a Pod asked for a cache not assigned here
+    CsiStore(env.layout).request_hydration("team-b", "kept")  # same name, another namespace: not ours either
     (env.layout.requests_dir / "garbage.json").write_text("{not json")
     env.start()
     env.wait_phase("kept", names.PHASE_READY)

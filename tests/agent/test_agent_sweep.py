@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from tests.agent.harness import MCN, Env, env_context
@@ -29,7 +30,7 @@ def test_unowned_copies_go_owned_and_mounted_ones_stay(env: Env) -> None:
     make_cache(env.layout, "team-a", "ghost")  # left behind: no ModelCacheNode owns it
     make_cache(env.layout, "team-b", "in-use")  # unowned too, but a Pod still mounts it
     record = store.MountRecord("vol-1", "team-b", "in-use", "/var/lib/kubelet/pods/p/volumes/x", time.time())
-    store.record_mount(env.layout, record)
+    CsiStore(env.layout).record_mount(record)
     env.start()
     env.wait_phase("kept", names.PHASE_READY)
     env.wait(lambda: not env.layout.cache_dir("team-a", "ghost").exists(), "the unowned copy to go")

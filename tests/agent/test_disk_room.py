@@ -17,6 +17,7 @@ import pytest
 from praesto.agent.copies import CacheRef, Copies
 from praesto.agent.download import api as dlapi
 from praesto.agent.room import DiskRoom
+from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from praesto.quota import Quotas
@@ -36,7 +37,7 @@ def _copy(layout: store.StoreLayout, copies: Copies, cache: str, size: int, *, n
     layout.complete_marker(namespace, cache).write_text("{}")
     if used is not None:
         os.utime(layout.complete_marker(namespace, cache), (used, used))
-        store.touch_used(layout, namespace, cache, used)
+        CsiStore(layout).touch_used(namespace, cache, used)
     name = f"{cache}-node-a"
     copies.objects[(namespace, name)] = {
         "metadata": {"namespace": namespace, "name": name, "resourceVersion": "1"},
@@ -63,7 +64,7 @@ def test_candidates_are_complete_unmounted_idle_copies_and_over_quota_namespaces
     for cache in ("asking", "idle", "mounted", "running", "deleting"):
         _copy(layout, copies, cache, 4 * KiB, used=now - 100)
     _copy(layout, copies, "greedy", 8 * KiB, namespace="team-b", used=now)  # newest, but over quota
-    store.record_mount(layout, store.MountRecord("vol-1", NS, "mounted", "/var/lib/kubelet/x", now))
+    CsiStore(layout).record_mount(store.MountRecord("vol-1", NS, "mounted", "/var/lib/kubelet/x", now))
     copies.state((NS, "running-node-a")).job = Running()
     copies.objects[(NS, "deleting-node-a")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     room = DiskRoom(layout, copies, "0", Quotas(namespaces={"team-b": 4 * KiB}))
@@ -88,7 +89,7 @@ def test_room_is_made_by_evicting_the_least_recently_used_and_promised_until_rel
     now = time.time()
     _copy(layout, copies, "old", 350 * KiB, used=now - 7200)
     _copy(layout, copies, "recent", 350 * KiB, used=now - 60)
-    store.record_mount(layout, store.MountRecord("vol-1", NS, "recent", "/var/lib/kubelet/x", now))
+    CsiStore(layout).record_mount(store.MountRecord("vol-1", NS, "recent", "/var/lib/kubelet/x", now))
     evicted: list[tuple[str, str, str]] = []
     room = DiskRoom(layout, copies, "100Ki", on_evicted=lambda *told: evicted.append(told))
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 from praesto.csi import mounts
+from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from tests.support.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request, rpc_error
@@ -38,7 +39,7 @@ def test_publish_mounts_read_only_and_records(driver: InProcessDriver, pods: Pat
     # the cache itself stays writable for the agent: only the Pod's view is read-only
     assert os.access(driver.layout.cache_dir("default", "tinyllama"), os.W_OK)
 
-    record = store.find_mount(driver.layout, "csi-1")
+    record = CsiStore(driver.layout).find_mount("csi-1")
     assert record is not None
     assert (record.namespace, record.name, record.target_path) == ("default", "tinyllama", target)
     assert store.mounts_for(driver.layout, "default", "tinyllama") == [record]
@@ -75,7 +76,7 @@ def test_unpublish_unmounts_removes_target_and_stamps_last_used(driver: InProces
     driver.client.unpublish("csi-1", target)
     assert mounts.mounts_at(mounts.read_mountinfo(), target) == []
     assert not os.path.exists(target)
-    assert store.find_mount(driver.layout, "csi-1") is None
+    assert CsiStore(driver.layout).find_mount("csi-1") is None
     assert store.last_used(driver.layout, "default", "tinyllama") is not None
     assert Path(driver.layout.cache_dir("default", "tinyllama"), "model.safetensors").exists()
 

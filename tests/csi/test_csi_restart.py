@@ -11,6 +11,7 @@ import pytest
 from praesto.csi import mounts
 from praesto.csi.proto import csi_pb2
 from praesto.csi.recovery import recovered_volume_id
+from praesto.csi.storefs import CsiStore
 
 from praesto import store
 from tests.support.csi_driver import NEEDS_ROOT, cli_driver, make_cache, publish_request, short_socket_dir
@@ -38,7 +39,7 @@ def test_restart_rebuilds_records_and_unpublishes(base: Path, pods: Path, socket
         first.kill()
     assert socket_path.is_socket()  # a crash leaves the socket file behind
     # a crash between mount and record, and a mount removed behind the driver's back:
-    store.drop_mount(layout, "csi-b")
+    CsiStore(layout).drop_mount("csi-b")
     mounts.unmount(vanished)
     assert store.last_used(layout, "default", "tinyllama") is None
 
