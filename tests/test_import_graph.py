@@ -69,6 +69,15 @@ def imported(path: Path, module: str, is_package: bool) -> Iterator[str]:
             yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
+def module_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the other modules of the same `package` it imports."""
+    found = modules()
+    own = {name: path for name, (path, pkg) in found.items() if pkg == package and name != package}
+    return {
+        name: {t for t in imported(path, name, False) if t in own and t != name} for name, path in own.items()
+    }
+
+
 def package_graph() -> dict[str, set[str]]:
     """Package -> the other packages its modules import."""
     found = modules()
@@ -140,6 +149,13 @@ def test_no_import_cycles_between_packages() -> None:
     assert found == [], "packages that import each other (a cycle): " + "; ".join(
         " <-> ".join(c) for c in found
     )
+
+
+def test_the_agents_collaborators_import_each_other_one_way() -> None:
+    """agent/*.py: no module reaches back into one that imports it (once, pod-start accounting
+    type-imported the reconciler that built it, to reach into its private store and lock)."""
+    found = cycles(module_graph("praesto.agent"))
+    assert found == [], "agent modules that import each other: " + "; ".join(" <-> ".join(c) for c in found)
 
 
 def test_the_ground_package_imports_no_part() -> None:
