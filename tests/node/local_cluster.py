@@ -21,7 +21,7 @@ import shutil
 import signal
 import sys
 import threading
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from pathlib import Path
 
 from praesto import names
@@ -116,8 +116,11 @@ def main() -> int:
         say(f"The node's store: {daemons.base}; logs: {WORKDIR}")
         say()
         say("Ctrl-C tears it all down.")
-        with suppress(KeyboardInterrupt):
-            stop.wait()
+        signal.signal(signal.SIGINT, lambda *_: stop.set())  # before this, Ctrl-C unwinds the start
+        stop.wait()
+        # A second Ctrl-C must not cut the teardown short: that would leave the node's mounts,
+        # processes and cgroups on the machine.
+        signal.signal(signal.SIGINT, lambda *_: say("still tearing down: please wait"))
         say("tearing down ...")
     say("done: nothing left running.")
     return 0

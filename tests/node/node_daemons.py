@@ -188,11 +188,17 @@ class NodeDaemons:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for component in (self.agent, self.csi):
-            if component is not None:
-                component.stop()
-        if self.pod is not None:
-            remove_agent_pod(self.installed, self.pod)
+        """Pods leave first, while the CSI plugin still answers the kubelet's unpublish (a node's
+        DaemonSet Pods are the last a drain takes); then the agent and the plugin stop."""
+        try:
+            if self.node.kubelet_running():
+                self.node.drain()
+        finally:
+            for component in (self.agent, self.csi):
+                if component is not None:
+                    component.stop()
+            if self.pod is not None:
+                remove_agent_pod(self.installed, self.pod)
 
     def logs(self) -> str:
         return "\n".join(f"--- {c.name}\n{c.log_tail(8000)}" for c in (self.agent, self.csi) if c is not None)

@@ -247,6 +247,8 @@ class ControlPlane:
             f"--root-ca-file={self.ca_path}",
             f"--controllers={controllers_flag(with_kubelets=self.with_kubelets)}",
             "--concurrent-gc-syncs=5",
+            # Its FlexVolume prober would create /usr/libexec/kubernetes/... on the machine.
+            f"--flex-volume-plugin-dir={self.workdir / 'flex-volume-plugins'}",
         )
         self._client_component("kube-scheduler", "system:kube-scheduler")
 

@@ -42,6 +42,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Host settings the node changes: the CNI bridge plugin turns on forwarding for its gateway.
 SYSCTLS = (Path("/proc/sys/net/ipv4/ip_forward"),)
 NODE_PROCESSES = ("kubelet", "containerd", "containerd-shim-runc-v2", "pause")
+COMM_LENGTH = 15  # /proc/<pid>/comm holds the first 15 bytes of a name (TASK_COMM_LEN - 1)
 MNT_DETACH = 2
 
 
@@ -99,7 +100,7 @@ def node_processes() -> set[str]:
             comm = (proc / "comm").read_text().strip()
         except OSError:
             continue
-        if comm in NODE_PROCESSES:
+        if comm in {name[:COMM_LENGTH] for name in NODE_PROCESSES}:
             found.add(f"{proc.name}:{comm}")
     return found
 
@@ -173,8 +174,10 @@ def unmount_under(prefixes: tuple[str, ...]) -> None:
             libc.umount2(point.encode(), MNT_DETACH)
 
 
-def kill_processes(comms: tuple[str, ...], marker: str) -> None:
-    """SIGKILL processes named `comms` whose command line mentions `marker` (our shims, not others)."""
+def kill_processes(comms: tuple[str, ...], marker: str, deadline: float = 10.0) -> None:
+    """SIGKILL processes named `comms` whose command line mentions `marker` (our shims, not
+    others), and wait until they are gone (or `deadline` passes: the leftover check reports it)."""
+    killed: list[Path] = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -183,9 +186,13 @@ def kill_processes(comms: tuple[str, ...], marker: str) -> None:
             cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if comm in comms and marker in cmdline:
+        if comm in {name[:COMM_LENGTH] for name in comms} and marker in cmdline:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(proc.name), signal.SIGKILL)
+                killed.append(proc)
+    end = time.monotonic() + deadline
+    while any(p.exists() for p in killed) and time.monotonic() < end:
+        time.sleep(0.1)  # poll interval, bounded by the deadline above
 
 
 def kill_cgroup_processes(cgroups: set[str]) -> None:

@@ -96,6 +96,10 @@ class RealNode:
         listed = self.core().list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.name}")
         return list(listed.items)
 
+    def kubelet_running(self) -> bool:
+        process = self.kubelet.component.process
+        return process is not None and process.poll() is None
+
     def drain(self) -> None:
         """Delete every Pod on the node gracefully and wait until the kubelet has finished them."""
         core = self.core()
@@ -160,7 +164,7 @@ def real_node(
         yield node
     finally:
         try:
-            if kubelet.component.process is not None and kubelet.component.process.poll() is None:
+            if node.kubelet_running():
                 node.drain()
         finally:
             kubelet.stop()
