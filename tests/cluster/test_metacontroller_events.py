@@ -120,7 +120,9 @@ def test_an_owned_childs_deletion_brings_a_pass_that_creates_it_again(
     name = first["metadata"]["name"]
 
     def creating_passes() -> list[Pass]:
-        return [p for p in composite.passes(f"{NS}/child") if f"create ModelCacheNode {NS}/{name}" in p.writes]
+        return [
+            p for p in composite.passes(f"{NS}/child") if f"create ModelCacheNode {NS}/{name}" in p.writes
+        ]
 
     # A pass is recorded when it ends (after its status write), which may be after the copy shows.
     wait_for("the pass that created it again to end", lambda: len(creating_passes()) >= 2, 30)
