@@ -46,8 +46,9 @@ node-bin:
 test-node: install cluster-bin node-bin
 	$(VENV)/bin/pytest -p no:xdist tests/node $(PYTEST_ARGS)
 
-## Lint, type-check, then the whole test suite, control-plane and node tiers included (what CI runs)
-test: lint typecheck unit test-cluster test-node
+## Lint, type-check, build the tiers' binaries (the suite's image test runs on the node's containerd), then the
+## whole test suite, control-plane and node tiers included (what CI runs)
+test: lint typecheck cluster-bin node-bin unit test-cluster test-node
 
 ## Regenerate the CSI gRPC stubs from csi/proto/csi.proto
 stubs: install

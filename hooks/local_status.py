@@ -255,7 +255,7 @@ def size_condition(
 ) -> Obj:
     """The source's real size against storage.size, both numbers stated.
 
-    Node agents refuse a model larger than storage.size before writing (agent/worker.py); a copy
+    Node agents refuse a model larger than storage.size before writing (agent/jobs.py); a copy
     over it can only be one cached before that rule, still served, so the message says that."""
     if size > spec.size_bytes:
         message = (

@@ -7,12 +7,14 @@ a temp store, the local hub and a kubeconfig holding a TokenRequest token.
 from __future__ import annotations
 
 import copy
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster.installed import AGENT_SA, Installed
 from tests.support.controlplane import Component
@@ -106,3 +108,13 @@ class AgentProcess:
 
     def log(self) -> str:
         return self.component.log_path.read_text(errors="replace")
+
+
+def agent_metric(port: int, name: str, **labels: str) -> float:
+    """One sample of an agent's /metrics on this host (0 when absent), read as Prometheus would."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return 0.0

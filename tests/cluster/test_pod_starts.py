@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import socket
-import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -22,10 +21,9 @@ import grpc
 import pytest
 from kubernetes import client
 from praesto.agent.podstarts import REASON_HIT, REASON_MISS
-from prometheus_client.parser import text_string_to_metric_families
 
 from praesto import names
-from tests.cluster.agents import AgentProcess
+from tests.cluster.agents import AgentProcess, agent_metric
 from tests.cluster.flows import modelcachenodes, phase_is
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
@@ -98,15 +96,6 @@ def real_pod(installed: Installed, name: str) -> dict[str, str]:
 def pod_events(installed: Installed, uid: str) -> list[client.CoreV1Event]:
     core = client.CoreV1Api(installed.admin.api)
     return list(core.list_namespaced_event(NS, field_selector=f"involvedObject.uid={uid}").items)
-
-
-def metric(port: int, name: str, **labels: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return float(sample.value)
-    return 0.0
 
 
 def test_miss_then_hit_reported_on_pods_metrics_and_status(
@@ -188,14 +177,14 @@ def test_miss_then_hit_reported_on_pods_metrics_and_status(
 
     # Prometheus, per cache.
     labels = {"namespace": NS, "model_cache": "starts"}
-    assert metric(port, "praesto_pod_model_wait_seconds_count", **labels) == 2
-    assert metric(port, "praesto_pod_model_starts_total", **labels, result="hit") == 1
-    assert metric(port, "praesto_pod_model_starts_total", **labels, result="miss") == 1
-    assert metric(port, "praesto_pod_model_bytes_total", **labels, origin="source") == SIZE
+    assert agent_metric(port, "praesto_pod_model_wait_seconds_count", **labels) == 2
+    assert agent_metric(port, "praesto_pod_model_starts_total", **labels, result="hit") == 1
+    assert agent_metric(port, "praesto_pod_model_starts_total", **labels, result="miss") == 1
+    assert agent_metric(port, "praesto_pod_model_bytes_total", **labels, origin="source") == SIZE
     # spec.prewarm: each mount read the copy into the page cache (the bytes, not their speed, are tested)
     wait_for(
         "prewarm of both mounts",
-        lambda: metric(port, "praesto_pod_model_prewarmed_bytes_total", **labels) >= SIZE,
+        lambda: agent_metric(port, "praesto_pod_model_prewarmed_bytes_total", **labels) >= SIZE,
         30,
     )
     assert agent.base.joinpath(".praesto", "pods").is_dir()

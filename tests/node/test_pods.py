@@ -9,14 +9,13 @@ container, which reads the model.
 from __future__ import annotations
 
 import hashlib
-import urllib.request
 from typing import Any
 
 import pytest
 from kubernetes.client.rest import ApiException
-from prometheus_client.parser import text_string_to_metric_families
 
 from praesto import names
+from tests.cluster.agents import agent_metric
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace
 from tests.node.node_daemons import NodeDaemons
@@ -98,16 +97,6 @@ def test_annotated_pod_reads_the_model_read_only(
     delete_pod(admin, "reader", NS)
 
 
-def agent_metric(daemons: NodeDaemons, name: str, **labels: str) -> float:
-    port = daemons.metrics_port()
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return float(sample.value)
-    return 0.0
-
-
 def test_pod_waits_in_container_creating_with_progress_then_starts(
     installed: Installed, hub: LocalHub, node: RealNode, daemons: NodeDaemons, controllers: Metacontroller
 ) -> None:
@@ -141,7 +130,7 @@ def test_pod_waits_in_container_creating_with_progress_then_starts(
     labels = {"namespace": NS, "model_cache": "slow"}
     wait_for(
         "praesto_pod_model_wait_seconds recorded",
-        lambda: agent_metric(daemons, "praesto_pod_model_wait_seconds_count", **labels) >= 1,
+        lambda: agent_metric(daemons.metrics_port(), "praesto_pod_model_wait_seconds_count", **labels) >= 1,
         60,
     )
     admin.create(busybox_pod("warm", NS, "sha256sum /models/model.safetensors", cache="slow"))
