@@ -30,6 +30,9 @@ follow objects the same way, by these rules, each for a reason:
   servers send a bookmark about every minute). Independently, `unanswered_for()`
   says how long requests have gone unanswered (a hung server counts), so a
   store reader can refuse to decide on old data (`fresh(max_staleness)`).
+* Optionally (`relist_every`), a relist every so often without any error, at
+  the end of the watch then open: for a caller whose callbacks act on the world
+  rather than on the store (the orphan releaser looks at every copy again).
 * Stop: set the `stop` Event (or call `stop()`), and `hang_up` closes the open
   connection so the thread returns now, not at its read timeout.
 
@@ -129,6 +132,7 @@ class Reflector:
         stop: threading.Event | None = None,
         hang_up: Callable[[], None] | None = None,
         backoff: Backoff | None = None,
+        relist_every: float | None = None,
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -138,6 +142,7 @@ class Reflector:
         self.stopping = stop or threading.Event()
         self.hang_up = hang_up
         self.backoff = backoff or Backoff()
+        self.relist_every = relist_every
         self.log = logger or log
         self.clock = clock
         self.items: dict[Key, Any] = {}  # replaced whole on a relist: readers may hold the old dict
@@ -146,6 +151,7 @@ class Reflector:
         self.relists = 0  # lists made, the first included
         self.last_error = ""
         self._asking_since: float | None = None  # since when requests go unanswered
+        self._listed_at = 0.0
         self._thread: threading.Thread | None = None
 
     # ---- readers ---------------------------------------------------------------
@@ -178,7 +184,7 @@ class Reflector:
         """Until `stop`: list when there is no position to resume from, else watch from it."""
         while not self.stopping.is_set():
             try:
-                if self.resource_version is None:
+                if self.resource_version is None or self._relist_due():
                     self._relist()
                 self._watch(self.resource_version or "")
             except Expired as err:
@@ -203,9 +209,12 @@ class Reflector:
         self._asking_since, self.last_error = None, ""
         return result
 
+    def _relist_due(self) -> bool:
+        return self.relist_every is not None and self.clock() - self._listed_at >= self.relist_every
+
     def _relist(self) -> None:
         items, version = self._ask(self.list_fn)
-        self.relists += 1
+        self.relists, self._listed_at = self.relists + 1, self.clock()
         if not version:
             raise WatchError("the list carried no resourceVersion to watch from")
         listed = {key_of(obj): self.transform(obj) for obj in items}

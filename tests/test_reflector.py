@@ -196,6 +196,22 @@ def test_a_watch_closed_at_once_without_an_event_backs_off() -> None:
     assert server.watch_calls == ["10", "10", "10"] and ref.backoff.attempts == 2
 
 
+def test_relist_every_relists_when_a_watch_ends_after_the_period() -> None:
+    now = [0.0]
+    server = FakeServer(
+        [([obj("a", 1)], "2"), ([obj("b", 3)], "4")],
+        [[event("ADDED", obj("c", 3))], [bookmark(3)]],
+    )
+
+    def clock() -> float:
+        now[0] += 30  # every look at the clock is 30 s later
+        return now[0]
+
+    ref, seen = run(server, relist_every=100, clock=clock)
+    assert ref.relists == server.list_calls == 2 and server.watch_calls == ["2", "3", "4"]
+    assert seen == [("SYNC", "a"), ("ADDED", "c"), ("DELETED", "a"), ("DELETED", "c"), ("SYNC", "b")]
+
+
 def test_a_list_without_a_resource_version_is_not_watched_from_now() -> None:
     server = FakeServer([([obj("a", 1)], ""), ([obj("a", 1)], "5")], [])
     run(server)
