@@ -7,29 +7,25 @@ ModelCacheNodes, patch their status, get one named Secret, create Events.
 from __future__ import annotations
 
 import base64
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import urllib3
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 from praesto.agent import logs
 
 from praesto import names
+from praesto.listwatch import ListWatch
+from praesto.reflector import WATCH_SECONDS
+from praesto.reflector import key_of as key_of  # the agent's modules take it from here
 
 Obj = dict[str, Any]
 G, V, P = names.GROUP, names.VERSION, names.MODELCACHENODE_PLURAL
-WATCH_TIMEOUT = 300  # seconds the server keeps one watch open before we resume it
 
 log = logs.logger("praesto.agent.kube")
-
-
-class Gone(Exception):
-    """The watch's resourceVersion is no longer served (410): relist."""
 
 
 class SecretUnavailable(Exception):
@@ -47,52 +43,30 @@ def is_transient(err: BaseException) -> bool:
     return isinstance(err, urllib3.exceptions.HTTPError | OSError)
 
 
-def key_of(obj: Obj) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
-
-
 class KubeApi:
-    def __init__(self, api_client: client.ApiClient, node_name: str, watch_timeout: int = WATCH_TIMEOUT):
+    def __init__(self, api_client: client.ApiClient, node_name: str, watch_timeout: int = WATCH_SECONDS):
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.node_name = node_name
         self.selector = f"{names.LABEL_NODE}={names.node_label_value(node_name)}"
-        self.watch_timeout = watch_timeout
-        self._watch: watch.Watch | None = None
+        # this node's ModelCacheNodes, for the reflector (praesto.reflector) the agent runs
+        self._nodes = ListWatch(
+            self.custom.list_cluster_custom_object, G, V, P, label_selector=self.selector,
+            watch_seconds=watch_timeout,
+        )  # fmt: skip
 
     def abort_watch(self) -> None:
         """Unblock a running `watch_nodes` (shutdown): closes its connection."""
-        if self._watch is not None:
-            self._watch.stop()
+        self._nodes.hang_up()
 
     # ---- ModelCacheNodes -------------------------------------------------
 
     def list_nodes(self) -> tuple[list[Obj], str]:
-        listed = self.custom.list_cluster_custom_object(G, V, P, label_selector=self.selector)
-        return list(listed.get("items") or []), str(listed["metadata"]["resourceVersion"])
+        return self._nodes.list()
 
-    def watch_nodes(self, resource_version: str) -> Iterator[tuple[str, Obj]]:
-        """Events after `resource_version` until the server ends the watch; `Gone` on 410."""
-        self._watch = watch.Watch()
-        stream = self._watch.stream(
-            self.custom.list_cluster_custom_object,
-            G,
-            V,
-            P,
-            label_selector=self.selector,
-            resource_version=resource_version,
-            timeout_seconds=self.watch_timeout,
-            allow_watch_bookmarks=True,
-            _request_timeout=(10, self.watch_timeout + 30),
-        )
-        try:
-            for event in stream:
-                yield str(event["type"]), event["raw_object"]
-        except ApiException as err:
-            if err.status == 410:
-                raise Gone(str(err.reason)) from None
-            raise
+    def watch_nodes(self, resource_version: str) -> Iterator[Obj]:
+        """Raw watch events after `resource_version`; `praesto.reflector.Expired` on 410."""
+        return self._nodes.watch(resource_version)
 
     def set_finalizers(self, obj: Obj, finalizers: list[str]) -> Obj:
         """Merge patch guarded by resourceVersion: never drops a finalizer another writer just added."""
@@ -203,97 +177,6 @@ class KubeApi:
             self.core.create_namespaced_event(ns, event)
         except Exception as err:  # events are a courtesy; never fail reconcile on them
             log.warning("could not record event", extra={"namespace": ns, "object": name, "error": str(err)})
-
-
-@dataclass
-class Backoff:
-    """Capped exponential delays: initial, 2x, 4x, ... up to `cap`."""
-
-    initial: float = 1.0
-    cap: float = 30.0
-    attempts: int = field(default=0)
-
-    def next(self) -> float:
-        delay = min(self.cap, self.initial * 2.0**self.attempts)
-        self.attempts += 1
-        return delay
-
-    def reset(self) -> None:
-        self.attempts = 0
-
-
-class Watcher:
-    """List, then watch from the list's resourceVersion; resume after errors, relist on 410.
-
-    `on_event(type, obj)` sees ADDED/MODIFIED/DELETED; after a relist it also sees
-    SYNC for every listed object and DELETED for each object that vanished while
-    the watch was down, so no event is lost for good.
-    """
-
-    def __init__(
-        self,
-        api: KubeApi,
-        on_event: Callable[[str, Obj], None],
-        stop: threading.Event,
-        backoff: Backoff | None = None,
-        on_relisted: Callable[[], None] | None = None,
-    ):
-        self.api, self.on_event, self.stop = api, on_event, stop
-        self.on_relisted = on_relisted
-        self.backoff = backoff or Backoff()
-        self.known: dict[tuple[str, str], Obj] = {}
-        self.resource_version: str | None = None
-        self.relists = 0
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                if self.resource_version is None:
-                    self._relist()
-                assert self.resource_version is not None
-                for type_, obj in self.api.watch_nodes(self.resource_version):
-                    self._apply(type_, obj)
-                    self.backoff.reset()
-                    if self.stop.is_set():
-                        return
-            except Gone:
-                log.info("watch expired; relisting", extra={"node": self.api.node_name})
-                self.resource_version = None
-            except Exception as err:
-                if self.stop.is_set():
-                    return  # abort_watch() closed the connection on purpose
-                delay = self.backoff.next()
-                log.warning(
-                    "watch failed; retrying",
-                    extra={"node": self.api.node_name, "error": short_error(err), "retryIn": delay},
-                )
-                self.stop.wait(delay)
-
-    def _relist(self) -> None:
-        items, rv = self.api.list_nodes()
-        self.relists += 1
-        seen = {key_of(o) for o in items}
-        for key in list(self.known):
-            if key not in seen:
-                self.on_event("DELETED", self.known.pop(key))
-        for obj in items:
-            self.known[key_of(obj)] = obj
-            self.on_event("SYNC", obj)
-        self.resource_version = rv
-        if self.on_relisted is not None:
-            self.on_relisted()
-
-    def _apply(self, type_: str, obj: Obj) -> None:
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
-        if rv:
-            self.resource_version = str(rv)
-        if type_ == "BOOKMARK":
-            return
-        if type_ == "DELETED":
-            self.known.pop(key_of(obj), None)
-        else:
-            self.known[key_of(obj)] = obj
-        self.on_event(type_, obj)
 
 
 def short_error(err: Exception) -> str:

@@ -23,7 +23,7 @@ from praesto.agent.copies import CacheState, Copies, Key, Obj
 from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download import api as dlapi
 from praesto.agent.jobs import JobRunner
-from praesto.agent.kube import KubeApi, Watcher
+from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.peering import Peering
 from praesto.agent.podstarts import PodStartReporter
@@ -32,6 +32,8 @@ from praesto.agent.removal import Removal
 from praesto.agent.room import DiskRoom
 from praesto.agent.status_writer import StatusWriter
 
+from praesto import names
+from praesto.reflector import Reflector
 from praesto.store import StoreLayout
 
 
@@ -78,11 +80,13 @@ class Agent:
             self.copies, self.status, kube, config.node_name, self.metrics.registry
         )
         self.stop_event = threading.Event()
-        self.watcher = Watcher(
-            kube, self.reconciler.on_watch, self.stop_event, config.watch_backoff,
-            on_relisted=self.reconciler.on_relisted,
-        )  # fmt: skip
         self.log = logs.logger("praesto.agent", node=config.node_name)
+        # this node's ModelCacheNodes -> the reconciler (SYNC after each relist, DELETED for vanished ones)
+        self.watcher = Reflector(
+            names.MODELCACHENODE_KIND, kube.list_nodes, kube.watch_nodes, on_event=self.reconciler.on_watch,
+            on_relisted=self.reconciler.on_relisted, stop=self.stop_event, hang_up=kube.abort_watch,
+            backoff=config.watch_backoff, logger=logs.logger("praesto.agent.kube", node=config.node_name),
+        )  # fmt: skip
         self._threads: list[threading.Thread] = []
         self._base_lock: int | None = None  # fd holding <base>/.praesto/agent.lock (baselock)
         self.fatal: str | None = None  # why the agent stopped on its own (another agent holds the store)

@@ -27,7 +27,7 @@ from praesto.agent import baselock, eviction, logs
 from praesto.agent import status as st
 from praesto.agent.copies import CacheRef, CacheState, Copies, Key, Obj, Outcome, progress_record, ref_of
 from praesto.agent.jobs import JobRunner
-from praesto.agent.kube import Backoff, KubeApi, key_of, short_error
+from praesto.agent.kube import KubeApi, key_of, short_error
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.podstarts import record_copy
 from praesto.agent.removal import Removal
@@ -37,6 +37,7 @@ from praesto.agent.status_writer import StatusWriter
 from praesto import names, store
 from praesto.quantity import QuantityError, format_bytes
 from praesto.quota import Quotas
+from praesto.reflector import Backoff
 from praesto.spec import InvalidSpec
 from praesto.store import StoreLayout
 
@@ -54,7 +55,7 @@ class AgentConfig:
     retry_initial: float = 5.0
     retry_max: float = 600.0
     last_used_refresh: float = 60.0  # while mounted, lastUsedTime moves at most this often
-    watch_backoff: Backoff = field(default_factory=Backoff)
+    watch_backoff: Backoff = field(default_factory=Backoff)  # praesto.reflector's one constant set
     quotas: Quotas = field(default_factory=Quotas)  # chart namespaceQuota: who gives room first
 
 

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from praesto.agent import logs
-from praesto.agent.kube import Backoff, KubeApi
+from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.node_agent import Agent
 from praesto.agent.reconcile import AgentConfig
 
 from praesto import names, rbac
+from praesto.reflector import Backoff
 from praesto.store import StoreLayout
 from tests.support.hub import LocalHub
 from tests.support.kube import KubeEmulator, RequestRecord
