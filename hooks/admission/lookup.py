@@ -2,7 +2,8 @@
 
 Admission must answer in milliseconds and must not hammer the API server, so
 nothing is read per request: one background thread per resource lists, then
-watches, and keeps a dict current (relisting on 410 Gone or any error). The
+watches, and keeps a dict current (`praesto.reflector`: resume after errors,
+relist on 410 Gone; a lookup refuses while the API goes unanswered). The
 pure webhook logic sees only the `Lookups` protocol; tests may pass
 `StaticLookups`, the server always uses `WatchedLookups` with the real
 `kubernetes` client.
@@ -20,23 +21,19 @@ The client is configured in-cluster, else from `KUBECONFIG` / `~/.kube/config`.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import json
 import logging
 import os
-import socket
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kubernetes import client, config, watch
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import ReadTimeoutError
 
 from praesto import names
+from praesto.listwatch import ListWatch
+from praesto.reflector import Reflector
 
 log = logging.getLogger(__name__)
 
@@ -99,147 +96,21 @@ def _matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace") or "", meta.get("name") or ""
+def _check(reflector: Reflector, cold_wait: float, max_staleness: float) -> None:
+    """Raise LookupUnavailable unless the data is known and fresh enough to decide on."""
+    if not reflector.synced.wait(cold_wait):
+        cause = f": {reflector.last_error}" if reflector.last_error else " (initial list not finished)"
+        raise LookupUnavailable(f"the {reflector.name} cache is not loaded yet{cause}")
+    age = reflector.unanswered_for()
+    if age > max_staleness:
+        why = reflector.last_error or f"no answer from the API server for {reflector.name} list/watch"
+        raise LookupUnavailable(f"the API server has been unreachable for {age:.0f}s: {why}")
 
 
-class _Reflector:
-    """List, then watch one resource into `self.items`; relist on 410 Gone or errors.
-
-    `transform` keeps only what lookups need (e.g. a Node's labels), so a big
-    cluster costs little memory.
-    """
-
-    def __init__(
-        self,
-        kind: str,
-        list_func: Callable[..., Any],
-        args: tuple[Any, ...],
-        transform: Callable[[dict[str, Any]], Any],
-        watch_timeout: int,
-        max_staleness: float,
-    ) -> None:
-        self.kind = kind
-        self.list_func = list_func
-        self.args = args
-        self.transform = transform
-        self.watch_timeout = watch_timeout
-        self.max_staleness = max_staleness
-        self.items: dict[tuple[str, str], Any] = {}
-        self.synced = threading.Event()
-        self.failing_since: float | None = None
-        self.last_error = ""
-        self._stop = threading.Event()
-        self._watch: Any = None
-        self._response: Any = None
-        self._thread = threading.Thread(target=self._run, name=f"praesto-lookup-{kind}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._watch is not None:
-            self._watch.stop()
-        self._hang_up()
-        self._thread.join(timeout)
-
-    def _hang_up(self) -> None:
-        """Shut the open watch socket down so the reader returns now, not at its read timeout."""
-        sock = getattr(getattr(self._response, "connection", None), "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def check(self, cold_wait: float) -> None:
-        """Raise LookupUnavailable unless the data is known and fresh enough to decide on."""
-        if not self.synced.wait(cold_wait):
-            cause = f": {self.last_error}" if self.last_error else " (initial list not finished)"
-            raise LookupUnavailable(f"the {self.kind} cache is not loaded yet{cause}")
-        since = self.failing_since
-        if since is not None and time.monotonic() - since > self.max_staleness:
-            raise LookupUnavailable(
-                f"the API server has been unreachable for {time.monotonic() - since:.0f}s: {self.last_error}"
-            )
-
-    def _contact(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """One API request; the time without an answer counts towards staleness (a hung server too)."""
-        if self.failing_since is None:
-            self.failing_since = time.monotonic()
-            self.last_error = f"no answer from the API server for {self.kind} list/watch"
-        result = func(*args, **kwargs)
-        self.failing_since, self.last_error = None, ""
-        return result
-
-    def _fail(self, error: BaseException) -> None:
-        self.last_error = f"{type(error).__name__}: {str(error)[:300]}"
-        if self.failing_since is None:
-            self.failing_since = time.monotonic()
-        log.warning("praesto lookup %s: %s; relisting", self.kind, self.last_error)
-
-    def _run(self) -> None:
-        backoff = 0.2
-        while not self._stop.is_set():
-            try:
-                version = self._list()
-                backoff = 0.2
-                self._watch_from(version)
-            except ApiException as error:
-                if self._stop.is_set():
-                    return
-                if error.status == 410:  # history compacted: an ordinary relist, no backoff
-                    log.info("praesto lookup %s: watch expired (410 Gone); relisting", self.kind)
-                    continue
-                self._fail(error)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-            except Exception as error:  # network, decoding, anything: relist after a capped backoff
-                if self._stop.is_set():
-                    return
-                self._fail(error)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-
-    def _list(self) -> str:
-        response = self._contact(self.list_func, *self.args, _preload_content=False, _request_timeout=(5, 30))
-        body = json.loads(response.data)
-        self.items = {_key(obj): self.transform(obj) for obj in body.get("items") or []}
-        self.synced.set()
-        return str((body.get("metadata") or {}).get("resourceVersion") or "")
-
-    def _watch_from(self, version: str) -> None:
-        @functools.wraps(self.list_func)
-        def connect(*args: Any, **kwargs: Any) -> Any:
-            self._response = self._contact(self.list_func, *args, **kwargs)
-            if self._stop.is_set():
-                self._hang_up()
-            return self._response
-
-        while not self._stop.is_set():
-            self._watch = watch.Watch()
-            kwargs: dict[str, Any] = {
-                "timeout_seconds": self.watch_timeout,
-                "allow_watch_bookmarks": True,
-                "deserialize": False,
-                # A server may hold a watch past timeoutSeconds; the read timeout ends it.
-                "_request_timeout": (5, self.watch_timeout + 10),
-            }
-            if version:
-                kwargs["resource_version"] = version
-            try:
-                for event in self._watch.stream(connect, *self.args, **kwargs):
-                    obj = event.get("object") or {}
-                    kind = event.get("type")
-                    if kind in ("ADDED", "MODIFIED"):
-                        self.items[_key(obj)] = self.transform(obj)
-                    elif kind == "DELETED":
-                        self.items.pop(_key(obj), None)
-                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-            except ReadTimeoutError:
-                pass  # a quiet watch the server held open: resume from the last version
-            if not version:
-                return  # no resourceVersion to resume from: relist rather than miss events
+def _reflector(name: str, list_call: Any, args: tuple[Any, ...], transform: Any, timeout: int) -> Reflector:
+    """`transform` keeps only what lookups need (e.g. a Node's labels), so a big cluster costs little memory."""
+    edge = ListWatch(list_call, *args, watch_seconds=timeout)
+    return Reflector(name, edge.list, edge.watch, transform=transform, hang_up=edge.hang_up, logger=log)
 
 
 def _slim_modelcache(obj: dict[str, Any]) -> dict[str, Any]:
@@ -271,25 +142,20 @@ class WatchedLookups:
             max_staleness if max_staleness is not None else float(os.environ.get(ENV_MAX_STALENESS, "60"))
         )
         self.cold_wait = cold_wait if cold_wait is not None else float(os.environ.get(ENV_COLD_WAIT, "2"))
+        self.max_staleness = staleness
         custom = client.CustomObjectsApi(api)
         self.custom = custom
-        self.modelcaches = _Reflector(
+        self.modelcaches = _reflector(
             "ModelCache",
             custom.list_cluster_custom_object,
             (names.GROUP, names.VERSION, names.MODELCACHE_PLURAL),
             _slim_modelcache,
             timeout,
-            staleness,
         )
-        self.storageclasses = _Reflector(
-            "StorageClass",
-            client.StorageV1Api(api).list_storage_class,
-            (),
-            lambda _: True,
-            timeout,
-            staleness,
+        self.storageclasses = _reflector(
+            "StorageClass", client.StorageV1Api(api).list_storage_class, (), lambda _: True, timeout
         )
-        self.nodes = _Reflector("Node", client.CoreV1Api(api).list_node, (), _node_labels, timeout, staleness)
+        self.nodes = _reflector("Node", client.CoreV1Api(api).list_node, (), _node_labels, timeout)
         self._all = (self.modelcaches, self.storageclasses, self.nodes)
 
     def start(self) -> WatchedLookups:
@@ -302,7 +168,7 @@ class WatchedLookups:
             reflector.stop()
 
     def get_modelcache(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self.modelcaches.check(self.cold_wait)
+        _check(self.modelcaches, self.cold_wait, self.max_staleness)
         found = self.modelcaches.items.get((namespace, name))
         if found is not None:
             return dict(found)
@@ -335,15 +201,15 @@ class WatchedLookups:
 
     def modelcaches_in(self, namespace: str) -> list[dict[str, Any]]:
         """From the watch only: a quota decision must not cost an API request per create."""
-        self.modelcaches.check(self.cold_wait)
+        _check(self.modelcaches, self.cold_wait, self.max_staleness)
         return [dict(obj) for (ns, _), obj in list(self.modelcaches.items.items()) if ns == namespace]
 
     def storageclass_exists(self, name: str) -> bool:
-        self.storageclasses.check(self.cold_wait)
+        _check(self.storageclasses, self.cold_wait, self.max_staleness)
         return ("", name) in self.storageclasses.items
 
     def count_nodes_matching(self, selector: Mapping[str, str]) -> int:
-        self.nodes.check(self.cold_wait)
+        _check(self.nodes, self.cold_wait, self.max_staleness)
         return sum(1 for labels in list(self.nodes.items.values()) if _matches(labels, selector))
 
 
