@@ -20,14 +20,16 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from praesto import names
+from praesto.listwatch import ListWatch
+from praesto.reflector import Reflector, identity_only
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-RESYNC_SECONDS = 600  # each watch starts again (with a full list) this often
+RESYNC_SECONDS = 600  # every copy is looked at again (a full list) this often
 
 
 def orphaned(
@@ -55,9 +57,10 @@ def release_patch(copy: Mapping[str, Any]) -> Obj:
 
 
 class OrphanReleaser:
-    """Two watches: ModelCacheNodes (a copy marked for deletion whose Node is gone is released at
-    once) and Nodes (a deleted Node releases its copies already marked). Each watch ends every
-    `resync` seconds and starts again with a full list, which catches anything missed meanwhile.
+    """Two reflectors (praesto.reflector): ModelCacheNodes (a copy marked for deletion whose Node is
+    gone is released at once) and Nodes (a deleted Node releases its copies already marked; one that
+    vanished while the watch was down counts as deleted). Every `resync` seconds the copies are listed
+    again and each looked at anew; a release that failed on an API error comes back with its event.
     """
 
     def __init__(self, api: client.ApiClient, resync: int = RESYNC_SECONDS) -> None:
@@ -66,6 +69,20 @@ class OrphanReleaser:
         self.resync = resync
         self.stopped = threading.Event()
         self.released = 0
+        copies = ListWatch(
+            self.custom.list_cluster_custom_object, names.GROUP, names.VERSION, names.MODELCACHENODE_PLURAL
+        )
+        nodes = ListWatch(self.core.list_node)
+        self.watches: list[Reflector] = []
+        for kind, edge, handle in (
+            (names.MODELCACHENODE_KIND, copies, self.on_copy),
+            ("Node", nodes, self.on_node),
+        ):
+            reflector = Reflector(
+                kind, edge.list, edge.watch, on_event=handle, transform=identity_only, stop=self.stopped,
+                hang_up=edge.hang_up, relist_every=resync, logger=log,
+            )  # fmt: skip
+            self.watches.append(reflector)
 
     def node_exists(self, name: str) -> bool:
         try:
@@ -113,39 +130,9 @@ class OrphanReleaser:
             listed.get("items") or [], lambda node_name: node_name != name and self.node_exists(node_name)
         )
 
-    def _follow(self, list_call: Callable[..., Any], handle: Callable[[str, Obj], None], *args: Any) -> None:
-        backoff = 1.0
-        while not self.stopped.is_set():
-            try:
-                for event in watch.Watch().stream(list_call, *args, timeout_seconds=self.resync):
-                    obj = event["object"]
-                    handle(
-                        event["type"],
-                        obj if isinstance(obj, dict) else client.ApiClient().sanitize_for_serialization(obj),
-                    )
-                    if self.stopped.is_set():
-                        return
-                backoff = 1.0
-            except Exception as err:  # the API server away, RBAC not synced yet: start again shortly
-                log.warning("orphaned node copies: watch failed; retrying in %.0fs: %s", backoff, err)
-                self.stopped.wait(backoff)
-                backoff = min(backoff * 2, 60.0)
-
     def start(self) -> OrphanReleaser:
-        follows = (
-            (
-                self.custom.list_cluster_custom_object,
-                self.on_copy,
-                names.GROUP,
-                names.VERSION,
-                names.MODELCACHENODE_PLURAL,
-            ),
-            (self.core.list_node, self.on_node),
-        )
-        for list_call, handle, *args in follows:
-            threading.Thread(
-                target=self._follow, args=(list_call, handle, *args), name="praesto-orphans", daemon=True
-            ).start()
+        for reflector in self.watches:
+            reflector.start()
         return self
 
 
