@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from praesto.hooks import orphans
 from praesto.hooks.server import gunicorn_options, parse_args
 
 from praesto import names
+from tests.support.kube import KubeEmulator, kube  # noqa: F401  (fixture)
+from tests.support.objects import modelcachenode
 
 
 def copy(
@@ -46,3 +50,37 @@ def test_the_flag_runs_the_releaser_beside_gunicorn() -> None:
     options = gunicorn_options(parse_args(["--release-orphaned-copies"]))
     assert callable(options["when_ready"]) and callable(options["on_exit"])
     assert "when_ready" not in gunicorn_options(parse_args([]))
+
+
+def _eventually(check: Callable[[], bool], what: str, deadline: float = 10.0) -> None:
+    end = time.monotonic() + deadline
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def test_the_releaser_frees_only_the_copy_of_a_deleted_node(kube: KubeEmulator) -> None:  # noqa: F811
+    """The releaser's two reflectors through the real client against the API emulator."""
+    mcn = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
+    for node in ("alive", "doomed"):
+        kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+        held = modelcachenode("c", node, "t")
+        held["metadata"]["finalizers"] = [names.FINALIZER_NODE_AGENT]
+        kube.create(held)
+    releaser = orphans.OrphanReleaser(kube.api_client()).start()
+    try:
+        kube.wait_for_watches(2)
+        kube.delete(mcn, names.modelcachenode_name("c", "alive"), "t")  # marked; its node still runs
+        kube.delete(mcn, names.modelcachenode_name("c", "doomed"), "t")
+        kube.delete("nodes", "doomed")
+        _eventually(
+            lambda: kube.get(mcn, names.modelcachenode_name("c", "doomed"), "t") is None,
+            "the orphan released",
+        )
+        kept = kube.get(mcn, names.modelcachenode_name("c", "alive"), "t")
+        assert kept is not None and kept["metadata"]["finalizers"] == [names.FINALIZER_NODE_AGENT]
+        _eventually(lambda: releaser.released == 1, "the release counted")  # counted after the patch
+    finally:
+        for reflector in releaser.watches:
+            reflector.stop()
