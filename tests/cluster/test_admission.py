@@ -103,7 +103,15 @@ def _pool_nodes(admin: Kube, pool: str, count: int) -> list[str]:
 def test_preferred_affinity_lands_the_pod_where_its_cache_is_ready(installed: Installed, tenant: str) -> None:
     nodes = _pool_nodes(installed.admin, "prefer", 3)
     ready_key = names.ready_label_key(tenant, "tinyllama")
-    client.CoreV1Api(installed.admin.api).patch_node(nodes[1], {"metadata": {"labels": {ready_key: "true"}}})
+    core = client.CoreV1Api(installed.admin.api)
+    core.patch_node(nodes[1], {"metadata": {"labels": {ready_key: "true"}}})
+    # The scheduler's cache lags writes: a Pod created at once could be scored before it sees the
+    # label. A plain Pod that requires the label schedules only once it has seen it.
+    probe = pod("prefer-probe", tenant)
+    probe["spec"]["nodeSelector"] = {POOL: "prefer", ready_key: "true"}
+    installed.admin.create(probe)
+    assert wait_scheduled(installed.admin, tenant, "prefer-probe") == nodes[1]
+    core.delete_namespaced_pod("prefer-probe", tenant, grace_period_seconds=0)
     for i in range(3):
         body = pod(f"prefer-{i}", tenant, "tinyllama", scheduling="Preferred")
         body["spec"]["nodeSelector"] = {POOL: "prefer"}
