@@ -36,8 +36,16 @@ ENV_DOWNLOADER_POD_LABELS = "PRAESTO_DOWNLOADER_POD_LABELS"  # JSON object
 ENV_CA_BUNDLE_CONFIGMAP = "PRAESTO_CA_BUNDLE_CONFIGMAP"  # "name/key"
 # chart downloader.metadataEgress: CIDRs a downloader Pod without the identity may not reach
 ENV_DOWNLOADER_DENIED_EGRESS = "PRAESTO_DOWNLOADER_DENIED_EGRESS"  # comma-separated CIDRs
+# Admission (hooks/admission): the wait init container's image and the API lookups (lookup.py)
+ENV_IMAGE = "PRAESTO_IMAGE"
+ENV_ADMISSION_LOOKUPS = "PRAESTO_ADMISSION_LOOKUPS"  # "off" (or false, 0, disabled): no API access
+ENV_LOOKUP_WATCH_TIMEOUT = "PRAESTO_LOOKUP_WATCH_TIMEOUT"
+ENV_LOOKUP_MAX_STALENESS = "PRAESTO_LOOKUP_MAX_STALENESS"
+ENV_LOOKUP_COLD_WAIT = "PRAESTO_LOOKUP_COLD_WAIT"
+LOOKUPS_OFF = ("off", "false", "0", "disabled")
 
 DEFAULT_IMAGE_REPOSITORY = "ghcr.io/praesto/praesto"
+DEFAULT_IMAGE = f"{DEFAULT_IMAGE_REPOSITORY}:{praesto.__version__}"
 DEFAULT_DOWNLOADER_RESOURCES: Mapping[str, Any] = {
     "requests": {"cpu": "250m", "memory": "256Mi"},
     "limits": {"memory": "1Gi"},
@@ -54,7 +62,13 @@ def _default_resources() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class HooksConfig:
-    downloader_image: str = f"{DEFAULT_IMAGE_REPOSITORY}:{praesto.__version__}"
+    """The hooks process's settings (sync hooks and admission), one field per environment variable.
+
+    The chart sets the variables on the hooks Deployment (templates/hooks-deployment.yaml);
+    tests/test_settings_inventory.py checks the two against each other.
+    """
+
+    downloader_image: str = DEFAULT_IMAGE
     downloader_resources: dict[str, Any] = field(default_factory=_default_resources)
     job_backoff_limit: int = 4
     # No ttlSecondsAfterFinished: the finished Job is what says a PVC-mode cache is
@@ -81,6 +95,17 @@ class HooksConfig:
     denied_egress: tuple[str, ...] = ()
     # chart namespaceQuota: the sync hook enforces it too, in creation order (hooks/modelcache.py)
     quotas: quota.Quotas = field(default_factory=quota.Quotas)
+    # PRAESTO_IMAGE: the PVC-mode wait init container the mutating webhook injects: our own image
+    image: str = DEFAULT_IMAGE
+    # PRAESTO_ADMISSION_LOOKUPS=off: no API access (local development; every lookup then reports
+    # itself unavailable)
+    admission_lookups: bool = True
+    # PRAESTO_LOOKUP_WATCH_TIMEOUT: seconds an admission lookup's watch stays open
+    lookup_watch_timeout: int = 300
+    # PRAESTO_LOOKUP_MAX_STALENESS: seconds the API may go unanswered before lookups refuse
+    lookup_max_staleness: float = 60.0
+    # PRAESTO_LOOKUP_COLD_WAIT: seconds a request waits for a freshly started worker's first list
+    lookup_cold_wait: float = 2.0
 
     def downloader_image_allowed(self, image: str) -> bool:
         """The downloader Job runs with the cache's Secrets: only images the platform admin chose."""
@@ -97,6 +122,17 @@ class HooksConfig:
         kwargs: dict[str, Any] = {}
         if env.get(ENV_DOWNLOADER_IMAGE):
             kwargs["downloader_image"] = env[ENV_DOWNLOADER_IMAGE].strip()
+        if env.get(ENV_IMAGE):
+            kwargs["image"] = env[ENV_IMAGE]
+        kwargs["admission_lookups"] = env.get(ENV_ADMISSION_LOOKUPS, "").lower() not in LOOKUPS_OFF
+        if env.get(ENV_LOOKUP_WATCH_TIMEOUT):
+            kwargs["lookup_watch_timeout"] = _integer(env, ENV_LOOKUP_WATCH_TIMEOUT, 1)
+        for name, key in (
+            (ENV_LOOKUP_MAX_STALENESS, "lookup_max_staleness"),
+            (ENV_LOOKUP_COLD_WAIT, "lookup_cold_wait"),
+        ):
+            if env.get(name):
+                kwargs[key] = _seconds(env, name)
         if env.get(ENV_DOWNLOADER_RESOURCES):
             kwargs["downloader_resources"] = _json_object(env, ENV_DOWNLOADER_RESOURCES)
         for name, key, minimum in (
@@ -197,6 +233,17 @@ def _integer(env: Mapping[str, str], name: str, minimum: int) -> int:
         raise ConfigError(f"{name}: Invalid value: {raw!r}: must be an integer; e.g. 4") from None
     if value < minimum:
         raise ConfigError(f"{name}: Invalid value: {value}: must be at least {minimum}")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str) -> float:
+    raw = env[name].strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: Invalid value: {raw!r}: must be a number of seconds; e.g. 60") from None
+    if not value >= 0:
+        raise ConfigError(f"{name}: Invalid value: {raw!r}: must be at least 0 seconds")
     return value
 
 

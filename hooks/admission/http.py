@@ -14,10 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request
+from praesto.hooks.config import HooksConfig
 
 from . import review
 from .lookup import Lookups, shared_lookups
-from .mutate import configured_image, mutate
+from .mutate import mutate
 from .review import MalformedReview, Refusal
 from .validate import validate
 
@@ -28,6 +29,7 @@ blueprint = Blueprint("praesto_admission", __name__)
 # Flask config keys: tests and embedders may inject lookups or the image.
 CONFIG_LOOKUPS = "PRAESTO_LOOKUPS"
 CONFIG_IMAGE = "PRAESTO_IMAGE"
+CONFIG_SETTINGS = "PRAESTO_HOOKS_CONFIG"  # the process's HooksConfig (hooks/app.py create_app)
 # Set by `praesto-hooks --client-ca-file`: only the API server (its webhook client
 # certificate, verified by gunicorn's TLS layer) may ask the admission endpoints anything.
 CONFIG_REQUIRE_CLIENT_CERT = "PRAESTO_REQUIRE_CLIENT_CERT"
@@ -55,9 +57,16 @@ def _require_api_server() -> tuple[Response, int] | None:
     return None
 
 
+def _settings() -> HooksConfig:
+    """The process's settings (create_app stores them); the defaults for a bare blueprint."""
+    settings = current_app.config.get(CONFIG_SETTINGS)
+    return settings if isinstance(settings, HooksConfig) else HooksConfig()
+
+
 def _lookups() -> Lookups:
     injected = current_app.config.get(CONFIG_LOOKUPS)
-    return injected if injected is not None else shared_lookups()  # started lazily, once per worker
+    # started lazily, once per worker
+    return injected if injected is not None else shared_lookups(_settings())
 
 
 def _json(body: Any, status: int = 200) -> tuple[Response, int]:
@@ -99,13 +108,13 @@ def _from_api_server() -> bool:
 
 @blueprint.post("/admission/mutate-pod")
 def mutate_pod() -> tuple[Response, int]:
-    image = current_app.config.get(CONFIG_IMAGE) or configured_image()
+    image = current_app.config.get(CONFIG_IMAGE) or _settings().image
     disclose = _from_api_server()
     return _answer(lambda r: mutate(r, _lookups(), image, disclose))
 
 
 @blueprint.post("/admission/validate-modelcache")
 def validate_modelcache() -> tuple[Response, int]:
-    config = current_app.config.get("PRAESTO_HOOKS_CONFIG")
+    config = current_app.config.get(CONFIG_SETTINGS)
     disclose = _from_api_server()
     return _answer(lambda r: validate(r, _lookups(), config, disclose=disclose))

@@ -8,14 +8,10 @@ pure webhook logic sees only the `Lookups` protocol; tests may pass
 `StaticLookups`, the server always uses `WatchedLookups` with the real
 `kubernetes` client.
 
-Env:
-* `PRAESTO_ADMISSION_LOOKUPS=off`: no API access (local development; every
-  lookup then reports itself unavailable);
-* `PRAESTO_LOOKUP_WATCH_TIMEOUT`: seconds a watch stays open (default 300);
-* `PRAESTO_LOOKUP_MAX_STALENESS`: seconds the API may go unanswered before
-  lookups refuse (default 60);
-* `PRAESTO_LOOKUP_COLD_WAIT`: seconds a request waits for a freshly started
-  worker's first list (default 2).
+Settings (`HooksConfig`, hooks/config.py, built from the environment at the
+process edge): `admission_lookups` (`PRAESTO_ADMISSION_LOOKUPS=off`: no API
+access, every lookup reports itself unavailable), `lookup_watch_timeout`,
+`lookup_max_staleness` and `lookup_cold_wait`.
 The client is configured in-cluster, else from `KUBECONFIG` / `~/.kube/config`.
 """
 
@@ -30,6 +26,7 @@ from typing import Any, Protocol
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from praesto.hooks.config import ENV_ADMISSION_LOOKUPS, HooksConfig
 
 from praesto import names
 from praesto.listwatch import ListWatch
@@ -37,10 +34,8 @@ from praesto.reflector import Reflector
 
 log = logging.getLogger(__name__)
 
-ENV_LOOKUPS = "PRAESTO_ADMISSION_LOOKUPS"
-ENV_WATCH_TIMEOUT = "PRAESTO_LOOKUP_WATCH_TIMEOUT"
-ENV_MAX_STALENESS = "PRAESTO_LOOKUP_MAX_STALENESS"
-ENV_COLD_WAIT = "PRAESTO_LOOKUP_COLD_WAIT"
+ENV_LOOKUPS = ENV_ADMISSION_LOOKUPS  # the name tests and messages use
+_DEFAULTS = HooksConfig()
 DIRECT_READ_TIMEOUT = (1.0, 2.0)  # seconds (connect, read) for the one direct read on a miss
 
 
@@ -137,11 +132,9 @@ class WatchedLookups:
         cold_wait: float | None = None,
     ) -> None:
         api = api_client or default_api_client()
-        timeout = watch_timeout or int(os.environ.get(ENV_WATCH_TIMEOUT, "300"))
-        staleness = (
-            max_staleness if max_staleness is not None else float(os.environ.get(ENV_MAX_STALENESS, "60"))
-        )
-        self.cold_wait = cold_wait if cold_wait is not None else float(os.environ.get(ENV_COLD_WAIT, "2"))
+        timeout = watch_timeout or _DEFAULTS.lookup_watch_timeout
+        staleness = max_staleness if max_staleness is not None else _DEFAULTS.lookup_max_staleness
+        self.cold_wait = cold_wait if cold_wait is not None else _DEFAULTS.lookup_cold_wait
         self.max_staleness = staleness
         custom = client.CustomObjectsApi(api)
         self.custom = custom
@@ -244,17 +237,25 @@ _shared: tuple[int, Lookups] | None = None
 _shared_lock = threading.Lock()
 
 
-def shared_lookups() -> Lookups:
-    """One started lookup component per process (re-created after a fork: threads do not survive it)."""
+def shared_lookups(settings: HooksConfig | None = None) -> Lookups:
+    """One started lookup component per process (re-created after a fork: threads do not survive it).
+
+    `settings`: the process's HooksConfig (the app passes its own); without one, it is built from
+    the environment here, as the process edge would."""
     global _shared
     with _shared_lock:
         if _shared is None or _shared[0] != os.getpid():
+            settings = settings if settings is not None else HooksConfig.from_env()
             lookups: Lookups
-            if os.environ.get(ENV_LOOKUPS, "").lower() in ("off", "false", "0", "disabled"):
+            if not settings.admission_lookups:
                 lookups = DisabledLookups()
             else:
                 try:
-                    lookups = WatchedLookups().start()
+                    lookups = WatchedLookups(
+                        watch_timeout=settings.lookup_watch_timeout,
+                        max_staleness=settings.lookup_max_staleness,
+                        cold_wait=settings.lookup_cold_wait,
+                    ).start()
                 except Exception as error:  # no in-cluster config and no kubeconfig
                     log.error("praesto lookups: no Kubernetes client configuration: %s", error)
                     lookups = DisabledLookups(f"no Kubernetes client configuration ({error})")

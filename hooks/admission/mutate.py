@@ -22,10 +22,9 @@ by the namespace's own users, says the rest.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from praesto import __version__, names
+from praesto import names
 from praesto.quantity import format_bytes
 
 from . import review
@@ -33,14 +32,6 @@ from .annotations import Mount, Wanted, overlaps, parse_annotations, wants_injec
 from .lookup import Lookups, LookupUnavailable
 from .patch import Injection, build_patch, volume_source
 from .review import FORBIDDEN, UNAVAILABLE, Refusal, sub
-
-ENV_IMAGE = "PRAESTO_IMAGE"
-DEFAULT_IMAGE = f"ghcr.io/praesto/praesto:{__version__}"
-
-
-def configured_image() -> str:
-    """Image of the PVC-mode wait init container: our own, never a third-party one."""
-    return os.environ.get(ENV_IMAGE) or DEFAULT_IMAGE
 
 
 def failure_message(cache: dict[str, Any]) -> str:

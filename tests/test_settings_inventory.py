@@ -1,0 +1,303 @@
+"""The settings inventory (#23 item 3): who reads the environment, and whether the chart agrees.
+
+(a) Only the settings modules (each process's edge: where flags and environment become one
+settings object) read `os.environ`; every other reader is on `AT_USE` with its reason, and the
+list only shrinks (a stale entry fails too).
+(b) Every variable the chart sets on the hooks Deployment, the node DaemonSet's containers and
+the PVC-mode downloader Job is read by that process's settings, and every variable a settings
+object reads is set by the chart or listed in `OPTIONAL` with why not; every flag the chart
+passes is one the process's parser accepts. The names each settings object reads are recorded
+by running it over a recording environment, not copied here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from praesto.agent import cli as agent_cli
+from praesto.agent.credentials import CredentialPolicy
+from praesto.csi import cli as csi_cli
+from praesto.hooks import server as hooks_server
+from praesto.hooks.config import HooksConfig
+from praesto.hooks.pvc_job import download_job
+
+from praesto import quota
+from praesto.spec import parse_spec
+from tests.hooks.factory import modelcache
+from tests.support.helm_chart import deep_merge, one, render_objects
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("praesto", "hooks", "agent", "csi")
+
+# Each process's edge: flags and environment become its settings here, once, at start.
+SETTINGS_MODULES = {
+    "hooks/config.py": "HooksConfig.from_env: the hooks process (sync hooks and admission)",
+    "agent/cli.py": "praesto-agent: global and `download` flags with environment defaults",
+    "agent/daemon.py": "praesto-agent run: flags with environment defaults, CredentialPolicy and quotas",
+    "agent/peers/config.py": "praesto-agent run: the peer flags with environment defaults",
+    "agent/budget/config.py": "praesto-agent run: the origin-budget flags with environment defaults",
+    "csi/cli.py": "praesto-csi: flags with environment defaults",
+}
+# Modules that still read the environment at the point of use, and why. Shrink it; never grow it.
+AT_USE = {
+    "agent/node_agent.py": "CredentialPolicy.from_env(os.environ) when no policy is passed (tests, benches)",
+    "agent/download/http.py": "PRAESTO_CA_BUNDLE and the proxy variables (urllib), for both processes",
+    "agent/download/hfplan.py": "HF_ENDPOINT when Options.endpoint is unset",
+    "agent/download/objplan.py": "the store clients' own variables (AWS_*, GOOGLE_*, AZURE_*, identity)",
+    "agent/download/crashpoints.py": "PRAESTO_CRASH_AT: a test-only crash point, never set by the chart",
+    "praesto/quota.py": "quota.from_env's default argument",
+}
+
+# Variables the chart sets for libraries, not for our settings: urllib/httpx/obstore honour the
+# proxies, OpenSSL and requests the CA files, and the Job's HOME/HF_HOME keep huggingface_hub's
+# caches in the writable /tmp.
+LIBRARY_ENV = {
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "HOME", "HF_HOME",
+}  # fmt: skip
+# What argparse (terminal size) and gettext (locale) ask for while a parser is built.
+PYTHON_ENV = {"COLUMNS", "LINES", "LANG", "LANGUAGE", "LC_ALL", "LC_MESSAGES"}
+# Variables a settings object reads that the chart leaves unset, and why.
+OPTIONAL = {
+    "hooks": {
+        "PRAESTO_ADMISSION_LOOKUPS": "local development only: no API access",
+        "PRAESTO_LOOKUP_WATCH_TIMEOUT": "tuning; the default serves",
+        "PRAESTO_LOOKUP_MAX_STALENESS": "tuning; the default serves",
+        "PRAESTO_LOOKUP_COLD_WAIT": "tuning; the default serves",
+        "PRAESTO_LAST_USED_GRANULARITY_SECONDS": "tuning; the default serves",
+    },
+}
+
+
+# --- (a) who reads the environment ---------------------------------------------------------
+
+
+def _reads_environment(tree: ast.AST) -> list[int]:
+    """Lines that read the process environment: os.environ / os.getenv / os.environb, a bare
+    `environ` imported from os, or urllib's proxy readers."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "environb", "getenv", "getenvb"):
+            if isinstance(node.value, ast.Name) and node.value.id == "os":
+                lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            if any(a.name in ("environ", "environb", "getenv") for a in node.names):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Attribute) and node.attr in ("getproxies_environment", "getproxies"):
+            lines.append(node.lineno)
+    return lines
+
+
+def _sources() -> Iterator[Path]:
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "proto" not in path.relative_to(ROOT).parts:
+                yield path
+
+
+def test_only_settings_modules_read_the_environment() -> None:
+    readers = {}
+    for path in _sources():
+        lines = _reads_environment(ast.parse(path.read_text(), str(path)))
+        if lines:
+            readers[str(path.relative_to(ROOT))] = lines
+    unexpected = {k: v for k, v in readers.items() if k not in SETTINGS_MODULES and k not in AT_USE}
+    assert not unexpected, f"read the environment outside the settings modules (file: lines): {unexpected}"
+    stale = sorted(set(AT_USE) - set(readers))
+    assert not stale, f"no longer read the environment: remove them from AT_USE: {stale}"
+
+
+def test_the_scan_sees_every_way_of_reading() -> None:
+    code = (
+        "import os\nfrom os import environ\nimport urllib.request\n"
+        "a = os.environ.get('A')\nb = os.getenv('B')\nc = urllib.request.getproxies_environment()\n"
+        "d = request.environ.get('gunicorn.socket')\n"
+    )
+    assert sorted(_reads_environment(ast.parse(code))) == [2, 4, 5, 6]  # not request.environ
+
+
+# --- (b) the chart against the settings ----------------------------------------------------
+
+
+class Recording(dict[str, str]):
+    """An environment that remembers every name asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.asked.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> str:
+        self.asked.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.asked.add(str(key))
+        return super().__contains__(key)
+
+
+def _recorded(monkeypatch: pytest.MonkeyPatch, *builders: Callable[[Recording], object]) -> set[str]:
+    env = Recording()
+    with monkeypatch.context() as patch:
+        patch.setattr("os.environ", env)
+        for build in builders:
+            build(env)
+    return env.asked - PYTHON_ENV
+
+
+def hooks_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    return _recorded(monkeypatch, HooksConfig.from_env)
+
+
+def agent_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    return (
+        _recorded(
+            monkeypatch,
+            lambda _env: agent_cli.build_parser(with_run=True),
+            CredentialPolicy.from_env,
+            quota.from_env,
+        )
+        | AGENT_AT_USE
+    )
+
+
+def downloader_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    return _recorded(monkeypatch, lambda _env: agent_cli.build_parser(with_run=False)) | DOWNLOADER_AT_USE
+
+
+def csi_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    return _recorded(monkeypatch, lambda _env: csi_cli.build_parser())
+
+
+# Names still read at the point of use (the AT_USE modules), per process, until they move.
+DOWNLOAD_AT_USE = {"PRAESTO_CA_BUNDLE", "HF_ENDPOINT", "PRAESTO_WORKLOAD_IDENTITY"}
+AGENT_AT_USE = DOWNLOAD_AT_USE
+DOWNLOADER_AT_USE = DOWNLOAD_AT_USE | {"HF_TOKEN", "PRAESTO_TERMINATION_LOG"}
+
+# Everything switched on, so every conditional variable and flag is rendered.
+FULL_VALUES: dict[str, Any] = {
+    "downloader": {
+        "hfEndpoint": "https://hf-mirror.example.com",
+        "allowedImages": ["registry.example.com/praesto/*"],
+        "metadataEgress": {"deny": True},
+    },
+    "credentials": {
+        "namespaces": ["team-a"],
+        "sources": ["s3://models/"],
+        "identity": {"serviceAccountAnnotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}},
+    },
+    "downloads": {
+        "caBundle": {"configMapName": "corporate-ca"},
+        "proxy": {"httpProxy": "http://proxy:3128", "httpsProxy": "http://proxy:3128", "noProxy": ".svc"},
+    },
+    "nodeAgent": {"peers": {"enabled": True}, "reserve": "10Gi"},
+    "originBudget": {"enabled": True},
+    "webhooks": {"clientAuth": {"caBundle": "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"}},
+}
+
+
+# credentials.identity and .secretRef exclude each other: the second render has the Secret.
+SECRET_VALUES = deep_merge(
+    {k: v for k, v in FULL_VALUES.items() if k != "credentials"},
+    {"credentials": {"namespaces": ["team-a"], "secretRef": {"name": "cloud-creds"}}},
+)
+
+
+@pytest.fixture(scope="module")
+def renders() -> list[list[dict[str, Any]]]:
+    return [render_objects(FULL_VALUES), render_objects(SECRET_VALUES)]
+
+
+def _containers(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    spec = one(objects, kind, name)["spec"]["template"]["spec"]
+    return {c["name"]: c for c in spec["containers"]}
+
+
+def _each(renders: list[list[dict[str, Any]]], kind: str, name: str | None, container: str) -> list[Any]:
+    return [_containers(objects, kind, name)[container] for objects in renders]
+
+
+def _env_names(*containers: dict[str, Any]) -> set[str]:
+    return {e["name"] for c in containers for e in c.get("env") or []}
+
+
+def _plain_env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
+
+
+def _check(process: str, chart_sets: set[str], reads: set[str], optional: dict[str, str]) -> None:
+    unread = sorted(chart_sets - reads - LIBRARY_ENV)
+    assert not unread, f"{process}: the chart sets variables no settings object reads: {unread}"
+    unset = sorted(reads - chart_sets - set(optional))
+    assert not unset, (
+        f"{process}: settings read variables the chart never sets (set them or add to OPTIONAL): {unset}"
+    )
+    stale = sorted(set(optional) - reads)
+    assert not stale, f"{process}: OPTIONAL names variables nothing reads: {stale}"
+
+
+def test_hooks_deployment_env_is_the_hooks_settings(
+    renders: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    containers = _each(renders, "Deployment", "praesto-hooks", "hooks")
+    _check("hooks", _env_names(*containers), hooks_inventory(monkeypatch), OPTIONAL["hooks"])
+    for hooks in containers:
+        assert hooks["command"] == ["praesto-hooks"]
+        hooks_server.parse_args(hooks["args"])  # every flag the chart passes is one praesto-hooks takes
+        HooksConfig.from_env(_plain_env(hooks))  # and every value it sets is accepted
+
+
+def test_node_daemonset_env_is_the_agent_and_csi_settings(
+    renders: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agents, csis = _each(renders, "DaemonSet", None, "agent"), _each(renders, "DaemonSet", None, "csi")
+    reads = agent_inventory(monkeypatch)
+    _check("node agent", _env_names(*agents), reads, {
+        "KUBECONFIG": "outside a cluster only; in-cluster config otherwise",
+        "PRAESTO_CREDENTIALS_DIR": "the `download` subcommand's (the PVC-mode Job sets it)",
+        **dict.fromkeys(_flag_env_names(reads), "the chart passes the flag instead"),
+    })  # fmt: skip
+    _check(
+        "csi", _env_names(*csis), csi_inventory(monkeypatch), {"CSI_ENDPOINT": "the chart passes --endpoint"}
+    )
+    for agent, csi in zip(agents, csis, strict=True):
+        assert agent["command"] == ["praesto-agent"] and agent["args"][0] == "run"
+        agent_cli.build_parser(with_run=True).parse_args(agent["args"])
+        assert csi["command"] == ["praesto-csi"]
+        csi_cli.build_parser().parse_args(csi["args"])
+
+
+def _flag_env_names(names: set[str]) -> set[str]:
+    """Agent variables that only default a flag the chart passes explicitly (PRAESTO_* of a flag)."""
+    parser = argparse.ArgumentParser()
+    from praesto.agent.daemon import add_run_arguments
+
+    add_run_arguments(parser)
+    flags = {a.dest.upper() for a in parser._actions}
+    return {n for n in names if n.removeprefix("PRAESTO_") in flags}
+
+
+def test_downloader_job_env_is_the_downloader_settings(
+    renders: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = downloader_inventory(monkeypatch)
+    sources = ({"uri": "hf://org/model", "secretRef": {"name": "hf"}}, {"uri": "s3://models/llm"})
+    for hooks, source in itertools.product(_each(renders, "Deployment", "praesto-hooks", "hooks"), sources):
+        config = HooksConfig.from_env(_plain_env(hooks))
+        spec = {"source": source, "storage": {"size": "1Gi", "storageClassName": "rwx"}}
+        parent = modelcache("llm", namespace="team-a", spec=spec)
+        job = download_job(parent, parse_spec(parent["spec"]), config)
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        unread = sorted(_env_names(container) - reads - LIBRARY_ENV)
+        assert not unread, (
+            f"downloader Job: the sync hook sets variables the downloader never reads: {unread}"
+        )
+        agent_cli.build_parser(with_run=False).parse_args(container["args"])
