@@ -103,7 +103,7 @@ def check_arguments(args: argparse.Namespace) -> str | None:
     except QuantityError as err:
         return f"--reserve: {err}; use e.g. 50Gi or 15%"
     try:
-        quota.from_env()
+        quota.from_env(os.environ)
     except quota.QuotaError as err:
         return f"{err} (env {quota.ENV})"
     return check_peer_arguments(args) or check_budget_arguments(args)
@@ -124,7 +124,7 @@ def build(args: argparse.Namespace, api: client.ApiClient) -> Agent:
         concurrency=args.concurrency,
         max_parallel_caches=args.max_parallel_caches,
         reserve=args.reserve,
-        quotas=quota.from_env(),
+        quotas=quota.from_env(os.environ),
     )
     peering = build_peering(args, api, StoreLayout(cfg.base_path))
     budget = build_budget(args, api)

@@ -17,7 +17,6 @@ namespace's ModelCaches: the node agent refuses a node copy larger than its
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,7 +90,8 @@ def parse_quotas(text: str | None) -> Quotas:
     return Quotas(_bytes(data.get("default"), "default"), namespaces)
 
 
-def from_env(environ: Mapping[str, str] = os.environ) -> Quotas:
+def from_env(environ: Mapping[str, str]) -> Quotas:
+    """The chart's quotas from a process environment the caller read (each process's settings)."""
     return parse_quotas(environ.get(ENV))
 
 

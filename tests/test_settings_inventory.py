@@ -51,7 +51,6 @@ AT_USE = {
     "agent/download/hfplan.py": "HF_ENDPOINT when Options.endpoint is unset",
     "agent/download/objplan.py": "the store clients' own variables (AWS_*, GOOGLE_*, AZURE_*, identity)",
     "agent/download/crashpoints.py": "PRAESTO_CRASH_AT: a test-only crash point, never set by the chart",
-    "praesto/quota.py": "quota.from_env's default argument",
 }
 
 # Variables the chart sets for libraries, not for our settings: urllib/httpx/obstore honour the

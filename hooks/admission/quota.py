@@ -13,22 +13,15 @@ gets no children.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from praesto.quota import CHART_KEY, Excess, QuotaError, Quotas, declared, from_env
+from praesto.quota import CHART_KEY, Excess, Quotas, declared
 from praesto.spec import ModelCacheSpec
 
 from .lookup import Lookups, LookupUnavailable
 from .review import FORBIDDEN, UNAVAILABLE, Refusal
 
 FIELD = "spec.storage.size"
-
-
-@functools.cache
-def configured() -> Quotas:
-    """The chart's quotas for this process (PRAESTO_NAMESPACE_QUOTAS), read once."""
-    return from_env()
 
 
 def declared_bytes(caches: list[dict[str, Any]], excluding: str) -> tuple[int, int]:
@@ -38,23 +31,12 @@ def declared_bytes(caches: list[dict[str, Any]], excluding: str) -> tuple[int, i
     return sum(counted), len(counted)
 
 
-def check(
-    namespace: str, name: str, parsed: ModelCacheSpec, lookups: Lookups, quotas: Quotas | None = None
-) -> None:
+def check(namespace: str, name: str, parsed: ModelCacheSpec, lookups: Lookups, quotas: Quotas) -> None:
     """Refuse a ModelCache that takes `namespace` over its quota; the refusal states used, requested, limit.
 
-    `quotas` None: the chart's. A malformed setting refuses every create (fail closed), saying so.
+    `quotas`: the chart's (HooksConfig.quotas). A malformed setting stops the hooks process at
+    start (HooksConfig.from_env names the variable), so no create passes unchecked.
     """
-    if quotas is None:
-        try:
-            quotas = configured()
-        except QuotaError as error:
-            raise Refusal(
-                FIELD,
-                f"the platform's quota setting is malformed: {error}",
-                "ask the platform admin to fix the chart value",
-                UNAVAILABLE,
-            ) from None
     limit = quotas.limit(namespace)
     if limit is None:
         return

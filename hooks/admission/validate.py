@@ -165,7 +165,11 @@ def validate(
             _check_downloader_image(parsed, config or HooksConfig())
         if disclose:
             quota.check(
-                request.namespace, str(sub(obj, "metadata").get("name") or ""), parsed, lookups, quotas
+                request.namespace,
+                str(sub(obj, "metadata").get("name") or ""),
+                parsed,
+                lookups,
+                quotas if quotas is not None else (config or HooksConfig()).quotas,
             )
     except Refusal as refusal:
         return review.deny(request.uid, refusal)
