@@ -35,6 +35,7 @@ from types import FrameType
 
 from praesto.agent.download import DownloadCancelled, DownloadError, Options, download, plan
 from praesto.agent.download.objcreds import settings_from_env
+from praesto.agent.download.settings import DownloadSettings
 
 from praesto import names
 from praesto.quantity import QuantityError, format_bytes, parse_quantity
@@ -73,7 +74,7 @@ def _say(text: str, secret: str | None, stream: object = sys.stderr) -> None:
     print(_scrub(text, secret), file=stream, flush=True)  # type: ignore[call-overload]
 
 
-def _read_token(args: argparse.Namespace) -> str | None:
+def _read_token(args: argparse.Namespace, settings: DownloadSettings) -> str | None:
     if args.token_file:
         try:
             token = Path(args.token_file).read_text().strip()
@@ -82,7 +83,7 @@ def _read_token(args: argparse.Namespace) -> str | None:
                 f"--token-file {args.token_file}: {error.strerror}; give a readable file"
             ) from None
         return token or None
-    return os.environ.get("HF_TOKEN") or None
+    return settings.hf_token
 
 
 def _download(args: argparse.Namespace) -> int:
@@ -97,6 +98,7 @@ def _download(args: argparse.Namespace) -> int:
     except QuantityError as error:
         _say(f"error: --max-bytes: {error}; e.g. --max-bytes 20Gi", None)
         return EXIT_USAGE
+    settings = DownloadSettings.from_env(os.environ)  # this process's environment, read once, here
     credentials_dir = Path(args.credentials_dir) if args.credentials_dir else None
     credentials = settings_from_env(os.environ, credentials_dir) if source.scheme != "hf" else None
     _SECRETS.extend(v for v in (credentials or {}).values() if v)
@@ -105,7 +107,7 @@ def _download(args: argparse.Namespace) -> int:
             source.scheme, source.location, source.revision, tuple(args.allow), tuple(args.ignore)
         )
     try:
-        token = _read_token(args)
+        token = _read_token(args, settings)
     except ValueError as error:
         _say(f"error: {error}", None)
         return EXIT_USAGE
@@ -128,7 +130,8 @@ def _download(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     options = Options(
-        endpoint=args.endpoint,
+        endpoint=args.endpoint or settings.hf_endpoint,
+        ca_bundle=settings.ca_bundle,
         token=token,
         concurrency=args.concurrency,
         blobs_dir=Path(args.blobs_dir) if args.blobs_dir else None,
@@ -158,7 +161,7 @@ def _download(args: argparse.Namespace) -> int:
         if error.reason == "SizeExceedsRequest":
             return EXIT_TOO_LARGE
         return EXIT_TEMPFAIL if error.retryable else EXIT_FAILED
-    _report(resolved.revision, result.plan.total_bytes)
+    _report(settings.termination_log, resolved.revision, result.plan.total_bytes)
     _say(
         f"complete: {args.dest} at {resolved.revision} ({format_bytes(result.bytes_from_origin)} fetched, "
         f"{format_bytes(result.bytes_deduplicated)} linked, {format_bytes(result.bytes_resumed)} resumed, "
@@ -169,9 +172,8 @@ def _download(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _report(revision: str, size: int) -> None:
+def _report(path: str | None, revision: str, size: int) -> None:
     """The PVC-mode Job's result for the sync hook: its termination message (hooks/pvc_pod.py)."""
-    path = os.environ.get("PRAESTO_TERMINATION_LOG")
     if not path:
         return
     try:
@@ -236,7 +238,7 @@ def build_parser(with_run: bool) -> argparse.ArgumentParser:
     )
     dl.add_argument(
         "--credentials-dir",
-        default=os.environ.get("PRAESTO_CREDENTIALS_DIR"),
+        default=os.environ.get(names.ENV_CREDENTIALS_DIR),
         help="object stores: a mounted credentials Secret (one file per key, e.g. AWS_ACCESS_KEY_ID)",
     )
     dl.add_argument(

@@ -60,8 +60,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "answers everyone (default %(default)s)")  # fmt: skip
     add(
         "--hf-endpoint",
-        default=os.environ.get("HF_ENDPOINT"),
+        default=os.environ.get(names.ENV_HF_ENDPOINT),
         help="Hugging Face endpoint or mirror (env HF_ENDPOINT)",
+    )
+    add(
+        "--ca-bundle",
+        default=os.environ.get(names.ENV_CA_BUNDLE),
+        help="extra PEM CA bundle every download trusts besides the system roots "
+        "(env PRAESTO_CA_BUNDLE; chart downloads.caBundle)",
     )
     add(
         "--kubeconfig",
@@ -121,6 +127,7 @@ def build(args: argparse.Namespace, api: client.ApiClient) -> Agent:
         node_name=args.node_name,
         base_path=Path(args.base_path),
         endpoint=args.hf_endpoint,
+        ca_bundle=args.ca_bundle,
         concurrency=args.concurrency,
         max_parallel_caches=args.max_parallel_caches,
         reserve=args.reserve,

@@ -85,6 +85,7 @@ class Job:
             token, credentials, where = self.credentials.credentials(self.kube, self.ref)
             options = dlapi.Options(
                 endpoint=self.options.endpoint,
+                ca_bundle=self.options.ca_bundle,
                 token=token,
                 credentials=credentials,
                 credentials_from=where,
@@ -161,13 +162,14 @@ class JobRunner:
         *,
         endpoint: str | None,
         concurrency: int,
+        ca_bundle: str | None = None,
         max_parallel: int,
         peering: Peering | None = None,
         budget: OriginBudget | None = None,
     ) -> None:
         self.layout, self.kube, self.room, self.status, self.metrics = layout, kube, room, status, metrics
         self.credentials, self.planner, self.done = credentials, planner, done
-        self.endpoint, self.concurrency = endpoint, concurrency
+        self.endpoint, self.concurrency, self.ca_bundle = endpoint, concurrency, ca_bundle
         self.peering, self.budget = peering, budget
         # each download gives its share of the origin slots back when it ends
         self.downloader = budget.releasing(downloader) if budget is not None else downloader
@@ -175,7 +177,9 @@ class JobRunner:
 
     def start(self, ref: CacheRef) -> Job:
         """Queue a download of `ref`; it runs once a pool thread is free."""
-        options = dlapi.Options(endpoint=self.endpoint, concurrency=self.concurrency)
+        options = dlapi.Options(
+            endpoint=self.endpoint, concurrency=self.concurrency, ca_bundle=self.ca_bundle
+        )
         job = Job(
             ref, self.layout, self.kube, options, self.room, self._started, self.status.progress,
             self.planner, self.downloader, self.credentials,

@@ -47,6 +47,7 @@ class AgentConfig:
     node_name: str
     base_path: Path
     endpoint: str | None = None
+    ca_bundle: str | None = None  # PRAESTO_CA_BUNDLE (--ca-bundle): extra PEM CA file downloads trust
     concurrency: int = 8
     max_parallel_caches: int = 2
     reserve: str | None = None  # None: max(30 GiB, 15% of the disk)

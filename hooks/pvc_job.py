@@ -73,11 +73,11 @@ def _env(spec: ModelCacheSpec, config: HooksConfig, identity: bool) -> tuple[lis
         {"name": "HOME", "value": "/tmp"},
         {"name": "HF_HOME", "value": "/tmp/hf"},
         # the downloader reports the resolved commit and the size here (hooks/pvc_pod.py)
-        {"name": "PRAESTO_TERMINATION_LOG", "value": TERMINATION_LOG},
+        {"name": names.ENV_TERMINATION_LOG, "value": TERMINATION_LOG},
     ]
     env_from: list[Obj] = []
     if config.hf_endpoint:
-        env.append({"name": "HF_ENDPOINT", "value": config.hf_endpoint})
+        env.append({"name": names.ENV_HF_ENDPOINT, "value": config.hf_endpoint})
     # Identity settings come from the entitlement alone: a Job not entitled to the cluster's identity
     # gets `false` (over anything its image sets), so its store client has every default chain off
     # (instance metadata, GCE metadata, Azure managed identity) and goes anonymous (issue 21 item 1).
@@ -88,15 +88,17 @@ def _env(spec: ModelCacheSpec, config: HooksConfig, identity: bool) -> tuple[lis
     )
     env.append({"name": credscope.ENV_IDENTITY, "value": "true" if identity else "false"})
     if config.ca_bundle_configmap is not None:
-        env += [{"name": "PRAESTO_CA_BUNDLE", "value": CA_FILE}, {"name": "SSL_CERT_FILE", "value": CA_FILE},
+        env += [{"name": names.ENV_CA_BUNDLE, "value": CA_FILE}, {"name": "SSL_CERT_FILE", "value": CA_FILE},
                 {"name": "REQUESTS_CA_BUNDLE", "value": CA_FILE}]  # fmt: skip
     ref = spec.source.secret_ref
     if ref is not None:
         if spec.source.scheme == "hf":
             key = ref.key or "HF_TOKEN"
-            env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}})
+            env.append(
+                {"name": names.ENV_HF_TOKEN, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}
+            )
         else:
-            env.append({"name": "PRAESTO_CREDENTIALS_DIR", "value": CREDENTIALS_DIR})
+            env.append({"name": names.ENV_CREDENTIALS_DIR, "value": CREDENTIALS_DIR})
     return env, env_from
 
 

@@ -169,6 +169,14 @@ def peer_audience(node: str) -> str:
     return f"{PEER_TOKEN_AUDIENCE}/{node}"
 
 
+# Environment variables of the downloader (the DaemonSet and the PVC-mode Job set them; each
+# process reads them once, at its edge: agent/download/settings.py, agent/daemon.py).
+ENV_HF_ENDPOINT = "HF_ENDPOINT"  # the Hugging Face endpoint or mirror
+ENV_HF_TOKEN = "HF_TOKEN"  # noqa: S105 - a variable's name: the Hub token (PVC Job: from the cache's Secret)
+ENV_CA_BUNDLE = "PRAESTO_CA_BUNDLE"  # extra PEM CA bundle every download trusts (downloads.caBundle)
+ENV_TERMINATION_LOG = "PRAESTO_TERMINATION_LOG"  # the PVC-mode Job's result file (hooks/pvc_pod.py)
+ENV_CREDENTIALS_DIR = "PRAESTO_CREDENTIALS_DIR"  # a mounted object-store credentials Secret
+
 # `praesto-agent download` exit code for SizeExceedsRequest; the PVC-mode Job's podFailurePolicy
 # fails the Job on it at once and the sync hook reports it (issue 7).
 DOWNLOAD_EXIT_TOO_LARGE = 3

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from praesto.agent import cli as agent_cli
 from praesto.agent.credentials import CredentialPolicy
+from praesto.agent.download.settings import DownloadSettings
 from praesto.csi import cli as csi_cli
 from praesto.hooks import server as hooks_server
 from praesto.hooks.config import HooksConfig
@@ -47,8 +48,8 @@ SETTINGS_MODULES = {
 # Modules that still read the environment at the point of use, and why. Shrink it; never grow it.
 AT_USE = {
     "agent/node_agent.py": "CredentialPolicy.from_env(os.environ) when no policy is passed (tests, benches)",
-    "agent/download/http.py": "PRAESTO_CA_BUNDLE and the proxy variables (urllib), for both processes",
-    "agent/download/hfplan.py": "HF_ENDPOINT when Options.endpoint is unset",
+    "agent/download/http.py": "the proxy variables (urllib), per connection, as the metadata client (httpx) "
+    "reads them too; tests/download/test_download_proxy.py sets them on the process",
     "agent/download/objplan.py": "the store clients' own variables (AWS_*, GOOGLE_*, AZURE_*, identity)",
     "agent/download/crashpoints.py": "PRAESTO_CRASH_AT: a test-only crash point, never set by the chart",
 }
@@ -169,7 +170,10 @@ def agent_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
 
 
 def downloader_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    return _recorded(monkeypatch, lambda _env: agent_cli.build_parser(with_run=False)) | DOWNLOADER_AT_USE
+    return (
+        _recorded(monkeypatch, lambda _env: agent_cli.build_parser(with_run=False), DownloadSettings.from_env)
+        | DOWNLOADER_AT_USE
+    )
 
 
 def csi_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
@@ -177,9 +181,10 @@ def csi_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
 
 
 # Names still read at the point of use (the AT_USE modules), per process, until they move.
-DOWNLOAD_AT_USE = {"PRAESTO_CA_BUNDLE", "HF_ENDPOINT", "PRAESTO_WORKLOAD_IDENTITY"}
+# objplan hands os.environ to objcreds.store_config, which reads PRAESTO_WORKLOAD_IDENTITY there.
+DOWNLOAD_AT_USE = {"PRAESTO_WORKLOAD_IDENTITY"}
 AGENT_AT_USE = DOWNLOAD_AT_USE
-DOWNLOADER_AT_USE = DOWNLOAD_AT_USE | {"HF_TOKEN", "PRAESTO_TERMINATION_LOG"}
+DOWNLOADER_AT_USE = DOWNLOAD_AT_USE
 
 # Everything switched on, so every conditional variable and flag is rendered.
 FULL_VALUES: dict[str, Any] = {

@@ -190,7 +190,8 @@ class OriginGate(Protocol):
 
 @dataclass
 class Options:
-    endpoint: str | None = None  # HF_ENDPOINT / mirror
+    endpoint: str | None = None  # HF_ENDPOINT / mirror; None: https://huggingface.co
+    ca_bundle: str | None = None  # PRAESTO_CA_BUNDLE: extra PEM CA file byte fetches trust
     token: str | None = field(default=None, repr=False)  # held in memory only; never logged or repr()ed
     # Object stores: settings from a credentials Secret (objcreds.py keys); memory only, never logged.
     credentials: dict[str, str] | None = field(default=None, repr=False)

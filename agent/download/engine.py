@@ -233,7 +233,9 @@ class Engine:
         self.tree = staging / TREE
         self.endpoint = endpoint
         self.options = options
-        self.transport: ByteSource = transport or Transport(endpoint, options.token)
+        self.transport: ByteSource = transport or Transport(
+            endpoint, options.token, ca_bundle=options.ca_bundle
+        )
         self.budget = MemoryBudget(options.memory_budget)
         self.gate = Gate(START_CONNECTIONS, options.concurrency, busy=CpuMeter())
         self._meter = threading.local()  # per connection: bytes and seconds towards the next rate

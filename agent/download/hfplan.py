@@ -9,7 +9,6 @@ size, git blob id and, for LFS files, sha256. Bytes never go through it (see eng
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable
 
 import httpx2
@@ -33,7 +32,8 @@ RESERVED_PREFIX = ".praesto"  # marker files and staging live at the top of a ca
 
 
 def endpoint_of(options: Options) -> str:
-    return (options.endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    """The Hub to ask: Options.endpoint (the process edge fills it from --endpoint or HF_ENDPOINT)."""
+    return (options.endpoint or DEFAULT_ENDPOINT).rstrip("/")
 
 
 def check_repo_path(path: str) -> str:

@@ -60,10 +60,13 @@ def origin(url: str) -> tuple[str, str]:
 
 
 class Transport:
-    def __init__(self, hub_endpoint: str, token: str | None, *, timeout: float = 60.0) -> None:
+    def __init__(
+        self, hub_endpoint: str, token: str | None, *, timeout: float = 60.0, ca_bundle: str | None = None
+    ) -> None:
         self.hub_origin = origin(hub_endpoint)
         self._token = token
         self.timeout = timeout
+        self.ca_bundle = ca_bundle  # Options.ca_bundle: the process's PRAESTO_CA_BUNDLE
         self._local = threading.local()
 
     # ---- connections -----------------------------------------------------------
@@ -76,7 +79,9 @@ class Transport:
             proxy = proxy_for(scheme, netloc)
             host = proxy or netloc  # through a proxy: connect to it, then CONNECT-tunnel to the origin
             if scheme == "https":
-                conn = http.client.HTTPSConnection(host, timeout=self.timeout, context=tls_context())
+                conn = http.client.HTTPSConnection(
+                    host, timeout=self.timeout, context=tls_context(self.ca_bundle)
+                )
             else:
                 conn = http.client.HTTPConnection(host, timeout=self.timeout)
             if proxy:
@@ -197,10 +202,9 @@ class Transport:
                 self._drop(target.url)  # unread body: the connection cannot be reused
 
 
-def tls_context() -> ssl.SSLContext:
-    """System roots plus the chart's extra CA bundle (PRAESTO_CA_BUNDLE, downloads.caBundle)."""
+def tls_context(extra: str | None = None) -> ssl.SSLContext:
+    """System roots plus the chart's extra CA bundle (`extra`: PRAESTO_CA_BUNDLE, downloads.caBundle)."""
     context = ssl.create_default_context()
-    extra = os.environ.get("PRAESTO_CA_BUNDLE")
     if extra and os.path.isfile(extra):
         context.load_verify_locations(cafile=extra)
     return context

@@ -36,11 +36,11 @@ from typing import Any
 
 from praesto.agent.download.api import DownloadError
 
-from praesto import credscope
+from praesto import credscope, names
 
 GCS_KEY_FILE = "gcloud-application-credentials.json"
 ENV_IDENTITY = credscope.ENV_IDENTITY  # "true": the chart configured credentials.identity
-ENV_CA_FILE = "PRAESTO_CA_BUNDLE"  # extra CA bundle (PEM) every download trusts
+ENV_CA_FILE = names.ENV_CA_BUNDLE  # extra CA bundle (PEM) every download trusts
 
 S3_SETTINGS = (
     "AWS_ACCESS_KEY_ID",

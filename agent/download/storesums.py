@@ -47,9 +47,13 @@ Headers = Message  # http.client's response headers: case-insensitive
 
 
 def with_store_digests(
-    store: AzureStore | GCSStore | S3Store, cfg: StoreConfig, files: tuple[RemoteFile, ...]
+    store: AzureStore | GCSStore | S3Store,
+    cfg: StoreConfig,
+    files: tuple[RemoteFile, ...],
+    ca_bundle: str | None = None,
 ) -> tuple[RemoteFile, ...]:
-    """`files` with the store's checksum on each one that has no cryptographic digest yet."""
+    """`files` with the store's checksum on each one that has no cryptographic digest yet.
+    `ca_bundle`: Options.ca_bundle, trusted by the HEAD requests besides the system roots."""
     wanted = [f for f in files if not f.cryptographically_verified and f.size > 0]
     if not wanted or cfg.client_options.get("allow_invalid_certificates"):
         return files  # a checksum from a server whose certificate is not checked vouches for nothing
@@ -58,7 +62,7 @@ def with_store_digests(
     except (ValueError, RuntimeError) as error:
         log.warning("no store checksums for %s: %s", cfg.bucket, error)
         return files
-    transport = Transport("", None, timeout=30.0)
+    transport = Transport("", None, timeout=30.0, ca_bundle=ca_bundle)
     missed: list[str] = []  # "path: why", for one warning at the end, not one per object
     signing_failed = threading.Event()  # signing fails alike for every object: stop asking
 
