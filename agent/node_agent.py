@@ -12,7 +12,6 @@ reconciler; the store's base path is locked before anything touches it.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -66,8 +65,9 @@ class Agent:
         self.removal = Removal(self.layout, self.copies, self.status, kube)
         self.jobs = JobRunner(
             self.layout, kube, self.room, self.status, self.metrics,
-            # which credentials each download uses: decided once, here (the environment is read now)
-            credentials or CredentialPolicy.from_env(os.environ),
+            # which credentials each download uses: the policy the process edge built (agent/daemon.py);
+            # none given: no cluster credentials for any namespace
+            credentials or CredentialPolicy(),
             planner or plan, downloader or download, lambda outcome: self.reconciler.done(outcome),
             endpoint=config.endpoint, concurrency=config.concurrency, max_parallel=config.max_parallel_caches,
             ca_bundle=config.ca_bundle,

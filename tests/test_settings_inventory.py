@@ -47,7 +47,6 @@ SETTINGS_MODULES = {
 }
 # Modules that still read the environment at the point of use, and why. Shrink it; never grow it.
 AT_USE = {
-    "agent/node_agent.py": "CredentialPolicy.from_env(os.environ) when no policy is passed (tests, benches)",
     "agent/download/http.py": "the proxy variables (urllib), per connection, as the metadata client (httpx) "
     "reads them too; tests/download/test_download_proxy.py sets them on the process",
     "agent/download/objplan.py": "the store clients' own variables (AWS_*, GOOGLE_*, AZURE_*, identity)",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from praesto.agent import logs
+from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.node_agent import Agent
@@ -71,7 +72,11 @@ class Env:
         config = replace(config, **overrides)
         logs.configure("DEBUG", self.log)
         api = KubeApi(self.kube.api_client(), NODE, watch_timeout=5)
-        self.agent = Agent(config, api, AgentMetrics.create(), clock=self.clock).start()
+        # the chart's credentials settings, read at start as praesto-agent run does (agent/daemon.py)
+        credentials = CredentialPolicy.from_env(os.environ)
+        self.agent = Agent(
+            config, api, AgentMetrics.create(), clock=self.clock, credentials=credentials
+        ).start()
         return self.agent
 
     def metric(self, name: str, **labels: str) -> float:
