@@ -35,7 +35,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add(
         "--node-name",
-        default=os.environ.get("NODE_NAME"),
+        default=os.environ.get(names.ENV_NODE_NAME),
         help="this node (env NODE_NAME, from the downward API)",
     )
     add("--base-path", default=os.environ.get("PRAESTO_BASE_PATH", names.DEFAULT_BASE_PATH),

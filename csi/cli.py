@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"unix socket to serve on (env CSI_ENDPOINT; default {DEFAULT_ENDPOINT})",
     )
     parser.add_argument(
-        "--node-name", default=os.environ.get("NODE_NAME", ""), help="this node's name (env NODE_NAME)"
+        "--node-name",
+        default=os.environ.get(names.ENV_NODE_NAME, ""),
+        help="this node's name (env NODE_NAME)",
     )
     parser.add_argument(
         "--base-path",

@@ -176,6 +176,8 @@ ENV_HF_TOKEN = "HF_TOKEN"  # noqa: S105 - a variable's name: the Hub token (PVC 
 ENV_CA_BUNDLE = "PRAESTO_CA_BUNDLE"  # extra PEM CA bundle every download trusts (downloads.caBundle)
 ENV_TERMINATION_LOG = "PRAESTO_TERMINATION_LOG"  # the PVC-mode Job's result file (hooks/pvc_pod.py)
 ENV_CREDENTIALS_DIR = "PRAESTO_CREDENTIALS_DIR"  # a mounted object-store credentials Secret
+# This node's name (downward API spec.nodeName): the agent's and the CSI plugin's --node-name
+ENV_NODE_NAME = "NODE_NAME"
 
 # `praesto-agent download` exit code for SizeExceedsRequest; the PVC-mode Job's podFailurePolicy
 # fails the Job on it at once and the sync hook reports it (issue 7).
