@@ -132,6 +132,7 @@ def _download(args: argparse.Namespace) -> int:
     options = Options(
         endpoint=args.endpoint or settings.hf_endpoint,
         ca_bundle=settings.ca_bundle,
+        store_env=settings.store_env,
         token=token,
         concurrency=args.concurrency,
         blobs_dir=Path(args.blobs_dir) if args.blobs_dir else None,

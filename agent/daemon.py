@@ -128,6 +128,7 @@ def build(args: argparse.Namespace, api: client.ApiClient) -> Agent:
         base_path=Path(args.base_path),
         endpoint=args.hf_endpoint,
         ca_bundle=args.ca_bundle,
+        store_env=dict(os.environ),  # for the store clients (workload identity, endpoints), read now
         concurrency=args.concurrency,
         max_parallel_caches=args.max_parallel_caches,
         reserve=args.reserve,

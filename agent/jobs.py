@@ -11,7 +11,7 @@ and gives its disk reservation back however it ended.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from praesto.agent import logs
@@ -86,6 +86,7 @@ class Job:
             options = dlapi.Options(
                 endpoint=self.options.endpoint,
                 ca_bundle=self.options.ca_bundle,
+                store_env=self.options.store_env,
                 token=token,
                 credentials=credentials,
                 credentials_from=where,
@@ -163,6 +164,7 @@ class JobRunner:
         endpoint: str | None,
         concurrency: int,
         ca_bundle: str | None = None,
+        store_env: Mapping[str, str] | None = None,
         max_parallel: int,
         peering: Peering | None = None,
         budget: OriginBudget | None = None,
@@ -170,6 +172,7 @@ class JobRunner:
         self.layout, self.kube, self.room, self.status, self.metrics = layout, kube, room, status, metrics
         self.credentials, self.planner, self.done = credentials, planner, done
         self.endpoint, self.concurrency, self.ca_bundle = endpoint, concurrency, ca_bundle
+        self.store_env: Mapping[str, str] = store_env or {}
         self.peering, self.budget = peering, budget
         # each download gives its share of the origin slots back when it ends
         self.downloader = budget.releasing(downloader) if budget is not None else downloader

@@ -70,7 +70,7 @@ class Agent:
             credentials or CredentialPolicy(),
             planner or plan, downloader or download, lambda outcome: self.reconciler.done(outcome),
             endpoint=config.endpoint, concurrency=config.concurrency, max_parallel=config.max_parallel_caches,
-            ca_bundle=config.ca_bundle,
+            ca_bundle=config.ca_bundle, store_env=config.store_env,
             peering=peering, budget=budget,
         )  # fmt: skip
         self.reconciler = Reconciler(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,9 @@ class AgentConfig:
     base_path: Path
     endpoint: str | None = None
     ca_bundle: str | None = None  # PRAESTO_CA_BUNDLE (--ca-bundle): extra PEM CA file downloads trust
+    # the process environment as praesto-agent run started (Options.store_env): what the store
+    # clients' settings come from (workload identity, endpoints, proxies)
+    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     concurrency: int = 8
     max_parallel_caches: int = 2
     reserve: str | None = None  # None: max(30 GiB, 15% of the disk)

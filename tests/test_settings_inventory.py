@@ -49,7 +49,6 @@ SETTINGS_MODULES = {
 AT_USE = {
     "agent/download/http.py": "the proxy variables (urllib), per connection, as the metadata client (httpx) "
     "reads them too; tests/download/test_download_proxy.py sets them on the process",
-    "agent/download/objplan.py": "the store clients' own variables (AWS_*, GOOGLE_*, AZURE_*, identity)",
     "agent/download/crashpoints.py": "PRAESTO_CRASH_AT: a test-only crash point, never set by the chart",
 }
 
@@ -180,7 +179,8 @@ def csi_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
 
 
 # Names still read at the point of use (the AT_USE modules), per process, until they move.
-# objplan hands os.environ to objcreds.store_config, which reads PRAESTO_WORKLOAD_IDENTITY there.
+# Read from Options.store_env (the environment each process takes at its edge) by
+# objcreds.store_config, with the store clients' own variables.
 DOWNLOAD_AT_USE = {"PRAESTO_WORKLOAD_IDENTITY"}
 AGENT_AT_USE = DOWNLOAD_AT_USE
 DOWNLOADER_AT_USE = DOWNLOAD_AT_USE

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -199,6 +199,9 @@ class Options:
     # False when the credentials are the cache's own Secret: then only that Secret is used,
     # never the cluster's workload identity (objcreds.store_config).
     identity_allowed: bool = True
+    # The process environment the store clients' settings come from (workload identity, endpoints,
+    # proxies, CA: objcreds.store_config), taken once at the process edge; empty: none of it.
+    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     max_bytes: int | None = None  # refuse before writing when the source is larger (PVC: storage.size)
     concurrency: int = 32  # parallel connections: CDNs cap each one (see bench/download_bench.py)
     blobs_dir: Path | None = None  # content-addressed area for dedup (hard links)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -65,7 +64,7 @@ def config_for(source: Source, options: Options) -> StoreConfig:
         source.scheme,
         bucket,
         options.credentials or {},
-        os.environ,
+        options.store_env,
         options.credentials_from,
         identity_allowed=options.identity_allowed,
     )

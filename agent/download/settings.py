@@ -1,9 +1,9 @@
 """The settings of `praesto-agent download` from its environment: read once, at the process edge.
 
 The PVC-mode Job sets these variables (hooks/pvc_job.py); a user may too. Everything below the
-CLI gets the values through `Options`, never from the environment. The store clients' own
-variables (AWS_*, GOOGLE_*, AZURE_*, proxies) are the one exception: objcreds.store_config reads
-them from the environment it is handed.
+CLI gets the values through `Options`, never from the environment; the store clients' own
+variables (AWS_*, GOOGLE_*, AZURE_*, proxies) reach objcreds.store_config as `store_env`, the
+environment this process started with.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ class DownloadSettings:
     ca_bundle: str | None = None
     # PRAESTO_TERMINATION_LOG: where a finished download writes its result for the sync hook
     termination_log: str | None = None
+    # The whole environment as the process started, for the store clients' settings (workload
+    # identity, endpoints, proxies, CA: objcreds.store_config reads what it knows from it).
+    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DownloadSettings:
@@ -32,4 +35,5 @@ class DownloadSettings:
             hf_token=env.get(names.ENV_HF_TOKEN) or None,
             ca_bundle=env.get(names.ENV_CA_BUNDLE) or None,
             termination_log=env.get(names.ENV_TERMINATION_LOG) or None,
+            store_env=dict(env),
         )

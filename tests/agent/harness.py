@@ -68,6 +68,7 @@ class Env:
             retry_initial=0.2,
             retry_max=1.0,
             watch_backoff=Backoff(0.05, 0.5),
+            store_env=dict(os.environ),  # as praesto-agent run takes it at start (agent/daemon.py)
         )
         config = replace(config, **overrides)
         logs.configure("DEBUG", self.log)
