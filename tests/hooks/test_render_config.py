@@ -112,6 +112,32 @@ def test_config_from_env() -> None:
     assert HooksConfig.from_env({}).downloader_image.startswith("ghcr.io/praesto/praesto:")
 
 
+def test_admission_settings_from_env() -> None:
+    """The admission half of the hooks process's settings (#23 item 3): once, in HooksConfig."""
+    config = HooksConfig.from_env(
+        {
+            "PRAESTO_IMAGE": "r.example/praesto:2",
+            "PRAESTO_ADMISSION_LOOKUPS": "Off",
+            "PRAESTO_LOOKUP_WATCH_TIMEOUT": "30",
+            "PRAESTO_LOOKUP_MAX_STALENESS": "5",
+            "PRAESTO_LOOKUP_COLD_WAIT": "0.3",
+        }
+    )
+    assert (config.image, config.admission_lookups) == ("r.example/praesto:2", False)
+    assert (config.lookup_watch_timeout, config.lookup_max_staleness, config.lookup_cold_wait) == (
+        30,
+        5.0,
+        0.3,
+    )
+    default = HooksConfig.from_env({})
+    assert default.admission_lookups is True and default.image == default.downloader_image
+    assert (default.lookup_watch_timeout, default.lookup_max_staleness, default.lookup_cold_wait) == (
+        300,
+        60.0,
+        2.0,
+    )
+
+
 @pytest.mark.parametrize(
     ("env", "name"),
     [
@@ -121,6 +147,9 @@ def test_config_from_env() -> None:
         ({"PRAESTO_DOWNLOADER_RESOURCES": '{"cpu": 1}'}, "PRAESTO_DOWNLOADER_RESOURCES"),
         ({"PRAESTO_NAMESPACE": "Not A Namespace"}, "PRAESTO_NAMESPACE"),
         ({"PRAESTO_HF_ENDPOINT": "mirror"}, "PRAESTO_HF_ENDPOINT"),
+        ({"PRAESTO_LOOKUP_WATCH_TIMEOUT": "0"}, "PRAESTO_LOOKUP_WATCH_TIMEOUT"),
+        ({"PRAESTO_LOOKUP_MAX_STALENESS": "soon"}, "PRAESTO_LOOKUP_MAX_STALENESS"),
+        ({"PRAESTO_LOOKUP_COLD_WAIT": "-1"}, "PRAESTO_LOOKUP_COLD_WAIT"),
     ],
 )
 def test_config_errors_name_the_variable(env: dict[str, str], name: str) -> None:
