@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from kubernetes import client
 from praesto import reflector
 from praesto.listwatch import ListWatch
 from praesto.reflector import Backoff, Expired, Idle, Reflector
+from tests.support.controlplane import wait_for
 from tests.support.kube import KubeEmulator, kube  # noqa: F401  (fixture)
 
 Obj = dict[str, Any]
@@ -281,14 +282,6 @@ def _node(name: str) -> Obj:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"pool": "a"}}}
 
 
-def eventually(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
 def test_the_edge_lists_watches_goes_idle_and_expires(kube: KubeEmulator) -> None:  # noqa: F811
     kube.create(_node("n1"))
     edge = ListWatch(client.CoreV1Api(kube.api_client()).list_node, watch_seconds=30, idle_seconds=0.5)
@@ -318,16 +311,16 @@ def test_a_reflector_on_the_edge_follows_the_emulator_through_expiry_and_drops(k
     try:
         kube.wait_for_watches(1)
         kube.create(_node("n2"))
-        eventually(lambda: ("", "n2") in ref.items, "an added Node")
+        wait_for("an added Node", lambda: ("", "n2") in ref.items, DEADLINE, interval=0.01)
         kube.drop_watches()
         kube.delete("nodes", "n1")
-        eventually(lambda: ("DELETED", "n1") in seen, "a deletion during the drop")
+        wait_for("a deletion during the drop", lambda: ("DELETED", "n1") in seen, DEADLINE, interval=0.01)
         assert ref.relists == 1  # resumed, not relisted
         kube.wait_for_watches(1)
         kube.expire_watches()
-        eventually(lambda: ref.relists == 2, "a relist after 410")
+        wait_for("a relist after 410", lambda: ref.relists == 2, DEADLINE, interval=0.01)
         kube.create(_node("n3"))
-        eventually(lambda: ("", "n3") in ref.items, "an event after the relist")
+        wait_for("an event after the relist", lambda: ("", "n3") in ref.items, DEADLINE, interval=0.01)
     finally:
         ref.stop()
     assert ref._thread is not None and not ref._thread.is_alive()
