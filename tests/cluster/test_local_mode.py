@@ -6,8 +6,9 @@ Metacontroller ServiceAccount, the agents as the node-agent ServiceAccount.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -29,6 +30,7 @@ from tests.support.metacontroller import (
     decorator_key,
     gone,
 )
+from tests.support.metacontroller_base import Pass
 
 POOL = "test.praesto.io/pool"
 NS = "local-mode"
@@ -47,6 +49,10 @@ def agents(
     ready_node(installed.admin, "local-outside")  # not selected by the cache
     with ExitStack() as stack:
         yield start_agents(stack, installed, hub, tmp_path_factory.mktemp("agents"), NODES)
+
+
+def served_by(beat: Any) -> Callable[[Pass], bool]:
+    return lambda p: p.triggered_by("update", beat)
 
 
 def test_cache_becomes_ready_on_every_selected_node(
@@ -88,9 +94,8 @@ def test_cache_becomes_ready_on_every_selected_node(
     # The agents' last status writes may still be in flight: a pass that also carries one of them
     # is not a pass that changes nothing, so beat again until a pass serves the heartbeat alone.
     for _ in range(5):
-        beat = heartbeat(installed.admin, NODES[0])
         steady = composite.wait_pass(
-            key, lambda p, beat=beat: p.triggered_by("update", beat), 30, "after the heartbeat"
+            key, served_by(heartbeat(installed.admin, NODES[0])), 30, "after the heartbeat"
         )
         if len(steady.reasons) == 1:
             break
