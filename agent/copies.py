@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from praesto.agent.download import api as dlapi
+from praesto.agent.reservations import StoreKey
 
 from praesto import names, store
 from praesto.quantity import parse_duration, parse_quantity
 from praesto.spec import Source, source_from_node_spec
 
 Obj = dict[str, Any]
-Key = tuple[str, str]  # (namespace, ModelCacheNode name): one copy
-StoreKey = tuple[str, str]  # (namespace, cache): one store directory, shared by copies of one cache
+CopyKey = tuple[str, str]  # (namespace, ModelCacheNode name): one copy
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class CacheRef:
     cache_uid: str = ""  # the owning ModelCache's UID (the controller ownerReference); "" when none
 
     @property
-    def key(self) -> Key:
+    def key(self) -> CopyKey:
         return self.namespace, self.name
 
 
@@ -125,15 +125,15 @@ class Copies:
     the agent remembers of each; `lock` guards both maps and every store mutation."""
 
     def __init__(self) -> None:
-        self.objects: dict[Key, Obj] = {}
-        self.states: dict[Key, CacheState] = {}
+        self.objects: dict[CopyKey, Obj] = {}
+        self.states: dict[CopyKey, CacheState] = {}
         self.lock = threading.RLock()
 
-    def get(self, key: Key) -> Obj | None:
+    def get(self, key: CopyKey) -> Obj | None:
         with self.lock:
             return self.objects.get(key)
 
-    def state(self, key: Key) -> CacheState:
+    def state(self, key: CopyKey) -> CacheState:
         with self.lock:
             return self.states.setdefault(key, CacheState())
 
@@ -148,19 +148,19 @@ class Copies:
             if old is not None and resource_version(obj) >= resource_version(old):
                 self.objects[key] = obj
 
-    def seen(self, key: Key, obj: Obj) -> None:
+    def seen(self, key: CopyKey, obj: Obj) -> None:
         """The watch brought `obj`: kept unless an answer to the agent's own write is newer."""
         with self.lock:
             old = self.objects.get(key)
             if old is None or resource_version(obj) >= resource_version(old):
                 self.objects[key] = obj
 
-    def keys_of(self, namespace: str, cache: str) -> list[Key]:
+    def keys_of(self, namespace: str, cache: str) -> list[CopyKey]:
         """The copies (one per ModelCacheNode) whose store directory is `namespace`/`cache`."""
         with self.lock:
             return [k for k, o in self.objects.items() if k[0] == namespace and cache_of(o) == cache]
 
-    def running(self, key: Key) -> Running | None:
+    def running(self, key: CopyKey) -> Running | None:
         with self.lock:
             state = self.states.get(key)
             return None if state is None else state.job

@@ -22,7 +22,7 @@ from praesto.agent.metrics import FROM_LOCAL, METRICS_FROM, AgentMetrics
 from praesto.agent.node_agent import Agent
 from praesto.agent.peers.config import add_peer_arguments, build_peering, check_peer_arguments
 from praesto.agent.reconcile import AgentConfig
-from praesto.agent.warmup import StartupTaint
+from praesto.agent.startup_taint import StartupTaint
 
 from praesto import credscope, names, quota
 from praesto.quantity import QuantityError

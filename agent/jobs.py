@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from praesto.agent import logs
-from praesto.agent.budget.gate import OriginBudget
+from praesto.agent.budget.origin_budget import OriginBudget
 from praesto.agent.copies import CacheRef, Outcome
 from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download import api as dlapi

@@ -6,7 +6,7 @@ ModelCacheNodes as last seen, the per-copy memory, the one store lock),
 `DiskRoom` (room.py: reserve, reservations, eviction), `Removal` (removal.py:
 deletion, the sweep, foreign copies), `JobRunner` (jobs.py: downloads on a pool,
 with the credential policy built once here), `Reconciler` (reconcile.py: events
--> one step per copy) and `PodStartReporter` (podstarts.py). The watch feeds the
+-> one step per copy) and `PodStartReporter` (coldstart_reporter.py). The watch feeds the
 reconciler; the store's base path is locked before anything touches it.
 """
 
@@ -17,15 +17,15 @@ import time
 from collections.abc import Callable
 
 from praesto.agent import baselock, logs
-from praesto.agent.budget.gate import OriginBudget
-from praesto.agent.copies import CacheState, Copies, Key, Obj
+from praesto.agent.budget.origin_budget import OriginBudget
+from praesto.agent.coldstart_reporter import PodStartReporter
+from praesto.agent.copies import CacheState, Copies, CopyKey, Obj
 from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download import api as dlapi
 from praesto.agent.jobs import JobRunner
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.peering import Peering
-from praesto.agent.podstarts import PodStartReporter
 from praesto.agent.reconcile import AgentConfig, Reconciler
 from praesto.agent.removal import Removal
 from praesto.agent.room import DiskRoom
@@ -93,14 +93,14 @@ class Agent:
         self.fatal: str | None = None  # why the agent stopped on its own (another agent holds the store)
 
     @property
-    def objects(self) -> dict[Key, Obj]:
+    def objects(self) -> dict[CopyKey, Obj]:
         return self.copies.objects
 
     @property
-    def states(self) -> dict[Key, CacheState]:
+    def states(self) -> dict[CopyKey, CacheState]:
         return self.copies.states
 
-    def reconcile(self, key: Key) -> None:
+    def reconcile(self, key: CopyKey) -> None:
         """One step for one copy, now (the loop does this for every copy each tick)."""
         self.reconciler.reconcile(key)
 

@@ -25,11 +25,11 @@ from typing import Any
 
 from praesto.agent import baselock, eviction, logs
 from praesto.agent import status as st
-from praesto.agent.copies import CacheRef, CacheState, Copies, Key, Obj, Outcome, progress_record, ref_of
+from praesto.agent.coldstart_reporter import record_copy
+from praesto.agent.copies import CacheRef, CacheState, Copies, CopyKey, Obj, Outcome, progress_record, ref_of
 from praesto.agent.jobs import JobRunner
 from praesto.agent.kube import KubeApi, key_of, short_error
 from praesto.agent.metrics import AgentMetrics
-from praesto.agent.podstarts import record_copy
 from praesto.agent.removal import Removal
 from praesto.agent.room import DiskRoom
 from praesto.agent.status_writer import StatusWriter
@@ -117,7 +117,7 @@ class Reconciler:
                 items = []
             while not self.events.empty():
                 items.append(self.events.get_nowait())
-            dirty: set[Key] = set()
+            dirty: set[CopyKey] = set()
             for kind, payload in items:
                 try:
                     if kind == "dirty":
@@ -150,7 +150,7 @@ class Reconciler:
 
     # ---- reconcile ------------------------------------------------------
 
-    def reconcile(self, key: Key) -> None:
+    def reconcile(self, key: CopyKey) -> None:
         with self.lock:
             obj = self.copies.objects.get(key)
             state = self.copies.state(key)
@@ -262,7 +262,7 @@ class Reconciler:
     def wake(self) -> None:
         self.events.put(("wake", None))
 
-    def _finish(self, outcome: Outcome) -> Key:
+    def _finish(self, outcome: Outcome) -> CopyKey:
         ref = outcome.ref
         with self.lock:
             state = self.copies.state(ref.key)

@@ -14,7 +14,7 @@ import contextlib
 from kubernetes.client.rest import ApiException
 from praesto.agent import eviction, logs
 from praesto.agent import status as st
-from praesto.agent.copies import CacheRef, CacheState, Copies, Key, Obj, cache_of, deleting
+from praesto.agent.copies import CacheRef, CacheState, Copies, CopyKey, Obj, cache_of, deleting
 from praesto.agent.kube import KubeApi, key_of
 from praesto.agent.status_writer import StatusWriter
 
@@ -80,7 +80,7 @@ class Removal:
 
     # ---- deletion ------------------------------------------------------------
 
-    def finalize(self, key: Key, obj: Obj, state: CacheState) -> None:
+    def finalize(self, key: CopyKey, obj: Obj, state: CacheState) -> None:
         finalizers = obj["metadata"].get("finalizers") or []
         if names.FINALIZER_NODE_AGENT not in finalizers:
             return
@@ -113,7 +113,7 @@ class Removal:
         with self.lock:
             self.copies.states.pop(key, None)
 
-    def _shared(self, key: Key, ns: str, cache: str) -> bool:
+    def _shared(self, key: CopyKey, ns: str, cache: str) -> bool:
         """Another live ModelCacheNode of this node uses the same store directory."""
         with self.lock:
             return any(

@@ -14,21 +14,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-Key = tuple[str, str]  # (namespace, cache): one store directory, one staging directory
+StoreKey = tuple[str, str]  # (namespace, cache): one store directory, one staging directory
 
 
 @dataclass
 class Reservations:
     """Bytes each download in flight was promised (its whole size); not thread-safe: hold the room lock."""
 
-    held: dict[Key, int] = field(default_factory=dict)
+    held: dict[StoreKey, int] = field(default_factory=dict)
 
-    def reserve(self, key: Key, nbytes: int) -> None:
+    def reserve(self, key: StoreKey, nbytes: int) -> None:
         self.held[key] = max(0, nbytes)
 
-    def release(self, key: Key) -> None:
+    def release(self, key: StoreKey) -> None:
         self.held.pop(key, None)
 
-    def outstanding(self, written: Callable[[Key], int], excluding: Key | None = None) -> int:
+    def outstanding(self, written: Callable[[StoreKey], int], excluding: StoreKey | None = None) -> int:
         """Bytes promised but not on disk yet: they are free now and will not be soon."""
         return sum(max(0, total - written(key)) for key, total in self.held.items() if key != excluding)

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from praesto.agent import capacity, eviction, logs
-from praesto.agent.copies import CacheRef, Copies, StoreKey, cache_of, deleting
+from praesto.agent.copies import CacheRef, Copies, cache_of, deleting
 from praesto.agent.download import api as dlapi
-from praesto.agent.reservations import Reservations
+from praesto.agent.reservations import Reservations, StoreKey
 
 from praesto import names, store
 from praesto.quota import Quotas

@@ -18,7 +18,7 @@ from typing import Any
 
 from praesto.agent import logs
 from praesto.agent import status as st
-from praesto.agent.copies import CacheRef, Copies, Key, Obj, cache_of, progress_record
+from praesto.agent.copies import CacheRef, Copies, CopyKey, Obj, cache_of, progress_record
 from praesto.agent.kube import KubeApi, is_transient, key_of, short_error
 
 from praesto import names, store
@@ -46,7 +46,7 @@ class StatusWriter:
         self.file_throttle = st.Throttle(min(0.5, progress_seconds))
         self.log = logs.logger("praesto.agent", node=node)
         # Statuses the API server could not take (restarting, unreachable): written again each tick.
-        self._unsent: dict[Key, tuple[Any, ...]] = {}
+        self._unsent: dict[CopyKey, tuple[Any, ...]] = {}
 
     # ---- phases -----------------------------------------------------------------
 
@@ -94,7 +94,7 @@ class StatusWriter:
         with self.copies.lock:
             self._unsent.pop((ns, name), None)
 
-    def set_key(self, key: Key, phase: str, reason: str, message: str) -> None:
+    def set_key(self, key: CopyKey, phase: str, reason: str, message: str) -> None:
         """`set` on the copy as last seen; nothing when it is gone."""
         obj = self.copies.get(key)
         if obj is not None:
@@ -113,7 +113,7 @@ class StatusWriter:
                 except Exception as err:
                     self.log.warning("could not write status", extra={"error": short_error(err)})
 
-    def merge(self, key: Key, fields: Fields) -> None:
+    def merge(self, key: CopyKey, fields: Fields) -> None:
         """Patch these status fields as they are (pod-start accounting); raises when refused."""
         self.copies.keep(self.kube.patch_status(key[0], key[1], fields))
 

@@ -24,7 +24,7 @@ files, cp's source and each program's own files come from disk, so cp is the dis
 read+write limit the downloads share.
 
 Profile (perf record -g and py-spy --nonblocking of `praesto-agent download`, 1 GiB
-uncapped, 2 cores shared with other work; before the Gate in agent/download/engine.py),
+uncapped, 2 cores shared with other work; before PartConcurrency in agent/download/engine.py),
 share of our process's CPU samples:
   * kernel 50%: TCP receive copy and loopback ACK processing ~20% (recv 2.4 calls/MiB,
     already large reads: http.py reads 1 MiB into one reused buffer per thread), pwrite
@@ -35,7 +35,7 @@ share of our process's CPU samples:
   arrived ahead of their file's hashing frontier and were re-read from the page cache to
   be hashed in order (~800 of 1024 MiB pread back), plus 32 threads' GIL hand-offs. Fixed
   costs per run: interpreter start and imports ~0.3 s, plan (model_info + tree) ~0.08 s.
-After: the Gate starts with 4 parts in flight and doubles only while connections are slow
+After: PartConcurrency starts with 4 parts in flight and doubles only while connections are slow
 and the total rate rises with them (capped origins); parts leave the queue in order once a
 slot is free, so each file's next part starts at its frontier and is hashed on the
 receiving thread while cache-hot, files in parallel: pread back fell to ~10 of 1024 MiB,

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from praesto.hooks import v2
+from praesto.hooks import hook_protocol
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.modelcache import sync
 
@@ -196,7 +196,7 @@ def bench_sync(rounds: int = ROUNDS) -> None:
             response = sync(json.loads(body), config, NOW)
             json.dumps(response)
             times[name].append(time.perf_counter() - started)
-            assert v2.check_response("sync", response) == []
+            assert hook_protocol.check_response("sync", response) == []
             assert len(response["children"]) == GPU_NODES
     print(
         f"sync of one cache selecting {GPU_NODES} of {CLUSTER_NODES} Nodes (API-server-shaped), {rounds} interleaved rounds"

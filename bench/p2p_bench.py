@@ -28,7 +28,7 @@ larger model or a higher upload cap makes it a smaller share.
 
 Measured 2026-12-03 on a quiet 2-core machine, `python -m bench.p2p_bench` (defaults),
 seconds to all Ready, median (min-max) of 3 interleaved rounds, one invocation each:
-  before the gate fix (engine.py Gate: a seeder could settle at 4 of 8 connections):
+  before the gate fix (engine.py PartConcurrency: a seeder could settle at 4 of 8 connections):
     1 node 25.37 (25.16-25.70), 2: 26.38 (25.84-26.54), 4: 28.12 (27.86-29.85),
     8: 31.91 (31.40-33.19); 8/1 = 1.26; origin 1.00x in every run
   after it (first window after the start not judged, settling for 5 s, not for good):

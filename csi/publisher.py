@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 from praesto.csi import mounts
-from praesto.csi.podstarts import PodStartRecorder
+from praesto.csi.coldstart_recorder import PodStartRecorder
 from praesto.csi.recovery import CacheLocator, Recovery, rebuild_records
 from praesto.csi.storefs import CsiStore
 from praesto.csi.volume import CsiError, PublishRequest

@@ -14,7 +14,7 @@ follows it), and reads open with O_NOFOLLOW.
     mounts/    driver only: owner root, 0755 (the agent reads mount records)
     used/      owner root, 2775, base path's group: the agent removes a deleted cache's stamp
     requests/  owner root, 2775, base path's group: the agent removes answered requests
-    pods/      owner root, 2775, base path's group: the agent removes reported pod starts (csi/podstarts.py)
+    pods/      owner root, 2775, base path's group: the agent removes reported pod starts (csi/coldstart_recorder.py)
     progress/  the agent's: read only, without following symlinks
 """
 

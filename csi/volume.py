@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import grpc
 
 from praesto import names
-from praesto.podstart import valid_pod
+from praesto.coldstart_record import valid_pod
 
 
 class CsiError(Exception):
@@ -32,7 +32,7 @@ class PublishRequest:
     target_path: str
     namespace: str
     name: str
-    # kubelet-set pod info, only for cold-start accounting (praesto.podstart); "" when absent or malformed
+    # kubelet-set pod info, only for cold-start accounting (praesto.coldstart_record); "" when absent or malformed
     pod_name: str = ""
     pod_uid: str = ""
 

@@ -12,10 +12,10 @@ import time
 from datetime import UTC, datetime
 
 from flask import Flask, Response, g, request
-from praesto.hooks import v2
+from praesto.hooks import hook_protocol
 from praesto.hooks.config import HooksConfig
-from praesto.hooks.gate import DEFAULT_MAX_REQUEST_BYTES
 from praesto.hooks.modelcache import HOOKS, Hook
+from praesto.hooks.whole_request_worker import DEFAULT_MAX_REQUEST_BYTES
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 log = logging.getLogger(__name__)
@@ -31,21 +31,21 @@ def error_response(status: int, message: str) -> Response:
 
 
 def read_json_body() -> object:
-    """The request's JSON, or raises v2.BadRequest with a message saying what is wrong."""
+    """The request's JSON, or raises hook_protocol.BadRequest with a message saying what is wrong."""
     raw = request.get_data(cache=False)
     if not raw:
-        raise v2.BadRequest("request body is empty; send the hook request as JSON")
+        raise hook_protocol.BadRequest("request body is empty; send the hook request as JSON")
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise v2.BadRequest(f"request body is not valid JSON: {err}") from None
+        raise hook_protocol.BadRequest(f"request body is not valid JSON: {err}") from None
 
 
 def _hook_view(name: str, hook: Hook, config: HooksConfig) -> Response:
     try:
         body = read_json_body()
         return json_response(hook(body, config, datetime.now(UTC)))
-    except v2.BadRequest as err:
+    except hook_protocol.BadRequest as err:
         return error_response(400, str(err))
 
 
@@ -85,7 +85,7 @@ def create_app(config: HooksConfig | None = None) -> Flask:
     app.config["PRAESTO_HOOKS_CONFIG"] = config
     # Hook requests carry a cache's children and related objects; a bound keeps a hostile body
     # from exhausting the container's memory. praesto-hooks refuses larger bodies before reading
-    # them (hooks/gate.py) and sets this to its --max-request-bytes; this is the same bound for
+    # them (hooks/whole_request_worker.py) and sets this to its --max-request-bytes; this is the same bound for
     # other WSGI servers.
     app.config["MAX_CONTENT_LENGTH"] = DEFAULT_MAX_REQUEST_BYTES
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from praesto.hooks import v2
+from praesto.hooks import hook_protocol
 
 from praesto import names
 
@@ -132,7 +132,7 @@ def consumer_pods(request: Mapping[str, Any], parent: Mapping[str, Any]) -> list
     label = names.consumer_label_key(str(meta(parent).get("name")))
     return [
         pod
-        for pod in v2.objects(request, "related", v2.POD)
+        for pod in hook_protocol.objects(request, "related", hook_protocol.POD)
         if meta(pod).get("namespace") == namespace
         and (meta(pod).get("labels") or {}).get(label) == "true"  # not the download Job's own Pods
         and section(pod, "status").get("phase") not in TERMINAL_POD_PHASES

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from praesto.hooks import v2
+from praesto.hooks import hook_protocol
 from praesto.hooks.common import Obj, child_metadata, consumer_pods, meta, section
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.local_status import aggregate
@@ -141,12 +141,12 @@ def sync_local(
     config: HooksConfig,
     now: datetime,
 ) -> Obj:
-    nodes = v2.objects(request, "related", v2.NODE)
+    nodes = hook_protocol.objects(request, "related", hook_protocol.NODE)
     pods = consumer_pods(request, parent)
     wanted = set(selected_nodes(nodes, spec.node_selector))
     demand = demand_nodes(pods) - wanted
     node_names = sorted(wanted | demand)
-    observed = v2.objects(request, "children", v2.MODELCACHENODE)
+    observed = hook_protocol.objects(request, "children", hook_protocol.MODELCACHENODE)
     # Status first: the children derive from the status this response reports.
     status = aggregate(parent, spec, node_names, len(demand), observed, now)
     source = pinned_source(spec, status).to_dict()

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from praesto.hooks import podstarts
+from praesto.hooks import coldstart_summary
 from praesto.hooks.common import (
     READY,
     Obj,
@@ -184,7 +184,7 @@ def aggregate(
         }
     if last_used:
         out["lastUsedTime"] = format_time(last_used)
-    pod_starts = podstarts.summarize(status for _, status in statuses)
+    pod_starts = coldstart_summary.summarize(status for _, status in statuses)
     if pod_starts:
         out["podStarts"] = pod_starts
     reason, message = _ready_reason(

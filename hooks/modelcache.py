@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from praesto.hooks import v2
+from praesto.hooks import hook_protocol
 from praesto.hooks.common import (
     READY,
     Obj,
@@ -47,7 +47,7 @@ def customize(request: Any, config: HooksConfig, now: datetime) -> Obj:
     informer only wakes this parent for Nodes it cares about. An unparsable
     selector selects nothing; sync then reports the spec error.
     """
-    parent = v2.parent_of(request)
+    parent = hook_protocol.parent_of(request)
     parent_meta = meta(parent)
     cache = str(parent_meta["name"])
     namespace = str(parent_meta.get("namespace") or "")
@@ -180,7 +180,11 @@ def quota_excess(request: Mapping[str, Any], parent: Mapping[str, Any], config: 
     if limit is None:
         return None
     name = str(meta(parent)["name"])
-    siblings = [c for c in v2.objects(request, "related", v2.MODELCACHE) if meta(c).get("name") != name]
+    siblings = [
+        c
+        for c in hook_protocol.objects(request, "related", hook_protocol.MODELCACHE)
+        if meta(c).get("name") != name
+    ]
     excess = quota.excess_in_creation_order([*siblings, parent], name, limit)
     if excess is None:
         return None
@@ -192,7 +196,7 @@ def quota_excess(request: Mapping[str, Any], parent: Mapping[str, Any], config: 
 
 
 def sync(request: Any, config: HooksConfig, now: datetime) -> Obj:
-    parent = v2.parent_of(request)
+    parent = hook_protocol.parent_of(request)
     try:
         spec = parse_parent(parent)
     except InvalidSpec as err:
@@ -246,8 +250,8 @@ def finalize(request: Any, config: HooksConfig, now: datetime) -> Obj:
     `ignoreStatusChanges` filter lets deleting parents through), and a pass reading a cache one
     write behind would put the older status back, then the newer, for ever (issue 22).
     """
-    parent = v2.parent_of(request)
-    copies = v2.objects(request, "children", v2.MODELCACHENODE)
+    parent = hook_protocol.parent_of(request)
+    copies = hook_protocol.objects(request, "children", hook_protocol.MODELCACHENODE)
     remaining = len(copies)
     ready = sum(1 for c in copies if section(c, "status").get("phase") == names.PHASE_READY)
     before = previous_status(parent)

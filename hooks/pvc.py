@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from praesto.hooks import pvc_pod, v2
+from praesto.hooks import hook_protocol, pvc_pod
 from praesto.hooks.common import (
     READY,
     Obj,
@@ -110,8 +110,8 @@ def sync_pvc(
     cache = str(meta(parent)["name"])
     consumers = len(consumer_pods(request, parent))
     last_used = _last_used(before, consumers, config, now)
-    jobs = v2.objects(request, "children", v2.JOB)
-    pvcs = v2.objects(request, "children", v2.PVC)
+    jobs = hook_protocol.objects(request, "children", hook_protocol.JOB)
+    pvcs = hook_protocol.objects(request, "children", hook_protocol.PVC)
     job = jobs[0] if jobs else None
     pvc = pvcs[0] if pvcs else None
 

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from praesto.hooks import v2
+from praesto.hooks import hook_protocol
 from praesto.hooks.common import meta, section
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its Pods
@@ -28,7 +28,7 @@ def job_pods(request: Mapping[str, Any], namespace: str, job_name: str) -> list[
     """The download Job's Pods among the related Pods, newest first."""
     pods = [
         p
-        for p in v2.objects(request, "related", v2.POD)
+        for p in hook_protocol.objects(request, "related", hook_protocol.POD)
         if meta(p).get("namespace") == namespace
         and (meta(p).get("labels") or {}).get(JOB_NAME_LABEL) == job_name
     ]
@@ -68,7 +68,7 @@ def missing_service_account(request: Mapping[str, Any], namespace: str, name: st
     """The message when the downloader's ServiceAccount (workload identity) does not exist."""
     if not name:
         return None
-    for account in v2.objects(request, "related", v2.SERVICE_ACCOUNT):
+    for account in hook_protocol.objects(request, "related", hook_protocol.SERVICE_ACCOUNT):
         if meta(account).get("name") == name and meta(account).get("namespace") == namespace:
             return None
     return (

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from praesto.hooks import v2
+from praesto.hooks import hook_protocol
 from praesto.hooks.common import parse_time
 from praesto.hooks.config import ConfigError, HooksConfig
 from praesto.hooks.modelcache import parse_parent, sync
@@ -90,10 +90,19 @@ def request_for(cache: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str,
     return {
         "controller": {},
         "parent": cache,
-        "children": {key: {} for key in (v2.MODELCACHENODE, v2.PVC, v2.JOB, v2.ROLE, v2.ROLEBINDING)},
+        "children": {
+            key: {}
+            for key in (
+                hook_protocol.MODELCACHENODE,
+                hook_protocol.PVC,
+                hook_protocol.JOB,
+                hook_protocol.ROLE,
+                hook_protocol.ROLEBINDING,
+            )
+        },
         "related": {
-            v2.NODE: {n["metadata"]["name"]: n for n in nodes},
-            v2.POD: {},
+            hook_protocol.NODE: {n["metadata"]["name"]: n for n in nodes},
+            hook_protocol.POD: {},
         },
         "finalizing": False,
     }

@@ -19,8 +19,8 @@ from gunicorn.app.base import BaseApplication
 from praesto.hooks.admission.http import CONFIG_REQUIRE_CLIENT_CERT
 from praesto.hooks.app import create_app
 from praesto.hooks.config import ConfigError, HooksConfig
-from praesto.hooks.gate import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REQUEST_TIMEOUT
-from praesto.hooks.gate import settings as gate_settings
+from praesto.hooks.whole_request_worker import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REQUEST_TIMEOUT
+from praesto.hooks.whole_request_worker import settings as worker_settings
 
 
 class HooksServer(BaseApplication):  # type: ignore[misc]
@@ -97,8 +97,8 @@ def gunicorn_options(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers,
         "threads": args.threads,
         # Handshake, head and body are read on the worker's event loop under a deadline and a
-        # size limit; a pool thread only sees a complete request (hooks/gate.py).
-        **gate_settings(args.max_request_bytes, args.request_timeout),
+        # size limit; a pool thread only sees a complete request (hooks/whole_request_worker.py).
+        **worker_settings(args.max_request_bytes, args.request_timeout),
         "timeout": args.timeout,
         "graceful_timeout": 10,
         "errorlog": "-",

@@ -46,7 +46,7 @@ ANNOTATION_SCHEDULING = "praesto.io/scheduling"
 DEFAULT_MOUNT_PATH = "/models"
 
 FINALIZER_NODE_AGENT = "praesto.io/node-agent"
-# The taint a node joins with until its warmNewNodes caches are on disk (agent/warmup.py);
+# The taint a node joins with until its warmNewNodes caches are on disk (agent/startup_taint.py);
 # the chart's nodeAgent.startupTaint.key defaults to it.
 DEFAULT_STARTUP_TAINT_KEY = "praesto.io/warming"
 # Reason the agent records (ModelCacheNode status.startupTaint) when the deadline lifted the taint

@@ -31,7 +31,7 @@ AGENT: tuple[Permission, ...] = (
     Permission("", "events", ("create", "patch")),
     # Peers: the serving agent checks the asking agent's Pod-bound token (agent/peers/identity.py).
     Permission("authentication.k8s.io", "tokenreviews", ("create",), namespaced=False),
-    # Warm before schedulable (agent/warmup.py): lifting the startup taint from its own Node (the
+    # Warm before schedulable (agent/startup_taint.py): lifting the startup taint from its own Node (the
     # chart's ValidatingAdmissionPolicy allows no more).
     Permission("", "nodes", ("get", "patch"), namespaced=False),
 )

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Obj = dict[str, Any]
-Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
+ObjectKey = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 ListFn = Callable[[], tuple[list[Obj], str]]
 WatchFn = Callable[[str], Iterable[Obj]]
 
@@ -97,7 +97,7 @@ class Backoff:
         self.attempts = 0
 
 
-def key_of(obj: Obj) -> Key:
+def key_of(obj: Obj) -> ObjectKey:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
@@ -145,7 +145,7 @@ class Reflector:
         self.relist_every = relist_every
         self.log = logger or log
         self.clock = clock
-        self.items: dict[Key, Any] = {}  # replaced whole on a relist: readers may hold the old dict
+        self.items: dict[ObjectKey, Any] = {}  # replaced whole on a relist: readers may hold the old dict
         self.synced = threading.Event()  # set by the first successful list
         self.resource_version: str | None = None  # None: the next step is a list
         self.relists = 0  # lists made, the first included

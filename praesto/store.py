@@ -11,7 +11,7 @@ both DNS labels, so they never contain `_` or start with `.`):
     <base>/.praesto/used/<ns>_<name>    mtime = last unmount (lastUsedTime)
     <base>/.praesto/requests/<ns>_<name>.json   CSI asks the agent to (re)hydrate
     <base>/.praesto/progress/<ns>_<name>.json   agent tells the CSI driver how far it got
-    <base>/.praesto/pods/<hash>.json    CSI: when a Pod first asked for a cache and got it (praesto.podstart)
+    <base>/.praesto/pods/<hash>.json    CSI: when a Pod first asked for a cache and got it (praesto.coldstart_record)
     <base>/.praesto/copies/<ns>_<name>.json     agent: where the bytes of the current copy came from
 
 The agent is the only writer of cache directories, staging, blobs, progress and

@@ -7,8 +7,8 @@ import os
 
 from kubernetes import client
 from praesto.agent.budget import slots
-from praesto.agent.budget.gate import BudgetConfig, OriginBudget
 from praesto.agent.budget.leases import LeaseApi
+from praesto.agent.budget.origin_budget import BudgetConfig, OriginBudget
 
 from praesto import names
 from praesto.quantity import QuantityError, parse_quantity

@@ -11,7 +11,7 @@ from praesto.agent.download.api import ByteSource, DownloadCancelled, Target
 from praesto.agent.download.http import Transient
 
 if TYPE_CHECKING:
-    from praesto.agent.budget.gate import OriginBudget
+    from praesto.agent.budget.origin_budget import OriginBudget
 
 Sink = Callable[[int, memoryview], None]
 

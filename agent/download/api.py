@@ -178,7 +178,7 @@ class ByteSource(Protocol):
     def close(self) -> None: ...
 
 
-class OriginGate(Protocol):
+class OriginThrottle(Protocol):
     """What stands between a download and its origin (the cluster-wide budget, agent/budget).
 
     `wrap` gets the origin's byte source (`ByteSource`) and returns one that
@@ -216,7 +216,7 @@ class Options:
     memory_budget: int = 32 << 20  # out-of-order bytes held for in-order hashing before re-reading
     checkpoint_seconds: float = 1.0  # how often completed parts are fsync'd and journaled
     peers: PartSource | None = None  # other nodes' copies, tried before the origin per range
-    origin: OriginGate | None = None  # the cluster's origin budget (praesto.agent.budget); None: ungated
+    origin: OriginThrottle | None = None  # the cluster's origin budget (praesto.agent.budget); None: ungated
     # The owning ModelCache's UID, recorded in the manifest: the agent trusts a complete copy only
     # for that cache (praesto.store.copy_mismatch). Empty for `praesto-agent download` (pre-baking).
     cache_uid: str = ""

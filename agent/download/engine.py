@@ -4,7 +4,7 @@ Work is a queue of (file, part) items served by `concurrency` threads, each with
 own keep-alive connections. Large files are split into `part_size` ranges, written
 with `pwrite` into preallocated files and hashed as they arrive (see hashing.py);
 their parts are interleaved across files so several files hash on several cores.
-How many parts are in flight adapts (Gate): a few while each connection is fast, so
+How many parts are in flight adapts (PartConcurrency): a few while each connection is fast, so
 each file's bytes mostly arrive at its hashing frontier and are hashed on the
 receiving thread while cache-hot; up to `concurrency` when connections are slow
 (a CDN's per-connection cap), where more connections mean more bytes per second.
@@ -72,7 +72,9 @@ SLOW_CONNECTION = 64e6  # bytes/s: a connection slower than this may be capped b
 RATE_WINDOW = 0.3  # seconds over which rates are judged
 WIDEN_GAIN = 1.3  # doubling the connections must raise the total rate this much to be kept
 BUSY_CPU = 0.8  # the machine's CPUs busier than this over a window: more connections cannot help
-SETTLE_SECONDS = 5.0  # a settled gate may probe again after this: one window's verdict can be noise
+SETTLE_SECONDS = (
+    5.0  # a settled PartConcurrency may probe again after this: one window's verdict can be noise
+)
 
 
 class CpuMeter:
@@ -99,7 +101,7 @@ class CpuMeter:
         return 1.0 - (now[1] - last[1]) / (now[0] - last[0])
 
 
-class Gate:
+class PartConcurrency:
     """How many parts are fetched at once: starts at `start`, doubles towards `limit` while that pays.
 
     Why not always `limit`: on a fast origin a few connections already saturate the CPU,
@@ -112,7 +114,7 @@ class Gate:
     the connections) it halves back and settles. Before doubling it also asks `busy`
     (the machine's CPU busy fraction over the window): when the CPUs are already nearly
     all busy, slow connections mean the CPU is the limit (loopback, a small node), not
-    the origin, and the gate settles where it is.
+    the origin, and it settles where it is.
 
     The first window after the start is not judged (connections are starting, and a
     capped origin sends each request's first bytes in a burst, which inflated the rate
@@ -237,7 +239,7 @@ class Engine:
             endpoint, options.token, ca_bundle=options.ca_bundle
         )
         self.budget = MemoryBudget(options.memory_budget)
-        self.gate = Gate(START_CONNECTIONS, options.concurrency, busy=CpuMeter())
+        self.concurrency = PartConcurrency(START_CONNECTIONS, options.concurrency, busy=CpuMeter())
         self._meter = threading.local()  # per connection: bytes and seconds towards the next rate
         self.journal = Journal(staging, {"revision": plan.revision, "partSize": options.part_size, "v": 1})
         self.result = Result(plan)
@@ -324,11 +326,11 @@ class Engine:
     # ---- running ---------------------------------------------------------------------
     def run(self) -> None:
         self._report()
-        self.gate.mark(self.done)
+        self.concurrency.mark(self.done)
         order = sorted(self.jobs, key=lambda j: -j.file.size)
         large = [j for j in order if len(j.parts) > 1]
         depth = max((len(j.parts) for j in large), default=0)
-        # Whole small files first: they take no gate slot, so they overlap the large files'
+        # Whole small files first: they take no concurrency slot, so they overlap the large files'
         # first parts; then parts interleaved across files: several hashers at once.
         items: list[tuple[FileJob, int]] = [(j, 0) for j in order if len(j.parts) == 1]
         for index in range(depth):
@@ -377,16 +379,16 @@ class Engine:
             self.transport.close()
 
     def _next(self) -> bool:
-        """Fetch one queued part; False at the end. The gate is passed before the queue is
+        """Fetch one queued part; False at the end. A concurrency slot is taken before the queue is
         read, so parts leave the queue in order: each file's next part starts at its frontier."""
-        self.gate.enter()
+        self.concurrency.enter()
         gated = True
         try:
             if (item := self._queue.get()) is None:
                 return False
             if len(item[0].parts) == 1:  # a whole file hashes in order anyway: no slot needed
                 gated = False
-                self.gate.leave()
+                self.concurrency.leave()
             try:
                 if self._error is None and not self.options.cancel.is_set():
                     self._fetch_part(*item)
@@ -402,7 +404,7 @@ class Engine:
             return True
         finally:
             if gated:
-                self.gate.leave()
+                self.concurrency.leave()
 
     def _resolve_url(self, f: RemoteFile) -> str:
         return f"{self.endpoint}/{self.plan.source.location}/resolve/{self.plan.revision}/{quote(f.path)}"
@@ -434,7 +436,7 @@ class Engine:
                 meter[0] += len(chunk)
                 meter[1] += now - last[0]
                 if meter[1] >= RATE_WINDOW:
-                    self.gate.observe(meter[0], meter[1], self.done)
+                    self.concurrency.observe(meter[0], meter[1], self.done)
                     meter[0], meter[1] = 0, 0.0
             last[0] = now
 

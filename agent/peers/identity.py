@@ -1,6 +1,6 @@
 """Who is asking, and may that node read this cache: TokenReview and ModelCacheNode grants.
 
-`Gate` runs, for every peer request:
+`PeerAuthorizer` runs, for every peer request:
 
 1. the token (auth.py), by TokenReview with this node's own audience
    (`names.peer_audience(node)`), so a token minted for another node is refused:
@@ -153,7 +153,7 @@ class Identities:
         return node if spec.get("nodeName") == node and spec.get("modelCacheName") == cache else ""
 
 
-class Gate:
+class PeerAuthorizer:
     """Everything a peer request must pass before any byte of a cache is read for it."""
 
     def __init__(self, identities: Identities) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 from kubernetes import client
 from praesto.agent.download.api import DownloadCancelled, Options, Plan
 from praesto.agent.peers.auth import Credentials, Pod, TokenMinter
-from praesto.agent.peers.identity import Gate, Identities
+from praesto.agent.peers.identity import Identities, PeerAuthorizer
 from praesto.agent.peers.server import Limits, PeerServer
 from praesto.agent.peers.source import PeerSource, Tuning
 
@@ -74,8 +74,8 @@ class Peering:
         self.custom = client.CustomObjectsApi(api)
         self.node_name = node_name
         self.credentials = Credentials(node_name, TokenMinter(api, config.pod))
-        self.gate = Gate(Identities(api, config.service_account, node_name))
-        self.server = PeerServer(layout, self.gate, config.bind, config.limits)
+        self.authorizer = PeerAuthorizer(Identities(api, config.service_account, node_name))
+        self.server = PeerServer(layout, self.authorizer, config.bind, config.limits)
         self.address = config.address or self.server.address
 
     def start(self) -> None:

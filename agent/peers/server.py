@@ -15,7 +15,7 @@ says what this node can serve of that revision (`{"complete": true}`, or the
 part size and, per file, "all" or the journaled part indices), so askers can
 pick parts from every peer that has them (swarm.py).
 
-Every request passes `identity.Gate` first: the asking Pod's token minted for
+Every request passes `identity.PeerAuthorizer` first: the asking Pod's token minted for
 this node's audience, whose TokenReview names the asking node (401), and a
 ModelCacheNode of the cache on that node (403). A node-wide cap on concurrent uploads (503 + Retry-After beyond it)
 and on bytes/s keep a node's disk and NIC for its own Pods. Connections are
@@ -44,7 +44,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from praesto.agent.peers.conns import Connections, refusal
-from praesto.agent.peers.identity import Gate, Refused
+from praesto.agent.peers.identity import PeerAuthorizer, Refused
 from praesto.agent.peers.inflight import Flight, InFlight, Written
 from praesto.agent.peers.limits import Limits as Limits  # re-exported: callers import it from here
 from praesto.agent.peers.limits import RateLimiter
@@ -74,19 +74,23 @@ def parts_path(namespace: str, cache: str, revision: str) -> str:
 
 
 class PeerServer(ThreadingHTTPServer):
-    """`PeerServer(layout, gate, (host, port))`, then `start()`; `stop()` also cuts open transfers."""
+    """`PeerServer(layout, authorizer, (host, port))`, then `start()`; `stop()` also cuts open transfers."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 64
 
     def __init__(
-        self, layout: StoreLayout, gate: Gate, address: tuple[str, int], limits: Limits | None = None
+        self,
+        layout: StoreLayout,
+        authorizer: PeerAuthorizer,
+        address: tuple[str, int],
+        limits: Limits | None = None,
     ) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
         self.layout = layout
-        self.gate = gate
+        self.authorizer = authorizer
         self.limits = limits or Limits()
         self.uploads = threading.BoundedSemaphore(max(1, self.limits.max_uploads))
         self.rate = RateLimiter(self.limits.rate)
@@ -226,7 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         raw = urlsplit(self.path).path
         try:
-            node = self.server.gate.authenticate(self.headers.get("Authorization"))
+            node = self.server.authorizer.authenticate(self.headers.get("Authorization"))
             match = _ROUTE.match(raw) or _PARTS.match(raw)
             if match is None:
                 raise Refused(
@@ -235,7 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
             namespace, cache, revision = (unquote(g) for g in match.groups()[:3])
             if not (names.is_dns_label(namespace) and names.is_dns_label(cache)):
                 raise Refused(404, f"{namespace}/{cache}: not a cache name")
-            self.server.gate.authorise(node, namespace, cache)
+            self.server.authorizer.authorise(node, namespace, cache)
         except Refused as refused:
             return self._error(refused.status, refused.message, retry_after="1" * (refused.status == 503))
         if match.re is _PARTS:

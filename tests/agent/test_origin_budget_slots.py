@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from praesto.agent.budget import gate, slots
+from praesto.agent.budget import origin_budget, slots
 from praesto.agent.budget.slots import GLOBAL, Cooldown, Pace
 from praesto.agent.download.api import Options, Plan
 
@@ -181,9 +181,9 @@ def test_an_object_store_origin_is_its_bucket_at_its_endpoint(monkeypatch: pytes
     for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "S3_ENDPOINT", "PRAESTO_WORKLOAD_IDENTITY"):
         monkeypatch.delenv(key, raising=False)
     plan = Plan(Source("s3", "models/llama"), "v1", ())
-    aws = gate.origin_host(plan, Options())
+    aws = origin_budget.origin_host(plan, Options())
     own = {"AWS_ACCESS_KEY_ID": "AKIA0000", "AWS_SECRET_ACCESS_KEY": "x" * 20}
-    minio = gate.origin_host(
+    minio = origin_budget.origin_host(
         plan, Options(credentials={**own, "AWS_ENDPOINT_URL": "https://MinIO.tenant.example:9000"})
     )
     assert aws == "s3://default/models"
@@ -191,6 +191,6 @@ def test_an_object_store_origin_is_its_bucket_at_its_endpoint(monkeypatch: pytes
     assert slots.claim_name(aws, "node-a") != slots.claim_name(minio, "node-a")
     assert slots.host_lease_name(aws) != slots.host_lease_name(minio)  # nor its Retry-After
     other_prefix = Plan(Source("s3", "models/mistral"), "v1", ())
-    assert gate.origin_host(other_prefix, Options()) == aws  # one bucket at one endpoint: one origin
+    assert origin_budget.origin_host(other_prefix, Options()) == aws  # one bucket at one endpoint: one origin
     hub = Plan(Source("hf", "org/m"), "c" * 40, ())
-    assert gate.origin_host(hub, Options(endpoint="https://hub.example:8443/")) == "hub.example:8443"
+    assert origin_budget.origin_host(hub, Options(endpoint="https://hub.example:8443/")) == "hub.example:8443"

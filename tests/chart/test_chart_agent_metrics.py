@@ -19,8 +19,8 @@ import helm_python as helm
 import pytest
 from praesto.agent import cli as agent_cli
 from praesto.agent import daemon
+from praesto.agent.coldstart_reporter import PodStartMetrics
 from praesto.agent.metrics import AgentMetrics, is_local
-from praesto.agent.podstarts import PodStartMetrics
 
 from tests.support.helm_chart import RELEASE, one, render, render_objects
 

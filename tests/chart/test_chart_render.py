@@ -378,7 +378,7 @@ def test_node_daemonset_mounts_and_privileges() -> None:
     values = VALUE_SETS["custom-basepath-nodeselector"]
     pod = one(render_objects(values), "DaemonSet")["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {names.LABEL_CACHE_NODE: "true"}
-    # the admin's tolerations, plus the startup taint the agent itself lifts (agent/warmup.py)
+    # the admin's tolerations, plus the startup taint the agent itself lifts (agent/startup_taint.py)
     startup = {"key": names.DEFAULT_STARTUP_TAINT_KEY, "operator": "Exists"}
     assert pod["tolerations"] == [*values["nodeAgent"]["tolerations"], startup]
     agent = next(c for c in pod["containers"] if c["name"] == "agent")

@@ -149,7 +149,7 @@ def test_the_policy_is_rendered_from_the_shared_names(installed: Installed) -> N
 def test_an_agent_may_only_lift_the_startup_taint_from_its_own_node(
     agent_a: client.CustomObjectsApi, installed: Installed
 ) -> None:
-    # Issue 15: the agent lifts the startup taint (agent/warmup.py); RBAC grants nodes patch cluster-wide.
+    # Issue 15: the agent lifts the startup taint (agent/startup_taint.py); RBAC grants nodes patch cluster-wide.
     startup = {"key": names.DEFAULT_STARTUP_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
     other = {"key": "example.com/dedicated", "value": "gpu", "effect": "NoSchedule"}
     admin = client.CoreV1Api(installed.admin.api)

@@ -1,6 +1,6 @@
 """Peers, per-node identity both ways (issue 12, and issue 21 item 12), on the real API server.
 
-Real peer servers (the production `Gate`: TokenReview with the server's own node
+Real peer servers (the production `PeerAuthorizer`: TokenReview with the server's own node
 audience, then a ModelCacheNode lookup) run with the agent ServiceAccount's own
 client, bound to the agent Pod the chart's DaemonSet would run on their node. The
 asking agent mints its tokens itself through the real TokenRequest API
@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from praesto.agent.peers import auth
-from praesto.agent.peers.identity import Gate, Identities
+from praesto.agent.peers.identity import Identities, PeerAuthorizer
 from praesto.agent.peers.server import PeerServer, file_path
 
 from praesto import names
@@ -85,8 +85,8 @@ def world(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Ite
         layout = StoreLayout(Path(tmp_path_factory.mktemp(node)))
         make_cache(layout, TENANT, "placed")
         make_cache(layout, TENANT, "elsewhere")
-        gate = Gate(Identities(apis[node], f"{NAMESPACE}/{AGENT_SA}", node))
-        servers[node] = PeerServer(layout, gate, ("127.0.0.1", 0)).start()
+        authorizer = PeerAuthorizer(Identities(apis[node], f"{NAMESPACE}/{AGENT_SA}", node))
+        servers[node] = PeerServer(layout, authorizer, ("127.0.0.1", 0)).start()
     try:
         yield World(installed, servers, pods, apis)
     finally:

@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 from kubernetes import client
-from praesto.agent.podstarts import REASON_HIT, REASON_MISS
+from praesto.agent.coldstart_reporter import REASON_HIT, REASON_MISS
 
 from praesto import names
 from tests.cluster.agents import AgentProcess, agent_metric

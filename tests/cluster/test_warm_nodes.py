@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from praesto.agent.warmup import REASON_DEADLINE, REASON_WAITING, REASON_WARM
+from praesto.agent.startup_taint import REASON_DEADLINE, REASON_WAITING, REASON_WARM
 
 from praesto import names
 from praesto.store import StoreLayout

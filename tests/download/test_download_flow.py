@@ -1,4 +1,4 @@
-"""How many parts are in flight (engine.Gate), and sinks fed whole parts at once.
+"""How many parts are in flight (engine.PartConcurrency), and sinks fed whole parts at once.
 
 The gate keeps a few connections while each is fast (less CPU per byte: a file's
 parts arrive at its hashing frontier) and doubles them while the origin caps each
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from praesto.agent.download import download, plan
 from praesto.agent.download.api import RemoteFile, Sink
-from praesto.agent.download.engine import RATE_WINDOW, START_CONNECTIONS, CpuMeter, Engine, Gate
+from praesto.agent.download.engine import RATE_WINDOW, START_CONNECTIONS, CpuMeter, Engine, PartConcurrency
 from praesto.agent.download.publish import publish, staging_for
 
 from praesto.spec import Source
@@ -32,17 +32,17 @@ class Clock:
 
 
 def test_fast_connections_never_widen_the_gate() -> None:
-    gate = Gate(4, 32, slow=64e6, clock=Clock())
+    gate = PartConcurrency(4, 32, slow=64e6, clock=Clock())
     for done in range(0, 10 * 2**30, 2**30):
         gate.observe(int(100e6 * RATE_WINDOW), RATE_WINDOW, done)
     assert (gate.allowed, gate.peak, gate.settled) == (4, 4, False)
 
 
 class CappedDownload:
-    """Drives a Gate window by window: each connection at `per_connection` bytes/s (a capped
+    """Drives a PartConcurrency window by window: each connection at `per_connection` bytes/s (a capped
     origin), the total at whatever rate a window is given."""
 
-    def __init__(self, gate: Gate, clock: Clock, per_connection: float) -> None:
+    def __init__(self, gate: PartConcurrency, clock: Clock, per_connection: float) -> None:
         self.gate, self.clock, self.done = gate, clock, 0
         self.slow = (int(per_connection * RATE_WINDOW), RATE_WINDOW)
         gate.mark(0)  # the download starts
@@ -55,7 +55,7 @@ class CappedDownload:
 
 def test_slow_connections_double_the_gate_while_the_total_rate_rises_then_it_settles() -> None:
     clock = Clock()
-    gate = Gate(4, 32, slow=64e6, clock=clock)
+    gate = PartConcurrency(4, 32, slow=64e6, clock=clock)
     run = CappedDownload(gate, clock, 10e6)  # 10 MB/s: a capped connection
     run.window(60e6)  # connections starting (a burst per request): not judged
     assert gate.allowed == 4
@@ -73,7 +73,7 @@ def test_a_settled_gate_probes_again_later() -> None:
     """A verdict from one window can be wrong (bursts at request starts inflate a window's
     rate): a gate settled too low on a capped origin tries again after SETTLE_SECONDS."""
     clock = Clock()
-    gate = Gate(4, 8, slow=64e6, clock=clock)
+    gate = PartConcurrency(4, 8, slow=64e6, clock=clock)
     run = CappedDownload(gate, clock, 2.5e6)
     run.window(60e6)  # starting: not judged
     run.window(30e6)  # still far more than 4 capped connections carry (bursts, a noisy window)
@@ -88,7 +88,7 @@ def test_a_settled_gate_probes_again_later() -> None:
 
 def test_the_gate_stops_at_its_limit() -> None:
     clock = Clock()
-    gate = Gate(4, 6, slow=64e6, clock=clock)
+    gate = PartConcurrency(4, 6, slow=64e6, clock=clock)
     gate.mark(0)
     for done in (10**6, 2 * 10**6):  # the start's window, then a judged one
         clock.now += RATE_WINDOW
@@ -100,7 +100,7 @@ def test_slow_connections_on_busy_cpus_do_not_widen_the_gate() -> None:
     # Loopback or a small node: each of 4 connections is "slow" only because the CPUs are
     # full (receive copies, sha256); more sockets would cost CPU per byte, not add bytes/s.
     clock = Clock()
-    gate = Gate(4, 32, slow=64e6, clock=clock, busy=lambda: 0.95)
+    gate = PartConcurrency(4, 32, slow=64e6, clock=clock, busy=lambda: 0.95)
     gate.mark(0)
     for done in (int(200e6 * RATE_WINDOW), int(400e6 * RATE_WINDOW)):  # the start's window, then a judged one
         clock.now += RATE_WINDOW
@@ -140,10 +140,10 @@ def test_a_capped_origin_gets_more_connections(hub: LocalHub, tmp_path: Path) ->
     engine = _engine(hub, "org/capped", dest, part_size=4 * MiB, concurrency=8)
     # About the origin's cap: how busy other test workers keep this machine's CPUs (which
     # would rightly stop the gate widening) is not what this test is about.
-    engine.gate.busy = lambda: 0.0
+    engine.concurrency.busy = lambda: 0.0
     _run(engine, dest)
     assert tree_of(dest) == files
-    assert engine.gate.peak > START_CONNECTIONS
+    assert engine.concurrency.peak > START_CONNECTIONS
 
 
 def test_a_fast_origin_keeps_few_connections_and_hashes_from_the_network(
@@ -157,7 +157,7 @@ def test_a_fast_origin_keeps_few_connections_and_hashes_from_the_network(
     assert tree_of(dest) == files
     # Never more than START_CONNECTIONS parts at once unless a connection ran slow for a
     # whole window (possible on a loaded machine), and then only while that paid.
-    assert engine.gate.allowed <= START_CONNECTIONS * 2
+    assert engine.concurrency.allowed <= START_CONNECTIONS * 2
     assert engine.result.bytes_from_origin == sum(len(d) for d in files.values())
 
 

@@ -6,7 +6,7 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
-from praesto.hooks import v2
+from praesto.hooks import hook_protocol
 
 from praesto import names
 
@@ -152,15 +152,22 @@ def sync_request(
     finalizing: bool = False,
 ) -> Obj:
     groups: dict[str, list[Obj]] = {
-        k: [] for k in (v2.MODELCACHENODE, v2.PVC, v2.JOB, v2.ROLE, v2.ROLEBINDING)
+        k: []
+        for k in (
+            hook_protocol.MODELCACHENODE,
+            hook_protocol.PVC,
+            hook_protocol.JOB,
+            hook_protocol.ROLE,
+            hook_protocol.ROLEBINDING,
+        )
     }
     for child in children or []:
-        groups[v2.group_key(child["kind"], child["apiVersion"])].append(child)
+        groups[hook_protocol.group_key(child["kind"], child["apiVersion"])].append(child)
     return {
         "controller": CONTROLLER,
         "parent": parent,
         "children": {key: _keyed(objs) for key, objs in groups.items()},
-        "related": {v2.NODE: _keyed(nodes or [], False), v2.POD: _keyed(pods or [])},
+        "related": {hook_protocol.NODE: _keyed(nodes or [], False), hook_protocol.POD: _keyed(pods or [])},
         "finalizing": finalizing,
     }
 

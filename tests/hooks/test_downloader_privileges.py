@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from praesto.hooks import modelcache, v2
+from praesto.hooks import hook_protocol, modelcache
 from praesto.hooks.admission import review
 from praesto.hooks.admission.lookup import StaticLookups
 from praesto.hooks.admission.validate import validate
@@ -48,7 +48,7 @@ def spec_with(context: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("context", RAISING, ids=lambda c: next(iter(c)))
 def test_the_sync_hook_emits_no_job_for_it(context: dict[str, Any]) -> None:
     response = modelcache.sync(sync_request(mc("evil", spec_with(context))), CONFIG, NOW)
-    assert v2.check_response("sync", response) == []
+    assert hook_protocol.check_response("sync", response) == []
     assert not [c for c in response["children"] if c["kind"] == "Job"]
     ready = next(c for c in response["status"]["conditions"] if c["type"] == "Ready")
     assert (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from praesto.hooks import v2
+from praesto.hooks import hook_protocol
 from praesto.hooks.modelcache import HOOKS
 
 from praesto import names
@@ -21,7 +21,7 @@ def test_golden(name: str) -> None:
     assert doc["hook"] == hook
     assert doc["request"] == build(), "scenario request changed: regenerate the golden file and review it"
     response = HOOKS[hook](doc["request"], golden.CONFIG, NOW)
-    assert v2.check_response(hook, response) == []
+    assert hook_protocol.check_response(hook, response) == []
     assert response == doc["response"]
 
 
@@ -165,7 +165,7 @@ def test_finalize_waits_for_every_node_copy() -> None:
 def test_invalid_spec_keeps_observed_children_unchanged() -> None:
     doc = golden.load("invalid-spec-keeps-children")
     (kept,) = doc["response"]["children"]
-    (observed,) = doc["request"]["children"][v2.MODELCACHENODE].values()
+    (observed,) = doc["request"]["children"][hook_protocol.MODELCACHENODE].values()
     assert kept["spec"] == observed["spec"] and kept["metadata"]["name"] == observed["metadata"]["name"]
     assert "status" not in kept and "resourceVersion" not in kept["metadata"]
 

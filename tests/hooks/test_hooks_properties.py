@@ -8,7 +8,7 @@ import pytest
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from praesto.hooks import v2
+from praesto.hooks import hook_protocol
 from praesto.hooks.app import create_app
 
 from praesto import names
@@ -94,7 +94,7 @@ def _post(client: FlaskClient, hook: str, body: Any) -> dict[str, Any]:
     resp = client.post(f"/hooks/modelcache/{hook}", json=body)
     assert resp.status_code == 200, resp.get_data(as_text=True)
     data = resp.get_json()
-    assert v2.check_response(hook, data) == []
+    assert hook_protocol.check_response(hook, data) == []
     return data  # type: ignore[no-any-return]
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from praesto.hooks import v2
+from praesto.hooks import hook_protocol
 from praesto.hooks.modelcache import HOOKS
 
 from tests.hooks import golden
@@ -48,7 +48,7 @@ def test_golden_requests_over_the_wire(server: RunningServer, name: str) -> None
     doc = golden.load(name)
     status, body = post_json(server, f"/hooks/modelcache/{doc['hook']}", doc["request"])
     assert status == 200, body
-    assert v2.check_response(doc["hook"], body) == []
+    assert hook_protocol.check_response(doc["hook"], body) == []
     # Same answer as the pure hook at the server's own clock (time-derived fields aside).
     expected = HOOKS[doc["hook"]](doc["request"], golden.CONFIG, datetime.now(UTC))
     assert _without_times(body) == _without_times(expected)

@@ -1,6 +1,6 @@
 """Slow and oversize clients against a real `praesto-hooks` (gunicorn) over TLS (#21 item 14).
 
-Before hooks/gate.py, gunicorn's gthread worker did the TLS handshake and read the request head
+Before hooks/whole_request_worker.py, gunicorn's gthread worker did the TLS handshake and read the request head
 on a pool thread with no deadline: a dozen half-open connections held every thread, and a
 100 MiB body was read whole into the worker. Here the server runs with one worker and two
 threads, so a single held thread would show.
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from praesto.hooks.gate import Refused, body_length
+from praesto.hooks.whole_request_worker import Refused, body_length
 
 from tests.support.server import RunningServer, half_client_hello, hooks_server, post_json
 

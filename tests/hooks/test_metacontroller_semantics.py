@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from praesto.hooks import modelcache, v2
+from praesto.hooks import hook_protocol, modelcache
 from praesto.hooks.common import Obj
 
 from praesto import names
@@ -20,7 +20,7 @@ from tests.hooks.golden import CONFIG
 
 def rules(parent: Obj) -> dict[str, Obj]:
     response = modelcache.customize(customize_request(parent), CONFIG, NOW)
-    assert v2.check_response("customize", response) == []
+    assert hook_protocol.check_response("customize", response) == []
     return {rule["resource"]: rule for rule in response["relatedResources"]}
 
 
@@ -110,12 +110,12 @@ def test_another_tenants_pod_is_not_a_pvc_consumer() -> None:
     ],
 )
 def test_checker_follows_4_17_2_selection_types(rule: Obj, ok: bool) -> None:
-    problems = v2.check_response("customize", {"relatedResources": [rule]})
+    problems = hook_protocol.check_response("customize", {"relatedResources": [rule]})
     assert (problems == []) is ok, problems
 
 
 def test_sync_and_finalize_share_one_response_type() -> None:
     """`finalized` decodes in a sync response too (one CompositeHookResponse); unknown keys never do."""
-    assert v2.check_response("sync", {"status": {}, "children": [], "finalized": False}) == []
-    assert v2.check_response("finalize", {"finalized": True}) == []
-    assert v2.check_response("sync", {"status": {}, "events": []}) == ["unknown key 'events'"]
+    assert hook_protocol.check_response("sync", {"status": {}, "children": [], "finalized": False}) == []
+    assert hook_protocol.check_response("finalize", {"finalized": True}) == []
+    assert hook_protocol.check_response("sync", {"status": {}, "events": []}) == ["unknown key 'events'"]

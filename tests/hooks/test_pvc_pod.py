@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from praesto.hooks import modelcache, v2
+from praesto.hooks import hook_protocol, modelcache
 from praesto.hooks.pvc_pod import JOB_NAME_LABEL
 
 from praesto import names
@@ -45,9 +45,11 @@ def sync(
 ) -> Obj:
     request = sync_request(_pvc_parent(), pods=list(pods), children=children or [pvc(RWX, "Bound"), job(RWX)])
     if accounts is not None:
-        request["related"][v2.SERVICE_ACCOUNT] = {f"default/{a['metadata']['name']}": a for a in accounts}
+        request["related"][hook_protocol.SERVICE_ACCOUNT] = {
+            f"default/{a['metadata']['name']}": a for a in accounts
+        }
     response = modelcache.sync(request, config, NOW)
-    assert v2.check_response("sync", response) == []
+    assert hook_protocol.check_response("sync", response) == []
     status: Obj = response["status"]
     return status
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from praesto.hooks import modelcache, nodes, v2
+from praesto.hooks import hook_protocol, modelcache, nodes
 from praesto.hooks.common import Obj
 
 from praesto import names
@@ -48,7 +48,7 @@ def test_the_first_pass_that_learns_the_commit_pins_every_copy() -> None:
         children=[mcn("tiny", "node-a", ready), mcn("tiny", "node-b", ready)],
     )
     response = modelcache.sync(request, golden.CONFIG, NOW)
-    assert v2.check_response("sync", response) == []
+    assert hook_protocol.check_response("sync", response) == []
     assert response["status"]["phase"] == names.PHASE_READY
     assert response["status"]["resolvedRevision"] == COMMIT
     revisions = {c["spec"]["source"]["revision"] for c in response["children"]}
@@ -94,7 +94,7 @@ def _decorator_request(node: Obj, ready_on: list[str]) -> Obj:
         "controller": {"kind": "DecoratorController", "metadata": {"name": "praesto-node-readiness"}},
         "object": node,
         "attachments": {},
-        "related": {v2.MODELCACHENODE: related},
+        "related": {hook_protocol.MODELCACHENODE: related},
         "finalizing": False,
     }
 
@@ -139,4 +139,4 @@ def test_finalize_gives_the_same_status_from_a_stale_parent_as_from_a_fresh_one(
     ]
     assert answers[0]["status"] == answers[1]["status"]
     assert answers[0]["status"]["totalNodes"] == 1 and answers[0]["status"]["resolvedRevision"] == COMMIT
-    assert v2.check_response("finalize", answers[0]) == []
+    assert hook_protocol.check_response("finalize", answers[0]) == []

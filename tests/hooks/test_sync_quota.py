@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from praesto.hooks import hook_protocol
 from praesto.hooks import modelcache as hooks
-from praesto.hooks import v2
 
 from praesto import names
 from praesto.quota import Quotas
@@ -34,7 +34,9 @@ def cache(name: str, size: str, created: str, **storage: str) -> dict[str, Any]:
 
 def synced(parent: dict[str, Any], namespace_caches: list[dict[str, Any]]) -> dict[str, Any]:
     request = sync_request(parent, nodes=[node("node-a")])
-    request["related"][v2.MODELCACHE] = {f"{NS}/{c['metadata']['name']}": c for c in namespace_caches}
+    request["related"][hook_protocol.MODELCACHE] = {
+        f"{NS}/{c['metadata']['name']}": c for c in namespace_caches
+    }
     return hooks.sync(request, QUOTA, NOW)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 from praesto.agent.peers import auth
-from praesto.agent.peers.identity import Gate, Identities
+from praesto.agent.peers.identity import Identities, PeerAuthorizer
 
 from praesto import names
 from tests.support.kube import KubeEmulator
@@ -30,8 +30,8 @@ class Peers:
     kube: KubeEmulator
     tokens: dict[str, str]  # node -> its peer token for SERVER
 
-    def gate(self, node: str = SERVER) -> Gate:
-        return Gate(Identities(self.kube.api_client(), AGENT_SERVICE_ACCOUNT, node))
+    def authorizer(self, node: str = SERVER) -> PeerAuthorizer:
+        return PeerAuthorizer(Identities(self.kube.api_client(), AGENT_SERVICE_ACCOUNT, node))
 
     def token(
         self, node: str = ASKER, *, user: str | None = None, bound: bool = True, target: str = SERVER

@@ -140,7 +140,7 @@ def test_an_agent_claiming_a_node_it_is_not_on_is_refused_and_the_origin_serves(
     assert c.status("tiny", "node-b")["bytesFromPeers"] == 0
     assert c.nodes["node-a"].peering.server.bytes_served == 0
     assert c.hub.bytes_served == TOTAL
-    reviewed = c.nodes["node-a"].peering.gate.identities._reviews.values()
+    reviewed = c.nodes["node-a"].peering.authorizer.identities._reviews.values()
     assert {r.value for r in reviewed} == {"node-z"}  # its token names where its Pod runs
     assert "dropped for this download" in c.log.getvalue()
 

@@ -88,7 +88,7 @@ def serving(tmp_path: Path, peers: Peers, limits: Limits, big: int = 0) -> Itera
     make_cache(layout)
     if big:
         add_file(layout, "big.bin", os.urandom(big))
-    srv = PeerServer(layout, peers.gate(), ("127.0.0.1", 0), limits).start()
+    srv = PeerServer(layout, peers.authorizer(), ("127.0.0.1", 0), limits).start()
     srv.peers = peers  # type: ignore[attr-defined]
     try:
         yield srv

@@ -62,7 +62,7 @@ def leader(tmp_path: Path, peers: Peers) -> Iterator[Leader]:
     journal.open(fresh=True)
     journal.parts_done("big.bin", [0, 2])
     plan = Plan(Source("hf", "org/m", "main"), REV, (_remote("big.bin", BIG), _remote("config.json", SMALL)))
-    server = PeerServer(layout, peers.gate(), ("127.0.0.1", 0)).start()
+    server = PeerServer(layout, peers.authorizer(), ("127.0.0.1", 0)).start()
     server.inflight.register("team-a", "m", plan, staging)
     try:
         yield Leader(server, journal, plan, peers)

@@ -50,7 +50,7 @@ def serving(base: Path, peers: Peers, node: str) -> Iterator[PeerServer]:
     make_cache(layout)
     make_cache(layout, "team-b", "secret-model")  # another tenant's cache on the same node
     (base.parent / "secret-outside.txt").write_text("never served")
-    srv = PeerServer(layout, peers.gate(node), ("127.0.0.1", 0), Limits(max_uploads=2)).start()
+    srv = PeerServer(layout, peers.authorizer(node), ("127.0.0.1", 0), Limits(max_uploads=2)).start()
     srv.peers = peers  # type: ignore[attr-defined]
     try:
         yield srv
@@ -166,10 +166,10 @@ def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
 def test_token_reviews_are_remembered_by_hash_not_repeated(server: PeerServer, peers: Peers) -> None:
     for _ in range(5):
         assert get(server, url("empty.txt"))[0] == 200
-    assert server.gate.identities.reviews == 1
+    assert server.authorizer.identities.reviews == 1
     reviewed = [r for r in peers.kube.requests if r.resource == "tokenreviews"]
     assert len(reviewed) == 1
-    assert not any(peers.tokens[ASKER] in key for key in server.gate.identities._reviews)
+    assert not any(peers.tokens[ASKER] in key for key in server.authorizer.identities._reviews)
 
 
 def test_idle_and_excess_connections_hold_no_threads(tmp_path: Path, peers: Peers) -> None:
@@ -177,7 +177,7 @@ def test_idle_and_excess_connections_hold_no_threads(tmp_path: Path, peers: Peer
     layout = StoreLayout(tmp_path / "store")
     make_cache(layout)
     limits = Limits(max_connections=8, idle_seconds=0.5)
-    srv = PeerServer(layout, peers.gate(), ("127.0.0.1", 0), limits).start()
+    srv = PeerServer(layout, peers.authorizer(), ("127.0.0.1", 0), limits).start()
     before = threading.active_count()
     socks = [socket.create_connection(("127.0.0.1", srv.server_port), timeout=10) for _ in range(60)]
     try:
@@ -262,7 +262,7 @@ def test_unsatisfiable_ranges_are_416(server: PeerServer, header: str) -> None:
 def test_upload_cap_answers_busy_with_retry_after(tmp_path: Path, peers: Peers) -> None:
     layout = StoreLayout(tmp_path / "store")
     make_cache(layout)
-    srv = PeerServer(layout, peers.gate(), ("127.0.0.1", 0), Limits(max_uploads=1, rate=20_000)).start()
+    srv = PeerServer(layout, peers.authorizer(), ("127.0.0.1", 0), Limits(max_uploads=1, rate=20_000)).start()
     try:
         first = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
         first.request("GET", MODEL, headers={"Authorization": peers.header()})
@@ -278,7 +278,7 @@ def test_upload_cap_answers_busy_with_retry_after(tmp_path: Path, peers: Peers) 
 def test_stop_cuts_transfers_in_flight(tmp_path: Path, peers: Peers) -> None:
     layout = StoreLayout(tmp_path / "store")
     make_cache(layout)
-    srv = PeerServer(layout, peers.gate(), ("127.0.0.1", 0), Limits(rate=20_000)).start()
+    srv = PeerServer(layout, peers.authorizer(), ("127.0.0.1", 0), Limits(rate=20_000)).start()
     conn = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
     conn.request("GET", MODEL, headers={"Authorization": peers.header()})
     resp = conn.getresponse()

@@ -40,8 +40,8 @@ from praesto import names
 from praesto.spec import InvalidSpec, parse_spec
 
 Obj = dict[str, Any]
-Key = tuple[str, str]  # (namespace, name)
-log = logging.getLogger("praesto.agent.warmup")
+CacheKey = tuple[str, str]  # (namespace, name)
+log = logging.getLogger("praesto.agent.startup_taint")
 
 REASON_WARM = "ModelsWarm"
 REASON_DEADLINE = names.REASON_WARM_DEADLINE
@@ -54,7 +54,7 @@ REFUSED = ("InvalidSpec", "QuotaExceeded")
 class Decision:
     lift: bool
     reason: str = ""  # REASON_WARM or REASON_DEADLINE when lifting
-    waiting_for: tuple[Key, ...] = ()  # required caches not complete here
+    waiting_for: tuple[CacheKey, ...] = ()  # required caches not complete here
 
 
 def has_taint(node: Mapping[str, Any], key: str) -> bool:
@@ -78,14 +78,14 @@ def can_complete(cache: Mapping[str, Any]) -> bool:
 
 def warm_required(
     caches: Iterable[Mapping[str, Any]], node_labels: Mapping[str, str], namespaces: Collection[str]
-) -> list[Key]:
+) -> list[CacheKey]:
     """Local-mode caches with warmNewNodes, in a namespace the admin allows to hold new nodes, that
     can complete and whose nodeSelector selects a node with these labels.
 
     A cache whose spec does not parse is skipped: the sync hook reports it as Failed, and
     no copy of it will ever be made here, so waiting for it would only hold the node.
     """
-    out: list[Key] = []
+    out: list[CacheKey] = []
     for cache in caches:
         meta = cache.get("metadata") or {}
         if (
@@ -105,12 +105,15 @@ def warm_required(
     return sorted(out)
 
 
-def named(keys: Iterable[Key]) -> str:
+def named(keys: Iterable[CacheKey]) -> str:
     return ", ".join(f"{ns}/{name}" for ns, name in keys)
 
 
 def decide(
-    required: Iterable[Key], complete: Callable[[str, str], bool], age_seconds: float, deadline_seconds: float
+    required: Iterable[CacheKey],
+    complete: Callable[[str, str], bool],
+    age_seconds: float,
+    deadline_seconds: float,
 ) -> Decision:
     waiting = tuple(key for key in required if not complete(*key))
     if not waiting:
@@ -156,7 +159,7 @@ class StartupTaint:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="startup-taint", daemon=True)
         self.lifted: Decision | None = None
-        self._announced: tuple[Key, ...] | None = None
+        self._announced: tuple[CacheKey, ...] | None = None
         self._last_problem = ""
 
     def start(self) -> StartupTaint:

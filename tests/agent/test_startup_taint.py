@@ -1,11 +1,11 @@
-"""Warm before schedulable, the pure decision (agent/warmup.py); the real-tier test is tests/cluster/test_warm_nodes.py."""
+"""Warm before schedulable, the pure decision (agent/startup_taint.py); the real-tier test is tests/cluster/test_warm_nodes.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from praesto.agent.warmup import (
+from praesto.agent.startup_taint import (
     REASON_DEADLINE,
     REASON_WARM,
     decide,

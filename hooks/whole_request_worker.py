@@ -9,7 +9,7 @@ one byte and stops holds a pool thread for as long as it likes; with 2 workers x
 a dozen such connections stop every route (#21 item 14). Closing a connection lingers up to
 2 s on the main loop (`gunicorn/util.py` `close_graceful`).
 
-`GatedWorker` keeps the thread pool but moves everything a client controls into the main loop:
+`WholeRequestWorker` keeps the thread pool but moves everything a client controls into the main loop:
 the handshake and the reading of the head and the body run non-blocking on the poller, under
 one deadline per request (`--request-timeout`), and a request only reaches a pool thread
 complete, held in memory. Before any body byte is read:
@@ -52,7 +52,7 @@ def settings(max_request_bytes: int, request_timeout: float) -> dict[str, Any]:
     """The gunicorn options that make `praesto-hooks` use this worker with these limits."""
     limits = {"max_request_bytes": max_request_bytes, "request_timeout": request_timeout}
     return {
-        "worker_class": type("GatedWorker", (GatedWorker,), limits),
+        "worker_class": type("WholeRequestWorker", (WholeRequestWorker,), limits),
         "keepalive": 0,
         "http_protocols": "h1",
     }
@@ -71,7 +71,7 @@ class _TimedSSLSocket(ssl.SSLSocket):
 
 
 @dataclass(eq=False)
-class _Gate:
+class _ArrivingRequest:
     """One connection whose request is still arriving."""
 
     sock: socket.socket
@@ -87,14 +87,14 @@ class _Gate:
 class _ReadyConn(TConn):  # type: ignore[misc]
     """A connection whose whole request is already in memory: the pool thread parses it from there."""
 
-    def __init__(self, cfg: Any, gate: _Gate) -> None:
-        super().__init__(cfg, gate.sock, gate.client, gate.server)
-        self.large = gate.large
+    def __init__(self, cfg: Any, req: _ArrivingRequest) -> None:
+        super().__init__(cfg, req.sock, req.client, req.server)
+        self.large = req.large
         self.initialized = True
         self.data_ready = True
         self.parser = http.get_parser(cfg, self.sock, self.client)
-        self.parser.unreader.unread(gate.buf)
-        gate.buf = bytearray()  # one copy of a large body in memory, not two
+        self.parser.unreader.unread(req.buf)
+        req.buf = bytearray()  # one copy of a large body in memory, not two
 
     def close(self, graceful: bool = False) -> None:
         # Never gunicorn's lingering close on the main loop: the request was read whole.
@@ -148,13 +148,13 @@ def body_length(head: bytes, limit: int) -> int:
     return length
 
 
-class GatedWorker(ThreadWorker):  # type: ignore[misc]
+class WholeRequestWorker(ThreadWorker):  # type: ignore[misc]
     max_request_bytes = DEFAULT_MAX_REQUEST_BYTES
     request_timeout = DEFAULT_REQUEST_TIMEOUT
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.gates: set[_Gate] = set()
+        self.arriving: set[_ArrivingRequest] = set()
         self.large_busy = False
 
     def accept(self, listener: socket.socket) -> None:
@@ -174,54 +174,54 @@ class GatedWorker(ThreadWorker):  # type: ignore[misc]
                 conn = context.wrap_socket(
                     conn, server_side=True, do_handshake_on_connect=False, suppress_ragged_eofs=True
                 )
-            gate = _Gate(conn, client, listener.getsockname(), time.monotonic() + self.request_timeout,
+            req = _ArrivingRequest(conn, client, listener.getsockname(), time.monotonic() + self.request_timeout,
                          handshaken=not self.cfg.is_ssl)  # fmt: skip
         except (OSError, ValueError):
             self.nr_conns -= 1
             util.close(conn)
             return
-        self.gates.add(gate)
-        self.poller.register(conn, selectors.EVENT_READ, partial(self._advance, gate))
+        self.arriving.add(req)
+        self.poller.register(conn, selectors.EVENT_READ, partial(self._advance, req))
 
-    def _advance(self, gate: _Gate, _fileobj: Any = None) -> None:
+    def _advance(self, req: _ArrivingRequest, _fileobj: Any = None) -> None:
         try:
-            if not gate.handshaken:
+            if not req.handshaken:
                 try:
-                    gate.sock.do_handshake()  # type: ignore[attr-defined]
+                    req.sock.do_handshake()  # type: ignore[attr-defined]
                 except ssl.SSLWantReadError:
-                    return self._wait(gate, selectors.EVENT_READ)
+                    return self._wait(req, selectors.EVENT_READ)
                 except ssl.SSLWantWriteError:
-                    return self._wait(gate, selectors.EVENT_WRITE)
-                gate.handshaken = True
-                self._wait(gate, selectors.EVENT_READ)
+                    return self._wait(req, selectors.EVENT_WRITE)
+                req.handshaken = True
+                self._wait(req, selectors.EVENT_READ)
             while True:
                 try:
-                    chunk = gate.sock.recv(1 << 20)
+                    chunk = req.sock.recv(1 << 20)
                 except (ssl.SSLWantReadError, BlockingIOError):
                     return None
                 except ssl.SSLWantWriteError:
-                    return self._wait(gate, selectors.EVENT_WRITE)
+                    return self._wait(req, selectors.EVENT_WRITE)
                 if not chunk:
-                    return self._drop(gate)
-                gate.buf += chunk
-                if self._complete(gate):
-                    return self._hand_over(gate)
+                    return self._drop(req)
+                req.buf += chunk
+                if self._complete(req):
+                    return self._hand_over(req)
         except Refused as refusal:
-            self._refuse(gate, refusal)
+            self._refuse(req, refusal)
         except (OSError, ValueError):  # ssl.SSLError is an OSError: a broken handshake or reset
-            self._drop(gate)
+            self._drop(req)
         return None
 
-    def _complete(self, gate: _Gate) -> bool:
-        if gate.need is None:
-            end = gate.buf.find(b"\r\n\r\n", 0, HEAD_LIMIT + 4)
+    def _complete(self, req: _ArrivingRequest) -> bool:
+        if req.need is None:
+            end = req.buf.find(b"\r\n\r\n", 0, HEAD_LIMIT + 4)
             if end < 0:
-                if len(gate.buf) > HEAD_LIMIT:
+                if len(req.buf) > HEAD_LIMIT:
                     raise Refused(
                         431, "Request Header Fields Too Large", f"request head over {HEAD_LIMIT} bytes"
                     )
                 return False
-            length = body_length(bytes(gate.buf[:end]), self.max_request_bytes)
+            length = body_length(bytes(req.buf[:end]), self.max_request_bytes)
             if length > SMALL_BODY:
                 if self.large_busy:
                     raise Refused(
@@ -230,37 +230,37 @@ class GatedWorker(ThreadWorker):  # type: ignore[misc]
                         f"another request body over {SMALL_BODY} bytes is being served by this worker; retry",
                         retry_after=1,
                     )
-                self.large_busy = gate.large = True
-            gate.need = end + 4 + length
-        return len(gate.buf) >= gate.need
+                self.large_busy = req.large = True
+            req.need = end + 4 + length
+        return len(req.buf) >= req.need
 
-    def _wait(self, gate: _Gate, events: int) -> None:
-        self.poller.modify(gate.sock, events, partial(self._advance, gate))
+    def _wait(self, req: _ArrivingRequest, events: int) -> None:
+        self.poller.modify(req.sock, events, partial(self._advance, req))
 
-    def _forget(self, gate: _Gate) -> None:
-        self.gates.discard(gate)
+    def _forget(self, req: _ArrivingRequest) -> None:
+        self.arriving.discard(req)
         with contextlib.suppress(KeyError, ValueError, OSError):
-            self.poller.unregister(gate.sock)
+            self.poller.unregister(req.sock)
 
-    def _drop(self, gate: _Gate) -> None:
-        self._forget(gate)
-        if gate.large:
+    def _drop(self, req: _ArrivingRequest) -> None:
+        self._forget(req)
+        if req.large:
             self.large_busy = False
         self.nr_conns -= 1
-        util.close(gate.sock)
+        util.close(req.sock)
 
-    def _refuse(self, gate: _Gate, refusal: Refused) -> None:
+    def _refuse(self, req: _ArrivingRequest, refusal: Refused) -> None:
         """Best effort, never blocking: the answer fits the socket's send buffer of a fresh connection."""
         try:
-            gate.sock.send(refusal_bytes(refusal))
-            gate.sock.shutdown(socket.SHUT_WR)
+            req.sock.send(refusal_bytes(refusal))
+            req.sock.shutdown(socket.SHUT_WR)
         except (OSError, ValueError):
             pass
-        self._drop(gate)
+        self._drop(req)
 
-    def _hand_over(self, gate: _Gate) -> None:
-        self._forget(gate)
-        self.enqueue_req(_ReadyConn(self.cfg, gate))
+    def _hand_over(self, req: _ArrivingRequest) -> None:
+        self._forget(req)
+        self.enqueue_req(_ReadyConn(self.cfg, req))
 
     def finish_request(self, conn: Any, fs: Any) -> None:
         if getattr(conn, "large", False):
@@ -271,7 +271,7 @@ class GatedWorker(ThreadWorker):  # type: ignore[misc]
         """Called by the main loop at least once a second: a request past its deadline is closed."""
         super().murder_pending()
         now = time.monotonic()
-        for gate in [g for g in self.gates if g.deadline <= now]:
+        for req in [g for g in self.arriving if g.deadline <= now]:
             self._refuse(
-                gate, Refused(408, "Request Timeout", "the request did not arrive within the deadline")
+                req, Refused(408, "Request Timeout", "the request did not arrive within the deadline")
             )

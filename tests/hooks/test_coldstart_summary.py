@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from praesto.agent import podstarts as agent_podstarts
-from praesto.hooks import podstarts
+from praesto.agent import coldstart_reporter
+from praesto.hooks import coldstart_summary
 from praesto.hooks.modelcache import HOOKS
 
 from praesto.spec import InvalidSpec, parse_spec
@@ -20,7 +20,7 @@ def starts(hits: int, misses: int, *waits: Any) -> dict[str, Any]:
 
 
 def test_counts_add_up_and_percentiles_come_from_every_nodes_recent_waits() -> None:
-    summary = podstarts.summarize(
+    summary = coldstart_summary.summarize(
         [
             {"podStarts": starts(3, 1, 0.01, 0.02, 0.01, 41.5)},
             {"podStarts": starts(0, 2, 12.0, 30.25)},
@@ -32,10 +32,10 @@ def test_counts_add_up_and_percentiles_come_from_every_nodes_recent_waits() -> N
 
 
 def test_no_pod_yet_means_no_summary_and_junk_is_ignored() -> None:
-    assert podstarts.summarize([{}, {"podStarts": starts(0, 0)}]) is None
+    assert coldstart_summary.summarize([{}, {"podStarts": starts(0, 0)}]) is None
     junk = {"hits": True, "misses": -4, "recentWaitSeconds": ["3", None, -1, True, float("inf"), 2]}
-    assert podstarts.summarize([{"podStarts": junk}, {"podStarts": "nope"}]) is None
-    assert podstarts.summarize([{"podStarts": {**junk, "misses": 1}}]) == {
+    assert coldstart_summary.summarize([{"podStarts": junk}, {"podStarts": "nope"}]) is None
+    assert coldstart_summary.summarize([{"podStarts": {**junk, "misses": 1}}]) == {
         "hits": 0,
         "misses": 1,
         "waitSeconds": {"p50": 2.0, "p95": 2.0, "samples": 1},
@@ -47,7 +47,7 @@ def test_no_pod_yet_means_no_summary_and_junk_is_ignored() -> None:
     [([5.0], 5.0, 5.0), ([1.0, 2.0], 1.0, 2.0), ([float(i) for i in range(1, 101)], 50.0, 95.0)],
 )
 def test_nearest_rank(values: list[float], p50: float, p95: float) -> None:
-    assert (podstarts.percentile(values, 50), podstarts.percentile(values, 95)) == (p50, p95)
+    assert (coldstart_summary.percentile(values, 50), coldstart_summary.percentile(values, 95)) == (p50, p95)
 
 
 def test_sync_hook_reports_pod_starts_and_carries_prewarm_to_each_copy() -> None:
@@ -98,4 +98,4 @@ def test_crds_describe_the_new_fields_and_agree_with_the_agent() -> None:
         assert set(pod_starts["properties"]) == set(fields)
     assert _props("ModelCache", "spec", "prewarm")["description"]
     recent = _props("ModelCacheNode", "status", "podStarts", "recentWaitSeconds")
-    assert recent["maxItems"] == agent_podstarts.RECENT
+    assert recent["maxItems"] == coldstart_reporter.RECENT

@@ -2,7 +2,7 @@
 
 The driver is the only one that sees when a Pod first asks for a cache and when
 it gets it, but it has no API access; so it writes a record
-(`praesto.podstart.PodStart`) under `<base>/.praesto/pods/` through the same
+(`praesto.coldstart_record.PodStart`) under `<base>/.praesto/pods/` through the same
 symlink-safe directory fds as its other records, and the node agent reports it.
 Accounting never fails or delays a mount: a record that cannot be written is
 logged and skipped.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from praesto.csi.storefs import CsiStore
 from praesto.csi.volume import CsiError, PublishRequest
 
-from praesto import podstart
+from praesto import coldstart_record
 
 log = logging.getLogger(__name__)
 DIR = "pods"
@@ -40,14 +40,14 @@ class PodStartRecorder:
     def _record(self, req: PublishRequest, started: float, mounted: bool) -> None:
         if not req.pod_uid:
             return
-        name = podstart.record_name(req.pod_uid, req.namespace, req.name)
+        name = coldstart_record.record_name(req.pod_uid, req.namespace, req.name)
         try:
             with self.fs._dir(DIR) as fd:
                 assert fd is not None
-                old = podstart.from_json(self.fs._read_json(fd, name))
+                old = coldstart_record.from_json(self.fs._read_json(fd, name))
                 if old is not None and (old.mounted_at is not None or not mounted):
                     return  # first attempt already known; a finished record is final
-                record = podstart.PodStart(
+                record = coldstart_record.PodStart(
                     req.pod_uid,
                     req.pod_name,
                     req.namespace,

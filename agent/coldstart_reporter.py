@@ -2,7 +2,7 @@
 
 The CSI driver records, per (Pod, cache), the first NodePublish attempt, whether
 the cache was complete then (hit) and when the mount succeeded
-(`praesto.podstart`). This reporter polls those records (a listdir twice a
+(`praesto.coldstart_record`). This reporter polls those records (a listdir twice a
 second) and, for each finished one:
 
 1. starts a prewarm when the cache's ModelCacheNode has `spec.prewarm` (first:
@@ -37,7 +37,7 @@ from praesto.agent.prewarm import Prewarmer, PrewarmResult
 from praesto.agent.status_writer import StatusWriter
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from praesto import podstart, store
+from praesto import coldstart_record, store
 from praesto.quantity import format_bytes
 
 REASON_HIT = "ModelCacheHit"
@@ -111,7 +111,9 @@ def copy_bytes(layout: store.StoreLayout, namespace: str, cache: str) -> dict[st
     return out
 
 
-def event_for(start: podstart.PodStart, node: str, by_origin: dict[str, int] | None) -> tuple[str, str]:
+def event_for(
+    start: coldstart_record.PodStart, node: str, by_origin: dict[str, int] | None
+) -> tuple[str, str]:
     """(reason, message) of the Event on the Pod."""
     cache = f"model cache {start.namespace}/{start.name}"
     if start.hit:
@@ -133,7 +135,7 @@ def event_for(start: podstart.PodStart, node: str, by_origin: dict[str, int] | N
     )
 
 
-def updated_summary(current: Any, start: podstart.PodStart) -> dict[str, Any]:
+def updated_summary(current: Any, start: coldstart_record.PodStart) -> dict[str, Any]:
     """`status.podStarts` of a copy with one more Pod start (pure: the hook reads the same shape)."""
     now = current if isinstance(current, dict) else {}
     hits = _count(now.get("hits")) + (1 if start.hit else 0)
@@ -170,7 +172,7 @@ class PodStartReporter:
         self.clock = clock
         self.metrics = PodStartMetrics(registry)
         self.prewarmer = Prewarmer()
-        self.log = logs.logger("praesto.agent.podstarts", node=node)
+        self.log = logs.logger("praesto.agent.coldstart_reporter", node=node)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._summaries: dict[
@@ -206,7 +208,7 @@ class PodStartReporter:
             return 0
         reported = 0
         for path in files:
-            start = podstart.from_json(store.read_json(path))
+            start = coldstart_record.from_json(store.read_json(path))
             if start is None or start.mounted_at is None:
                 if start is None or self.clock() - start.first_attempt_at > ABANDONED_SECONDS:
                     self._remove(path)
@@ -222,7 +224,7 @@ class PodStartReporter:
                     return obj
         return None
 
-    def _report(self, path: Path, start: podstart.PodStart) -> bool:
+    def _report(self, path: Path, start: coldstart_record.PodStart) -> bool:
         obj = self._copy_of(start.namespace, start.name)
         if obj is None and self.clock() - start.first_attempt_at < UNMATCHED_SECONDS:
             return False  # the watch may not have brought it yet
@@ -254,7 +256,7 @@ class PodStartReporter:
         self._prewarmed.discard(path.name)
         return True
 
-    def _write_summary(self, obj: Obj, start: podstart.PodStart) -> bool:
+    def _write_summary(self, obj: Obj, start: coldstart_record.PodStart) -> bool:
         key = key_of(obj)
         ident = (*key, str(obj["metadata"].get("uid")))
         current = self._summaries.get(ident) or (obj.get("status") or {}).get("podStarts")
@@ -270,7 +272,7 @@ class PodStartReporter:
         self._summaries[ident] = summary
         return True
 
-    def _prewarm(self, record: str, start: podstart.PodStart) -> None:
+    def _prewarm(self, record: str, start: coldstart_record.PodStart) -> None:
         if record in self._prewarmed or not self.layout.is_complete(start.namespace, start.name):
             return
         self._prewarmed.add(record)

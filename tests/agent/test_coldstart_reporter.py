@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from praesto.agent.download.api import Plan, Result
-from praesto.agent.podstarts import (
+from praesto.agent.coldstart_reporter import (
     REASON_HIT,
     REASON_MISS,
     RECENT,
@@ -15,15 +14,16 @@ from praesto.agent.podstarts import (
     record_copy,
     updated_summary,
 )
+from praesto.agent.download.api import Plan, Result
 
-from praesto import names, podstart, store
+from praesto import coldstart_record, names, store
 from praesto.spec import Source
 
 UID = "0b6a2d4e-1111-2222-3333-444455556666"
 
 
-def start(hit: bool, wait: float, first: float = 1_800_000_000.0) -> podstart.PodStart:
-    return podstart.PodStart(UID, "server-0", "team-a", "llm", first, hit, first + wait)
+def start(hit: bool, wait: float, first: float = 1_800_000_000.0) -> coldstart_record.PodStart:
+    return coldstart_record.PodStart(UID, "server-0", "team-a", "llm", first, hit, first + wait)
 
 
 def test_summary_counts_and_keeps_the_latest_waits() -> None:

@@ -1,7 +1,7 @@
 """Per-Pod cold-start records: the CSI driver notes a Pod's first attempt, hit or miss, and its mount.
 
 Real gRPC on a unix socket and real bind mounts (root). The record is read back
-through `praesto.podstart`, the same parser the node agent uses.
+through `praesto.coldstart_record`, the same parser the node agent uses.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-from praesto import names, podstart, store
+from praesto import coldstart_record, names, store
 from tests.support.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request, rpc_error
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
 UID = "0b6a2d4e-1111-2222-3333-444455556666"  # what tests.support.csi_driver.publish_request sends
 
 
-def records(layout: store.StoreLayout) -> list[podstart.PodStart]:
+def records(layout: store.StoreLayout) -> list[coldstart_record.PodStart]:
     found = sorted(layout.pod_starts_dir.glob("*.json")) if layout.pod_starts_dir.is_dir() else []
-    parsed = [podstart.from_json(store.read_json(p)) for p in found]
+    parsed = [coldstart_record.from_json(store.read_json(p)) for p in found]
     assert None not in parsed
     return [r for r in parsed if r is not None]
 
@@ -35,7 +35,7 @@ def test_first_attempt_on_a_ready_cache_is_a_hit(driver: InProcessDriver, pods: 
     assert (record.pod_uid, record.pod_name, record.namespace, record.name) == (UID, "app-0", "team-a", "llm")
     assert record.hit and record.mounted_at is not None
     assert 0 <= record.wait_seconds < 5
-    assert record.file_name == podstart.record_name(UID, "team-a", "llm")
+    assert record.file_name == coldstart_record.record_name(UID, "team-a", "llm")
     driver.client.publish(request)  # the kubelet's idempotent retry is not a second start
     assert records(driver.layout) == [record]
     # the agent (the base path's group) may remove reported records
@@ -109,7 +109,7 @@ def test_a_planted_record_symlink_is_replaced_not_followed(
     driver.client.publish(publish_request("csi-1", str(pods / "a"), "llm", "team-a"))
     for path in driver.layout.pod_starts_dir.iterdir():
         path.unlink()
-    (driver.layout.pod_starts_dir / podstart.record_name(UID, "team-a", "llm")).symlink_to(victim)
+    (driver.layout.pod_starts_dir / coldstart_record.record_name(UID, "team-a", "llm")).symlink_to(victim)
     driver.client.publish(publish_request("csi-2", str(pods / "b"), "llm", "team-a"))
     assert json.loads(victim.read_text()) == {"keep": True}
     (record,) = records(driver.layout)

@@ -1,7 +1,7 @@
 """The ModelCache's `status.podStarts`: the node agents' per-copy cold-start reports, summed up.
 
 Each ModelCacheNode's `status.podStarts` (written by its node agent, see
-agent/podstarts.py) counts the Pods that found the copy Ready at their first
+agent/coldstart_reporter.py) counts the Pods that found the copy Ready at their first
 mount attempt (hits) or had to wait (misses), and keeps its last waits. Counts
 add up across nodes; percentiles do not, so p50/p95 are taken over the union of
 the nodes' recent waits: a rolling window of the latest Pod starts.
