@@ -33,7 +33,14 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from praesto.agent.download import DownloadCancelled, DownloadError, Options, download, plan
+from praesto.agent.download import (
+    DownloadCancelled,
+    DownloadError,
+    Options,
+    TemporaryDownloadError,
+    download,
+    plan,
+)
 from praesto.agent.download.objcreds import settings_from_env
 from praesto.agent.download.settings import DownloadSettings
 
@@ -161,7 +168,7 @@ def _download(args: argparse.Namespace) -> int:
         _say(f"error: {error.reason}: {error.message}", token)
         if error.reason == "SizeExceedsRequest":
             return EXIT_TOO_LARGE
-        return EXIT_TEMPFAIL if error.retryable else EXIT_FAILED
+        return EXIT_TEMPFAIL if isinstance(error, TemporaryDownloadError) else EXIT_FAILED
     _report(settings.termination_log, resolved.revision, result.plan.total_bytes)
     _say(
         f"complete: {args.dest} at {resolved.revision} ({format_bytes(result.bytes_from_origin)} fetched, "

@@ -42,7 +42,7 @@ def check_request(ref: CacheRef, plan: dlapi.Plan) -> None:
     """
     limit = ref.size_bytes
     if limit is not None and plan.total_bytes > limit:
-        raise dlapi.DownloadError(
+        raise dlapi.LastingDownloadError(
             "SizeExceedsRequest",
             f"the model is {format_bytes(plan.total_bytes)} ({plan.total_bytes} bytes), more than "
             f"spec.storage.size {format_bytes(limit)} ({limit} bytes), the most one node copy may take; "
@@ -133,13 +133,13 @@ class Job:
                 out.waiting, out.waiting_reason = err.message, err.reason
             else:
                 out.error = err
-        except Exception as err:  # a bug or an OS error: report it as a retryable failure, never crash
+        except Exception as err:  # a bug or an OS error: report it as a temporary failure, never crash
             if self.cancel.is_set():
                 out.cancelled = True
             else:
                 self.log.exception("download crashed")
-                out.error = dlapi.DownloadError(
-                    "SourceUnavailable", f"download failed unexpectedly: {type(err).__name__}", retryable=True
+                out.error = dlapi.TemporaryDownloadError(
+                    "SourceUnavailable", f"download failed unexpectedly: {type(err).__name__}"
                 )
         finally:
             self.room.release((self.ref.namespace, self.ref.cache))  # however it ended

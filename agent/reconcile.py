@@ -286,7 +286,7 @@ class Reconciler:
         elif outcome.error is not None:
             err = outcome.error
             self.metrics.failures.labels(err.reason).inc()
-            delay = self._schedule_retry(state, 1.0 if err.retryable else 4.0)
+            delay = self._schedule_retry(state, err.backoff_factor)
             message = f"{err.message}; retrying in {delay:.0f}s (attempt {state.attempts})"
             self.status.write_progress(
                 ref.namespace, ref.cache, progress_record(names.PHASE_FAILED, 0, 0, message, self.clock())

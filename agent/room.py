@@ -79,7 +79,7 @@ class DiskRoom:
             chosen = capacity.choose_evictions(needed, _minus(disk, in_flight), reserve, candidates)
             if chosen is None:
                 evictable = sum(c.size for c in candidates)
-                raise dlapi.DownloadError(
+                raise dlapi.LastingDownloadError(
                     "InsufficientDiskSpace",
                     capacity.shortage_message(needed, disk, reserve, evictable, in_flight),
                 )
@@ -87,7 +87,7 @@ class DiskRoom:
             if len(evicted) < len(chosen):  # a mount appeared meanwhile: check again with what is left
                 disk = capacity.disk_usage(base)
                 if capacity.choose_evictions(needed, _minus(disk, in_flight), reserve, []) is None:
-                    raise dlapi.DownloadError(
+                    raise dlapi.LastingDownloadError(
                         "InsufficientDiskSpace",
                         capacity.shortage_message(needed, disk, reserve, 0, in_flight)
                         + " (a cache chosen for eviction is in use)",

@@ -2,18 +2,21 @@
 
 `plan(source, options)` resolves a source (hf://, s3://, gs://, az://) to a revision and its files (no bytes yet, so
 capacity can be checked first); `download(plan, dest, options)` fetches, verifies and
-publishes atomically. Failures are `DownloadError` with a reason from `REASONS`.
+publishes atomically. Failures are `DownloadError` with a reason from `REASONS`; its kind (`TemporaryDownloadError`,
+`LastingDownloadError`) is the retry policy.
 """
 
 from praesto.agent.download.api import (
     REASONS,
     DownloadCancelled,
     DownloadError,
+    LastingDownloadError,
     Options,
     Plan,
     ProgressCallback,
     RemoteFile,
     Result,
+    TemporaryDownloadError,
 )
 from praesto.agent.download.download import download, plan
 
@@ -21,11 +24,13 @@ __all__ = [
     "REASONS",
     "DownloadCancelled",
     "DownloadError",
+    "LastingDownloadError",
     "Options",
     "Plan",
     "ProgressCallback",
     "RemoteFile",
     "Result",
+    "TemporaryDownloadError",
     "download",
     "plan",
 ]

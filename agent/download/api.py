@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from praesto.agent.download.digests import ALGORITHMS, RunningDigest, StoreDigest
 
@@ -40,14 +40,38 @@ class DownloadCancelled(Exception):
 
 
 class DownloadError(Exception):
-    """A download that cannot finish; `reason` is machine-readable, `message` human."""
+    """A download that cannot finish; `reason` is machine-readable, `message` human.
 
-    def __init__(self, reason: str, message: str, *, retryable: bool = False):
+    Raise one of its two kinds: the kind is the retry policy (kopf's `TemporaryError` /
+    `PermanentError`), read by the agent's reconciler (how soon to try again) and the CLI (its
+    exit code). Callers catch `DownloadError`.
+    """
+
+    # The agent's next attempt comes after its backoff times this (agent/reconcile.py).
+    backoff_factor: ClassVar[float] = 4.0
+
+    def __init__(self, reason: str, message: str) -> None:
+        if type(self) is DownloadError:
+            raise TypeError(
+                "raise TemporaryDownloadError or LastingDownloadError: the kind is the retry policy"
+            )
         assert reason in REASONS, reason
         super().__init__(message)
         self.reason = reason
         self.message = message
-        self.retryable = retryable
+
+
+class TemporaryDownloadError(DownloadError):
+    """Likely to pass by itself (a dropped connection, a 5xx, a throttle outlasting the engine's own
+    retries): the agent tries again on its short backoff; the CLI exits EX_TEMPFAIL (75)."""
+
+    backoff_factor: ClassVar[float] = 1.0
+
+
+class LastingDownloadError(DownloadError):
+    """Lasts until something outside the download changes (the source's contents or access, a
+    Secret, room on disk, the spec): the agent tries again only on its long backoff (4x), since such
+    a change need not touch the spec (a repository made public, a Secret fixed); the CLI exits 1."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,15 @@ import time
 from pathlib import Path
 
 from praesto.agent.download import hfplan, objfetch, objplan
-from praesto.agent.download.api import DownloadCancelled, DownloadError, Options, Plan, Result
+from praesto.agent.download.api import (
+    DownloadCancelled,
+    DownloadError,
+    LastingDownloadError,
+    Options,
+    Plan,
+    Result,
+    TemporaryDownloadError,
+)
 from praesto.agent.download.engine import NO_SPACE, Engine
 from praesto.agent.download.hfplan import endpoint_of
 from praesto.agent.download.publish import is_published, publish, staging_for
@@ -34,7 +42,7 @@ def plan(source: Source, options: Options) -> Plan:
 def check_size(plan: Plan, options: Options) -> None:
     """Refuse, before a byte is written, a source larger than the volume it must fit."""
     if options.max_bytes is not None and plan.total_bytes > options.max_bytes:
-        raise DownloadError(
+        raise LastingDownloadError(
             "SizeExceedsRequest",
             f"{plan.source.uri} is {format_bytes(plan.total_bytes)} ({plan.total_bytes} bytes) but the volume "
             f"holds {format_bytes(options.max_bytes)} ({options.max_bytes} bytes, spec.storage.size); "
@@ -66,14 +74,13 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
         publish(plan, staging, dest, pvc, engine.sha256, options.cache_uid)
     except OSError as error:
         if error.errno not in NO_SPACE:
-            raise DownloadError(
+            raise TemporaryDownloadError(
                 "SourceUnavailable",
                 f"writing {dest}: {error.strerror or error}; check the disk",
-                retryable=True,
             ) from None
         shutil.rmtree(staging, ignore_errors=True)  # give the space back; resuming cannot fit either
         free = shutil.disk_usage(staging.parent if staging.parent.exists() else dest.parent).free
-        raise DownloadError(
+        raise LastingDownloadError(
             "InsufficientDiskSpace",
             f"{plan.source.uri} needs {format_bytes(plan.total_bytes)} but only {format_bytes(free)} is free "
             f"on the filesystem of {dest}; free space or use a larger disk",

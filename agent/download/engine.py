@@ -45,12 +45,13 @@ from urllib.parse import quote
 from praesto.agent.download.api import (
     ByteSource,
     DownloadCancelled,
-    DownloadError,
+    LastingDownloadError,
     Options,
     Plan,
     RemoteFile,
     Result,
     Target,
+    TemporaryDownloadError,
 )
 from praesto.agent.download.crashpoints import FILE_READ_ONLY, PARTS_JOURNALED, STAGING_CREATED, crash_point
 from praesto.agent.download.hashing import MemoryBudget, StreamHasher
@@ -457,17 +458,16 @@ class Engine:
             except Expired:
                 expired += 1
                 if expired > 2:
-                    raise DownloadError(
+                    raise LastingDownloadError(
                         "Unauthorized", f"{job.file.path}: the byte server keeps refusing access (HTTP 403)"
                     ) from None
                 target = None
             except Transient as error:
                 failures = 1 if pos[0] > before else failures + 1
                 if failures >= MAX_ATTEMPTS:
-                    raise DownloadError(
+                    raise TemporaryDownloadError(
                         "SourceUnavailable",
                         f"{job.file.path}: giving up after {failures} failed attempts ({error}); retry later",
-                        retryable=True,
                     ) from None
                 log.warning(
                     "retrying file=%s offset=%d attempt=%d: %s", job.file.path, pos[0], failures, error
@@ -511,7 +511,7 @@ class Engine:
                 os.close(fd)
                 job.staged.unlink(missing_ok=True)
                 self.journal.reset(f.path)
-                raise DownloadError(
+                raise LastingDownloadError(
                     "ChecksumMismatch",
                     f"{f.path}: expected {expected}, got {got} twice; the source serves corrupt bytes "
                     "or the listing is stale: check the repo and retry",

@@ -21,7 +21,14 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils._paths import filter_repo_objects
-from praesto.agent.download.api import DownloadError, Options, Plan, RemoteFile
+from praesto.agent.download.api import (
+    DownloadError,
+    LastingDownloadError,
+    Options,
+    Plan,
+    RemoteFile,
+    TemporaryDownloadError,
+)
 
 from praesto.spec import Source
 
@@ -48,7 +55,7 @@ def check_repo_path(path: str) -> str:
         or parts[0].startswith(RESERVED_PREFIX)
     )
     if bad:
-        raise DownloadError(
+        raise LastingDownloadError(
             "InvalidRepoFile",
             f"repo file {path!r} would escape the destination or replace a Praesto marker; "
             "remove or rename it in the repo (plain relative names only)",
@@ -59,7 +66,7 @@ def check_repo_path(path: str) -> str:
 def plan(source: Source, options: Options) -> Plan:
     """The commit `source.revision` points to and every file to fetch (after patterns)."""
     if source.scheme != "hf":
-        raise DownloadError(
+        raise LastingDownloadError(
             "SourceUnavailable",
             f"{source.uri}: not a Hugging Face source; praesto.agent.download.plan() plans object stores",
         )
@@ -70,7 +77,7 @@ def plan(source: Source, options: Options) -> Plan:
         info = api.model_info(source.location, revision=revision)
         commit = info.sha
         if not commit:
-            raise DownloadError("SourceUnavailable", f"{endpoint} returned no commit for {source.uri}")
+            raise LastingDownloadError("SourceUnavailable", f"{endpoint} returned no commit for {source.uri}")
         entries = [
             e
             for e in api.list_repo_tree(source.location, recursive=True, revision=commit)
@@ -117,14 +124,14 @@ def translate_error(error: BaseException, source: Source, revision: str, options
     uri = source.uri
     status = error.response.status_code if isinstance(error, HfHubHTTPError) else None
     if isinstance(error, GatedRepoError):
-        return DownloadError(
+        return LastingDownloadError(
             "GatedRepo",
             f"{uri} is gated and {'this token has' if options.token else 'no token was given, so we have'} "
             "not been granted access; accept the repo's conditions on the Hub with the token's account "
             "and reference that token",
         )
     if isinstance(error, RevisionNotFoundError):
-        return DownloadError(
+        return LastingDownloadError(
             "RevisionNotFound", f"{uri} has no branch, tag or commit {revision!r}; fix the revision"
         )
     if isinstance(error, RepositoryNotFoundError) or status == 401:
@@ -134,20 +141,21 @@ def translate_error(error: BaseException, source: Source, revision: str, options
                 if options.token
                 else "the repo does not exist, or it is private and needs a token (token.secretRef)"
             )
-            return DownloadError("Unauthorized", f"{uri}: {hint}")
-        return DownloadError(
+            return LastingDownloadError("Unauthorized", f"{uri}: {hint}")
+        return LastingDownloadError(
             "RepoNotFound",
             f"{uri} does not exist or this token cannot see it; check the repo name and the token's access",
         )
     if status == 403:
-        return DownloadError(
+        return LastingDownloadError(
             "Unauthorized", f"{uri}: access forbidden (HTTP 403); check the token's permissions"
         )
     if isinstance(error, HfHubHTTPError | httpx2.HTTPError | OSError):
         detail = f"HTTP {status}" if status else type(error).__name__
-        return DownloadError(
+        return TemporaryDownloadError(
             "SourceUnavailable",
             f"{uri}: the Hub at {endpoint_of(options)} could not be reached ({detail}); it will be retried",
-            retryable=True,
         )
-    return DownloadError("SourceUnavailable", f"{uri}: unexpected metadata error {type(error).__name__}")
+    return LastingDownloadError(
+        "SourceUnavailable", f"{uri}: unexpected metadata error {type(error).__name__}"
+    )

@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable
 from urllib.parse import urljoin, urlsplit
 
-from praesto.agent.download.api import DownloadCancelled, DownloadError, Target
+from praesto.agent.download.api import DownloadCancelled, LastingDownloadError, Target
 
 CHUNK = 1 << 20
 MAX_ATTEMPTS = 8
@@ -142,11 +142,11 @@ class Transport:
             try:
                 check_status(resp, url)
             except Expired:
-                raise DownloadError(
+                raise LastingDownloadError(
                     "Unauthorized", f"{redact(url)}: HTTP {resp.status}; check the token's permissions"
                 ) from None
             return Target(url, authorized=True)
-        raise DownloadError("SourceUnavailable", f"too many redirects resolving {redact(url)}")
+        raise LastingDownloadError("SourceUnavailable", f"too many redirects resolving {redact(url)}")
 
     def fetch(
         self,
@@ -251,18 +251,20 @@ def check_status(resp: http.client.HTTPResponse, url: str) -> None:
     if status == 429 or status >= 500:
         raise Transient(f"HTTP {status} from {where}", retry_after(resp.getheader("Retry-After")))
     if code == "GatedRepo":
-        raise DownloadError(
+        raise LastingDownloadError(
             "GatedRepo", f"{where}: gated repo; accept its conditions with the token's account"
         )
     if code == "RevisionNotFound":
-        raise DownloadError("RevisionNotFound", f"{where}: revision vanished from the repo")
+        raise LastingDownloadError("RevisionNotFound", f"{where}: revision vanished from the repo")
     if code == "RepoNotFound" and status == 404:
-        raise DownloadError("RepoNotFound", f"{where}: repo not found or not visible to this token")
+        raise LastingDownloadError("RepoNotFound", f"{where}: repo not found or not visible to this token")
     if status == 401 or (code == "RepoNotFound"):
-        raise DownloadError("Unauthorized", f"{where}: HTTP 401; the repo is private: give a valid token")
+        raise LastingDownloadError(
+            "Unauthorized", f"{where}: HTTP 401; the repo is private: give a valid token"
+        )
     if status in (403, 410):
         raise Expired(where)  # a signed CDN URL that expired; resolve() turns a Hub 403 terminal
-    raise DownloadError("SourceUnavailable", f"{where}: HTTP {status}; the file could not be fetched")
+    raise LastingDownloadError("SourceUnavailable", f"{where}: HTTP {status}; the file could not be fetched")
 
 
 def backoff(attempt: int, hint: float | None, cancel: threading.Event) -> None:

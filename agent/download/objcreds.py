@@ -34,7 +34,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from praesto.agent.download.api import DownloadError
+from praesto.agent.download.api import LastingDownloadError
 
 from praesto import credscope, names
 
@@ -126,7 +126,7 @@ def _need(settings: Mapping[str, str], keys: tuple[str, ...], where: str) -> Non
     have = [k for k in keys if settings.get(k)]
     if have and len(have) < len(keys):
         missing = ", ".join(k for k in keys if k not in have)
-        raise DownloadError(
+        raise LastingDownloadError(
             "WaitingForCredentials",
             f"{where} has {', '.join(have)} but not {missing}; add {missing} to it",
         )
@@ -154,7 +154,9 @@ def client_options(endpoint_http: bool, verify: bool, env: Mapping[str, str]) ->
 def _url(value: str, key: str, where: str, example: str) -> str:
     """An endpoint setting, checked: http(s) only (the client would fail later, less clearly)."""
     if value and not value.startswith(("http://", "https://")):
-        raise DownloadError("SourceUnavailable", f"{where}: {key} must be an http(s) URL; e.g. {example}")
+        raise LastingDownloadError(
+            "SourceUnavailable", f"{where}: {key} must be an http(s) URL; e.g. {example}"
+        )
     return value.rstrip("/")
 
 
@@ -193,7 +195,9 @@ def store_config(
         return _gcs(bucket, settings, env, where, identity)
     if scheme == "az":
         return _azure(bucket, settings, env, where, identity)
-    raise DownloadError("SourceUnavailable", f"{scheme}:// is not an object store; use s3://, gs:// or az://")
+    raise LastingDownloadError(
+        "SourceUnavailable", f"{scheme}:// is not an object store; use s3://, gs:// or az://"
+    )
 
 
 def _s3(bucket: str, s: Mapping[str, str], env: Mapping[str, str], where: str, identity: bool) -> StoreConfig:
@@ -209,7 +213,7 @@ def _s3(bucket: str, s: Mapping[str, str], env: Mapping[str, str], where: str, i
         endpoint = host if "://" in host else f"{'https' if secure else 'http'}://{host}"
     if endpoint:
         if not endpoint.startswith(("http://", "https://")):
-            raise DownloadError(
+            raise LastingDownloadError(
                 "SourceUnavailable",
                 f"{where}: the S3 endpoint must be an http(s) URL or host[:port]; e.g. https://minio.example:9000",
             )
@@ -250,7 +254,7 @@ def _gcs(
         except json.JSONDecodeError:
             parsed = None
         if not isinstance(parsed, dict) or "private_key" not in parsed:
-            raise DownloadError(
+            raise LastingDownloadError(
                 "WaitingForCredentials",
                 f"{where}: {GCS_KEY_FILE} is not a service-account key file (JSON with private_key); "
                 "store the key file Google issued under that key",
@@ -273,7 +277,7 @@ def _azure(
     _need(s, ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET"), where)
     account = s.get("AZURE_STORAGE_ACCOUNT_NAME") or env.get("AZURE_STORAGE_ACCOUNT_NAME")
     if not account:
-        raise DownloadError(
+        raise LastingDownloadError(
             "WaitingForCredentials",
             f"az://{bucket} needs the storage account name: add AZURE_STORAGE_ACCOUNT_NAME to {where} "
             "(or the annotation praesto.io/azure-storage-account)",

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING
 
 import obstore
 from obstore.exceptions import NotFoundError, PreconditionError
-from praesto.agent.download.api import DownloadCancelled, Options, Plan, RemoteFile, Target
+from praesto.agent.download.api import (
+    DownloadCancelled,
+    Options,
+    Plan,
+    RemoteFile,
+    Target,
+    TemporaryDownloadError,
+)
 from praesto.agent.download.engine import Engine
 from praesto.agent.download.http import CHUNK, Transient
 from praesto.agent.download.objcreds import StoreConfig
@@ -73,7 +80,9 @@ class ObjectSource:
 
     def _failure(self, error: Exception, f: RemoteFile) -> Exception:
         mapped = translate(error, self.uri, self.cfg, f"reading {f.path}")
-        if mapped.retryable and not isinstance(error, NotFoundError | FileNotFoundError | PreconditionError):
+        if isinstance(mapped, TemporaryDownloadError) and not isinstance(
+            error, NotFoundError | FileNotFoundError | PreconditionError
+        ):
             return Transient(mapped.message)  # the engine retries from where the stream stopped
         return mapped  # refused, gone or replaced: fail (replaced or gone: planned again on retry)
 

@@ -30,7 +30,14 @@ from obstore.exceptions import (
     UnauthenticatedError,
 )
 from obstore.store import AzureStore, GCSStore, S3Store
-from praesto.agent.download.api import DownloadError, Options, Plan, RemoteFile
+from praesto.agent.download.api import (
+    DownloadError,
+    LastingDownloadError,
+    Options,
+    Plan,
+    RemoteFile,
+    TemporaryDownloadError,
+)
 from praesto.agent.download.digests import StoreDigest
 from praesto.agent.download.hfplan import check_repo_path
 from praesto.agent.download.objcreds import StoreConfig, store_config
@@ -101,7 +108,7 @@ def translate(error: Exception, uri: str, cfg: StoreConfig, what: str) -> Downlo
     status = int(status_match.group(1)) if status_match else 0
     detail = f" ({code or type(error).__name__}{f', HTTP {status}' if status else ''})"
     if code in MISSING_BUCKET or (status == 404 and what == "listing"):
-        return DownloadError(
+        return LastingDownloadError(
             "RepoNotFound",
             f"{uri}: the bucket {cfg.bucket!r} does not exist{detail}; check the bucket name and the endpoint",
         )
@@ -110,30 +117,26 @@ def translate(error: Exception, uri: str, cfg: StoreConfig, what: str) -> Downlo
     )
     if refused or status in (401, 403):
         if not cfg.credentialed:
-            return DownloadError(
+            return LastingDownloadError(
                 "WaitingForCredentials",
                 f"{uri} refused anonymous access{detail} and no credential is configured; set "
                 "spec.source.secretRef on the ModelCache, or credentials.secretRef / credentials.identity "
                 "in the chart values (they serve only the namespaces in credentials.namespaces)",
             )
-        return DownloadError(
+        return LastingDownloadError(
             "Unauthorized",
             f"{uri}: {what} refused with the credentials from {cfg.described}{detail}; check the key "
             "and that it may read the bucket",
         )
     if isinstance(error, PreconditionError):
-        return DownloadError(
+        return TemporaryDownloadError(
             "SourceUnavailable", f"{uri}: an object changed while it was downloaded; it will be planned again",
-            retryable=True,
         )  # fmt: skip
     if isinstance(error, NotFoundError | FileNotFoundError):
-        return DownloadError(
+        return TemporaryDownloadError(
             "SourceUnavailable", f"{uri}: an object vanished during {what}; it will be planned again",
-            retryable=True,
         )  # fmt: skip
-    return DownloadError(
-        "SourceUnavailable", f"{uri}: {what} failed{detail}; it will be retried", retryable=True
-    )
+    return TemporaryDownloadError("SourceUnavailable", f"{uri}: {what} failed{detail}; it will be retried")
 
 
 def plan(source: Source, options: Options) -> Plan:
@@ -147,7 +150,7 @@ def plan(source: Source, options: Options) -> Plan:
         if head is not None:
             metas = [(prefix.rsplit("/", 1)[-1], head)]
     if not metas:
-        raise DownloadError(
+        raise LastingDownloadError(
             "RepoNotFound",
             f"{source.uri}: no object at or under this prefix; check the prefix (it is case-sensitive)",
         )

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from praesto.agent.download import DownloadError, download, plan
+from praesto.agent.download import DownloadError, TemporaryDownloadError, download, plan
 from praesto.agent.download.objcreds import GCS_KEY_FILE
 
 from praesto import names
@@ -90,7 +90,7 @@ def test_an_overwritten_object_is_fetched_at_its_planned_generation(gcs: GCS, tm
     assert (tmp_path / "now" / "w.bin").read_bytes() == b"second" * 1000
     with pytest.raises(DownloadError) as info:  # the emulator keeps no old generations: it is gone
         download(first, tmp_path / "then", opts)
-    assert info.value.reason == "SourceUnavailable" and info.value.retryable
+    assert info.value.reason == "SourceUnavailable" and isinstance(info.value, TemporaryDownloadError)
     assert not (tmp_path / "then").exists()
 
 
