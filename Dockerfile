@@ -29,7 +29,7 @@ RUN /opt/praesto/bin/python -c "import tomllib; print('\n'.join(tomllib.load(ope
  && /opt/praesto/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
  && /opt/praesto/bin/pip install /wheels/praesto-*.whl \
  && cd / \
- && /opt/praesto/bin/python -c "import praesto.hooks.cli, praesto.hooks.server, praesto.agent.cli, praesto.agent.daemon, praesto.csi.cli, praesto.csi.server, praesto.csi.proto.csi_pb2" \
+ && /opt/praesto/bin/python -c "import praesto.hooks.cli, praesto.hooks.serving.server, praesto.agent.cli, praesto.agent.daemon, praesto.csi.cli, praesto.csi.server, praesto.csi.proto.csi_pb2" \
  && /opt/praesto/bin/praesto-agent run --help > /dev/null \
  && /opt/praesto/bin/pip uninstall -y pip setuptools
 

@@ -43,8 +43,8 @@ def serve(fd: int, cert: str, key: str) -> None:
     """Child process: the product app plus the no-op route, under the product's gunicorn options."""
     from flask import Response, request
     from praesto.hooks.admission import review
-    from praesto.hooks.app import create_app, json_response
-    from praesto.hooks.server import HooksServer, gunicorn_options, parse_args
+    from praesto.hooks.serving.app import create_app, json_response
+    from praesto.hooks.serving.server import HooksServer, gunicorn_options, parse_args
 
     app = create_app()
 

@@ -43,8 +43,9 @@ def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def section(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = obj.get(key)
+def section(obj: Any, key: str) -> dict[str, Any]:
+    """`obj[key]` when both are objects, else {}: untrusted input never crashes a hook or a webhook."""
+    value = obj.get(key) if isinstance(obj, Mapping) else None
     return value if isinstance(value, dict) else {}
 
 

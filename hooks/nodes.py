@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
-from praesto.hooks.admission.review import sub
+from praesto.hooks.common import section
 
 from praesto import names
 
@@ -70,10 +70,10 @@ def ready_caches(node_name: str, cache_nodes: list[dict[str, Any]]) -> set[tuple
     """(namespace, cache) of every ModelCacheNode Ready on this node and not being deleted."""
     ready = set()
     for child in cache_nodes:
-        meta = sub(child, "metadata")
-        spec = sub(child, "spec")
-        status = sub(child, "status")
-        labels = sub(meta, "labels")
+        meta = section(child, "metadata")
+        spec = section(child, "spec")
+        status = section(child, "status")
+        labels = section(meta, "labels")
         cache = labels.get(names.LABEL_MODEL_CACHE)
         namespace = meta.get("namespace")
         # spec.nodeName guards against two long node names sharing a shortened label value.

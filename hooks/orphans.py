@@ -140,10 +140,10 @@ def main() -> None:
     """`python -m praesto.hooks.orphans`: what `praesto-hooks --release-orphaned-copies` runs beside gunicorn."""
     import signal
 
-    from praesto.hooks.admission.lookup import default_api_client
+    from praesto.listwatch import api_client_from_environment
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    releaser = OrphanReleaser(default_api_client()).start()
+    releaser = OrphanReleaser(api_client_from_environment()).start()
     signal.signal(signal.SIGTERM, lambda *_: releaser.stopped.set())
     releaser.stopped.wait()
 

@@ -15,6 +15,7 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 from urllib3.exceptions import ReadTimeoutError
@@ -98,3 +99,12 @@ class _Events:
         with contextlib.suppress(Exception):
             self.response.close()
             self.response.release_conn()
+
+
+def api_client_from_environment() -> client.ApiClient:
+    """The Pod's own identity when running in a cluster, else the user's kubeconfig (local runs)."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()

@@ -16,10 +16,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUND = "praesto"  # the contract package every part imports; it imports none of them
-# Cycles not yet broken, each with why; the test fails on any other. hooks/admission/validate.py
-# imports hooks/config.py (HooksConfig) and hooks/pvc_job.py (image_not_allowed) while hooks/app.py
-# imports the admission package: breaking it belongs to the hooks work (#23 items 3 and 6).
-KNOWN_CYCLES = [["praesto.hooks", "praesto.hooks.admission"]]
 
 
 def folders() -> dict[str, str]:
@@ -145,7 +141,7 @@ def test_the_graph_covers_every_part() -> None:
 
 
 def test_no_import_cycles_between_packages() -> None:
-    found = [c for c in cycles(package_graph()) if c not in KNOWN_CYCLES]
+    found = cycles(package_graph())
     assert found == [], "packages that import each other (a cycle): " + "; ".join(
         " <-> ".join(c) for c in found
     )

@@ -138,7 +138,9 @@ def test_console_scripts_start_as_nonroot_on_a_read_only_root(
         assert agent.returncode == 0 and "usage: praesto-agent" in agent.stdout, agent.stderr
         download = run_as_nonroot(root, image, ["praesto-agent", "download", "--help"])
         assert download.returncode == 0 and "--dest" in download.stdout, download.stderr
-        imports = "import praesto.agent.cli, praesto.hooks.server, praesto.csi.cli, sys; print(sys.prefix)"
+        imports = (
+            "import praesto.agent.cli, praesto.hooks.serving.server, praesto.csi.cli, sys; print(sys.prefix)"
+        )
         python = run_as_nonroot(root, image, ["python", "-c", imports])
         assert python.returncode == 0 and python.stdout.strip() == VENV, python.stderr
         write = run_as_nonroot(root, image, ["python", "-c", f"open('{VENV}/x', 'w')"])

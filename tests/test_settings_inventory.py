@@ -24,9 +24,9 @@ from praesto.agent import cli as agent_cli
 from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download.settings import DownloadSettings
 from praesto.csi import cli as csi_cli
-from praesto.hooks import server as hooks_server
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_job import download_job
+from praesto.hooks.serving import server as hooks_server
 
 from praesto import quota
 from praesto.spec import parse_spec

@@ -29,7 +29,7 @@ blueprint = Blueprint("praesto_admission", __name__)
 # Flask config keys: tests and embedders may inject lookups or the image.
 CONFIG_LOOKUPS = "PRAESTO_LOOKUPS"
 CONFIG_IMAGE = "PRAESTO_IMAGE"
-CONFIG_SETTINGS = "PRAESTO_HOOKS_CONFIG"  # the process's HooksConfig (hooks/app.py create_app)
+CONFIG_SETTINGS = "PRAESTO_HOOKS_CONFIG"  # the process's HooksConfig (hooks/serving/app.py create_app)
 # Set by `praesto-hooks --client-ca-file`: only the API server (its webhook client
 # certificate, verified by gunicorn's TLS layer) may ask the admission endpoints anything.
 CONFIG_REQUIRE_CLIENT_CERT = "PRAESTO_REQUIRE_CLIENT_CERT"

@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from praesto.hooks.config import ENV_ADMISSION_LOOKUPS, HooksConfig
 
 from praesto import names
-from praesto.listwatch import ListWatch
+from praesto.listwatch import ListWatch, api_client_from_environment
 from praesto.reflector import Reflector
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class WatchedLookups:
         max_staleness: float | None = None,
         cold_wait: float | None = None,
     ) -> None:
-        api = api_client or default_api_client()
+        api = api_client or api_client_from_environment()
         timeout = watch_timeout or _DEFAULTS.lookup_watch_timeout
         staleness = max_staleness if max_staleness is not None else _DEFAULTS.lookup_max_staleness
         self.cold_wait = cold_wait if cold_wait is not None else _DEFAULTS.lookup_cold_wait
@@ -204,14 +204,6 @@ class WatchedLookups:
     def count_nodes_matching(self, selector: Mapping[str, str]) -> int:
         _check(self.nodes, self.cold_wait, self.max_staleness)
         return sum(1 for labels in list(self.nodes.items.values()) if _matches(labels, selector))
-
-
-def default_api_client() -> Any:
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
 
 
 class DisabledLookups:

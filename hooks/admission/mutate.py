@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from praesto.hooks.common import section
+
 from praesto import names
 from praesto.quantity import format_bytes
 
@@ -31,12 +33,12 @@ from . import review
 from .annotations import Mount, Wanted, overlaps, parse_annotations, wants_injection
 from .lookup import Lookups, LookupUnavailable
 from .patch import Injection, build_patch, volume_source
-from .review import FORBIDDEN, UNAVAILABLE, Refusal, sub
+from .review import FORBIDDEN, UNAVAILABLE, Refusal
 
 
 def failure_message(cache: dict[str, Any]) -> str:
     """The cache's own words for why it failed: its Ready=False condition, else status.message."""
-    status = sub(cache, "status")
+    status = section(cache, "status")
     conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
     conditions.sort(key=lambda c: c.get("type") != "Ready")
     for condition in conditions:
@@ -47,7 +49,7 @@ def failure_message(cache: dict[str, Any]) -> str:
 
 
 def _progress(status: dict[str, Any]) -> str:
-    progress = sub(status, "progress")
+    progress = section(status, "progress")
     done, total = progress.get("bytesDone"), progress.get("bytesTotal")
     if isinstance(done, int) and isinstance(total, int) and total > 0:
         return f" ({100 * done // total}% of {format_bytes(total)})"
@@ -78,7 +80,7 @@ def _injection(
             "retry, or check the praesto-hooks logs",
             UNAVAILABLE,
         ) from None
-    if not disclose and (cache is None or sub(cache, "status").get("phase") == names.PHASE_FAILED):
+    if not disclose and (cache is None or section(cache, "status").get("phase") == names.PHASE_FAILED):
         raise _unusable(mount, namespace)
     if cache is None:
         raise Refusal(
@@ -87,9 +89,9 @@ def _injection(
             f"create it first (kubectl get modelcaches -n {namespace}) or correct the name",
             FORBIDDEN,
         )
-    spec = sub(cache, "spec")
-    storage = sub(spec, "storage")
-    status = sub(cache, "status")
+    spec = section(cache, "spec")
+    storage = section(spec, "storage")
+    status = section(cache, "status")
     phase = status.get("phase") or names.PHASE_PENDING
     if phase == names.PHASE_FAILED:
         raise Refusal(
@@ -162,7 +164,7 @@ def plan(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """JSONPatch and warnings for an annotated Pod; raises `Refusal`."""
     pod = request.obj
-    meta = sub(pod, "metadata")
+    meta = section(pod, "metadata")
     wanted = parse_annotations(meta.get("annotations") or {})
     spec = pod.get("spec")
     if not isinstance(spec, dict):

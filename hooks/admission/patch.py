@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from praesto.hooks.common import section
+
 from praesto import names
 
 from .annotations import SCHEDULING_NONE, SCHEDULING_REQUIRED, Mount
-from .review import json_pointer, sub
+from .review import json_pointer
 
 Op = dict[str, Any]
 WAIT_CPU = "10m"
@@ -158,8 +160,8 @@ def _affinity_ops(spec: dict[str, Any], keys: list[str], scheduling: str) -> lis
 def _already_scheduled(spec: dict[str, Any], key: str, scheduling: str) -> bool:
     """True when a previous run already added this ready-label expression (reinvocation)."""
     expr = {"key": key, "operator": "In", "values": ["true"]}
-    affinity = sub(spec, "affinity")
-    node = sub(affinity, "nodeAffinity")
+    affinity = section(spec, "affinity")
+    node = section(affinity, "nodeAffinity")
     if scheduling == SCHEDULING_REQUIRED:
         required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
         terms = _dicts(required.get("nodeSelectorTerms")) if isinstance(required, dict) else []
@@ -176,7 +178,7 @@ def build_patch(
     pod: dict[str, Any], namespace: str, target: int, injections: list[Injection], scheduling: str, image: str
 ) -> list[Op]:
     """Ops adding volumes, read-only mounts, wait init containers, labels and node affinity."""
-    meta = sub(pod, "metadata")
+    meta = section(pod, "metadata")
     spec: dict[str, Any] = pod["spec"]
     volumes = _dicts(spec.get("volumes"))
     container = spec["containers"][target]

@@ -158,9 +158,3 @@ def deny(uid: str, refusal: Refusal, warnings: list[str] | None = None) -> dict[
 def json_pointer(*parts: str | int) -> str:
     """RFC 6901 pointer: `~` becomes `~0` and `/` becomes `~1` (label keys contain `/`)."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
-def sub(obj: Any, key: str) -> dict[str, Any]:
-    """`obj[key]` when both are objects, else {}: untrusted input never crashes a webhook."""
-    value = obj.get(key) if isinstance(obj, dict) else None
-    return value if isinstance(value, dict) else {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from praesto.hooks.common import section
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_job import image_not_allowed
 
@@ -31,7 +32,7 @@ from praesto.spec import InvalidSpec, ModelCacheSpec, parse_spec
 
 from . import quota, review
 from .lookup import Lookups, LookupUnavailable
-from .review import BAD_REQUEST, FORBIDDEN, UNAVAILABLE, Refusal, sub
+from .review import BAD_REQUEST, FORBIDDEN, UNAVAILABLE, Refusal
 
 MAX_LISTED_ERRORS = 10
 
@@ -47,7 +48,7 @@ def changed_fields(old: Any, new: Any, path: str = "spec") -> list[str]:
 
 
 def _check_name(obj: dict[str, Any]) -> None:
-    meta = sub(obj, "metadata")
+    meta = section(obj, "metadata")
     name = meta.get("name")
     if isinstance(name, str) and name and not names.is_dns_label(name):
         raise Refusal(
@@ -166,7 +167,7 @@ def validate(
         if disclose:
             quota.check(
                 request.namespace,
-                str(sub(obj, "metadata").get("name") or ""),
+                str(section(obj, "metadata").get("name") or ""),
                 parsed,
                 lookups,
                 quotas if quotas is not None else (config or HooksConfig()).quotas,

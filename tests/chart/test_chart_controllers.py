@@ -70,7 +70,7 @@ def test_controllers_validate_against_metacontroller_crds() -> None:
 
 def test_hook_paths_are_served_by_praesto_hooks() -> None:
     """Every URL a controller calls is a route of the real hooks Flask app."""
-    app_module = pytest.importorskip("praesto.hooks.app")
+    app_module = pytest.importorskip("praesto.hooks.serving.app")
     config = pytest.importorskip("praesto.hooks.config")
     app = app_module.create_app(config.HooksConfig())
     routes = {rule.rule for rule in app.url_map.iter_rules()}

@@ -135,7 +135,7 @@ def test_hooks_deployment_is_hardened_and_configured() -> None:
 
 def test_hooks_arguments_are_accepted_by_praesto_hooks() -> None:
     """The flags the chart passes parse with the real praesto-hooks argument parser."""
-    server = pytest.importorskip("praesto.hooks.server")
+    server = pytest.importorskip("praesto.hooks.serving.server")
     pod = one(render_objects(), "Deployment")["spec"]["template"]["spec"]
     for container in pod["containers"]:
         assert container["command"] == ["praesto-hooks"]

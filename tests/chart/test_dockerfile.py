@@ -13,7 +13,7 @@ from tests.support.installed_wheel import pyproject
 
 COMPILERS = re.compile(r"\b(gcc|g\+\+|clang|build-essential|make|python3-dev|libc6-dev|cargo|rustc)\b")
 # Modules a console script loads only for one subcommand or at serve time; the smoke step imports them too.
-RUNTIME_MODULES = {"praesto.hooks.server", "praesto.agent.daemon", "praesto.csi.server"}
+RUNTIME_MODULES = {"praesto.hooks.serving.server", "praesto.agent.daemon", "praesto.csi.server"}
 
 
 def test_multi_stage_with_a_digest_pinned_base() -> None:
@@ -75,7 +75,7 @@ def test_dockerignore_keeps_the_context_small_but_complete() -> None:
         "setup.py",
         "README.md",
         "praesto/names.py",
-        "hooks/server.py",
+        "hooks/serving/server.py",
         "csi/proto/csi_pb2.py",
     ):
         assert not _ignored(needed, patterns), needed

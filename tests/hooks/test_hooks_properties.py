@@ -9,7 +9,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from praesto.hooks import hook_protocol
-from praesto.hooks.app import create_app
+from praesto.hooks.serving.app import create_app
 
 from praesto import names
 from tests.hooks import golden

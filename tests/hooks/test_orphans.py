@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from praesto.hooks import orphans
-from praesto.hooks.server import gunicorn_options, parse_args
+from praesto.hooks.serving.server import gunicorn_options, parse_args
 
 from praesto import names
 from tests.support.kube import KubeEmulator, kube  # noqa: F401  (fixture)

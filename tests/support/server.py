@@ -92,7 +92,7 @@ def _command() -> list[str]:
     exe = shutil.which("praesto-hooks", path=str(Path(sys.executable).parent)) or shutil.which(
         "praesto-hooks"
     )
-    return [exe] if exe else [sys.executable, "-m", "praesto.hooks.server"]
+    return [exe] if exe else [sys.executable, "-m", "praesto.hooks.serving.server"]
 
 
 def _wait_healthy(server: RunningServer, deadline: float) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 from praesto.hooks.admission.http import CONFIG_REQUIRE_CLIENT_CERT
-from praesto.hooks.app import create_app
 from praesto.hooks.config import ConfigError, HooksConfig
+from praesto.hooks.serving.app import create_app
 from praesto.hooks.whole_request_worker import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REQUEST_TIMEOUT
 from praesto.hooks.whole_request_worker import settings as worker_settings
 
