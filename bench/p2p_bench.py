@@ -49,6 +49,7 @@ not N times the model: a star would have needed ~(N-1)/3 x one node's time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import shutil
@@ -56,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from praesto.agent.peers.server import Limits
@@ -77,10 +79,32 @@ def _origin_bytes(log: Path) -> int:
         return 0
 
 
+HOG_ROW = "1 node + CPU hog"
+
+
+@contextlib.contextmanager
+def _cpu_hog(processes: int) -> Iterator[None]:
+    """`processes` busy loops beside the download: a compiler, or a model server on a GPU node."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def _scenario(
-    hub: LocalHub, nginx: Nginx, rate: str, work: Path, nodes: list[str], concurrency: int, upload: int
+    hub: LocalHub,
+    nginx: Nginx,
+    rate: str,
+    work: Path,
+    nodes: list[str],
+    concurrency: int,
+    upload: int,
+    hog: int = 0,
 ) -> tuple[float, int]:
-    """(seconds to all Ready incl. sync, bytes the nginx origin sent)."""
+    """(seconds to all Ready incl. sync, bytes the nginx origin sent); `hog` busy processes beside it."""
     log = work / "nginx-access.log"
     log.unlink(missing_ok=True)
     nginx.start(rate, access_log=log)
@@ -99,12 +123,13 @@ def _scenario(
                     concurrency=concurrency,
                 )
             subprocess.run(["sync"], check=True)
-            started = time.perf_counter()
-            for node in nodes:
-                c.select("model", node, repo=REPO)
-            c.wait_ready("model", nodes, timeout=900)
-            subprocess.run(["sync"], check=True)
-            seconds = time.perf_counter() - started
+            with _cpu_hog(hog):
+                started = time.perf_counter()
+                for node in nodes:
+                    c.select("model", node, repo=REPO)
+                c.wait_ready("model", nodes, timeout=900)
+                subprocess.run(["sync"], check=True)
+                seconds = time.perf_counter() - started
         finally:
             c.stop()
     nginx.stop()  # flushes the access log
@@ -123,6 +148,9 @@ def main() -> int:
     parser.add_argument("--nodes", default="1,2,4,8", help=f"node counts, at most {len(NODES)}")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", default="/var/tmp", help="on the disk to measure (not a tmpfs)")
+    parser.add_argument(
+        "--no-hog", action="store_true", help="skip the row of one node beside a CPU hog on every CPU"
+    )
     args = parser.parse_args()
     if shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists():
         print("nginx is missing: run scripts/install.sh", file=sys.stderr)
@@ -140,15 +168,25 @@ def main() -> int:
                   f"{args.concurrency} connections per download; peer upload cap {args.upload_mbps:g} MB/s "
                   f"per agent; {os.cpu_count()} CPUs; {args.rounds} rounds")  # fmt: skip
             upload = int(args.upload_mbps * 1e6)
-            runs = interleaved(
-                {
-                    f"{n} node{'s' * (n > 1)}": functools.partial(
-                        _scenario, hub, nginx, rate, work, NODES[:n], args.concurrency, upload
-                    )
-                    for n in counts
-                },
-                args.rounds,
-            )
+            scenarios = {
+                f"{n} node{'s' * (n > 1)}": functools.partial(
+                    _scenario, hub, nginx, rate, work, NODES[:n], args.concurrency, upload
+                )
+                for n in counts
+            }
+            if not args.no_hog:
+                scenarios[HOG_ROW] = functools.partial(
+                    _scenario,
+                    hub,
+                    nginx,
+                    rate,
+                    work,
+                    NODES[:1],
+                    args.concurrency,
+                    upload,
+                    os.cpu_count() or 1,
+                )
+            runs = interleaved(scenarios, args.rounds)
     finally:
         nginx.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -161,7 +199,11 @@ def main() -> int:
         unit="x",
     )
     seconds = {name: [s for s, _ in got] for name, got in runs.items()}
+    hogged = seconds.pop(HOG_ROW, None)
     first, last = next(iter(seconds)), list(seconds)[-1]
+    if hogged is not None and first == "1 node":
+        print(f"wall time, {HOG_ROW} / 1 node (ratio of medians): {ratio(hogged, seconds[first]):.2f} "
+              "(target <= 1.10: a busy node must not slow a capped origin's download)")  # fmt: skip
     print(f"wall time, {last} / {first} (ratio of medians): {ratio(seconds[last], seconds[first]):.2f} "
           "(target <= 1.20; a star would grow ~linearly)")  # fmt: skip
     worst = max(b / total for got in runs.values() for _, b in got)

@@ -37,7 +37,6 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -53,6 +52,7 @@ from praesto.agent.download.api import (
     Target,
     TemporaryDownloadError,
 )
+from praesto.agent.download.concurrency import RATE_WINDOW, START_CONNECTIONS, OwnCpuMeter, PartConcurrency
 from praesto.agent.download.crashpoints import FILE_READ_ONLY, PARTS_JOURNALED, STAGING_CREATED, crash_point
 from praesto.agent.download.hashing import MemoryBudget, StreamHasher
 from praesto.agent.download.http import MAX_ATTEMPTS, Expired, Redirect, Transient, Transport, backoff
@@ -68,148 +68,6 @@ from praesto.agent.download.publish import (
 
 log = logging.getLogger("praesto.download")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-START_CONNECTIONS = 4  # parts in flight at first: enough to keep 2 cores busy on a fast origin
-SLOW_CONNECTION = 64e6  # bytes/s: a connection slower than this may be capped by the origin
-RATE_WINDOW = 0.3  # seconds over which rates are judged
-WIDEN_GAIN = 1.3  # doubling the connections must raise the total rate this much to be kept
-BUSY_CPU = 0.8  # the machine's CPUs busier than this over a window: more connections cannot help
-SETTLE_SECONDS = (
-    5.0  # a settled PartConcurrency may probe again after this: one window's verdict can be noise
-)
-
-
-class CpuMeter:
-    """The machine's CPU busy fraction between calls, from /proc/stat. Time waiting for the
-    disk (iowait) counts as busy: a disk-bound download gains nothing from more sockets."""
-
-    def __init__(self, path: str = "/proc/stat") -> None:
-        self.path = path
-        self._last = self._read()
-
-    def _read(self) -> tuple[int, int] | None:
-        try:
-            with open(self.path) as stat:
-                fields = [int(v) for v in stat.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        return sum(fields), fields[3] if len(fields) > 3 else 0  # (total, idle) jiffies
-
-    def __call__(self) -> float:
-        now, last = self._read(), self._last
-        self._last = now
-        if now is None or last is None or now[0] <= last[0]:
-            return 0.0
-        return 1.0 - (now[1] - last[1]) / (now[0] - last[0])
-
-
-class PartConcurrency:
-    """How many parts are fetched at once: starts at `start`, doubles towards `limit` while that pays.
-
-    Why not always `limit`: on a fast origin a few connections already saturate the CPU,
-    and every extra one costs CPU per byte: its parts of a file arrive ahead of that
-    file's hashing frontier, so they are held or re-read from disk to be hashed in order,
-    and more sockets mean more wake-ups (bench/download_bench.py). A connection slower
-    than `slow` bytes/s suggests the origin caps each connection (a CDN), where more
-    connections mean more bytes/s: the limit doubles, and the next window checks that
-    the total rate rose by WIDEN_GAIN; if not (the CPU, disk or link is the limit, not
-    the connections) it halves back and settles. Before doubling it also asks `busy`
-    (the machine's CPU busy fraction over the window): when the CPUs are already nearly
-    all busy, slow connections mean the CPU is the limit (loopback, a small node), not
-    the origin, and it settles where it is.
-
-    The first window after the start is not judged (connections are starting, and a
-    capped origin sends each request's first bytes in a burst, which inflated the rate
-    the first doubling was compared with), and settling lasts SETTLE_SECONDS, not for
-    good: a wrong verdict held for the whole download once left a capped origin at half
-    its connections (bench/p2p_bench.py seeders took 45-52 s instead of 27 s in about
-    one run in ten). Longer windows, or skipping one after every doubling, were steadier
-    but slowed the climb on a capped origin (download_bench capped: 0.77x aria2c).
-    """
-
-    def __init__(
-        self,
-        start: int,
-        limit: int,
-        slow: float = SLOW_CONNECTION,
-        clock: Callable[[], float] = time.monotonic,
-        busy: Callable[[], float] | None = None,
-    ) -> None:
-        self.clock = clock
-        self.busy = busy
-        self.limit = max(1, limit)
-        self.allowed = min(self.limit, max(1, start))
-        self.peak = self.allowed  # the most parts ever allowed in flight (reported, tested)
-        self.slow = slow
-        self.active = 0
-        self._settled_until = float("-inf")
-        self._mark: tuple[float, int] | None = None  # (time, total bytes) at the last judgement
-        self._probe: float | None = None  # total rate before the last doubling, until judged
-        self._ramping = False  # the first window after the start: connections still starting
-        self._cond = threading.Condition()
-
-    @property
-    def settled(self) -> bool:
-        return self.clock() < self._settled_until
-
-    def _settle(self) -> None:
-        self._settled_until = self.clock() + SETTLE_SECONDS
-
-    def mark(self, done: int) -> None:
-        """Start measuring the total rate now, at `done` bytes (resumed bytes are not a rate)."""
-        with self._cond:
-            self._mark = (self.clock(), done)
-            self._ramping = True  # connections starting: a CDN's first bytes of a request come in a burst
-
-    def enter(self) -> None:
-        with self._cond:
-            while self.active >= self.allowed:
-                self._cond.wait()
-            self.active += 1
-
-    def leave(self) -> None:
-        with self._cond:
-            self.active -= 1
-            self._cond.notify()
-
-    def observe(self, conn_bytes: int, conn_seconds: float, done: int) -> None:
-        """One connection moved `conn_bytes` in `conn_seconds`; `done` bytes are done in total."""
-        if self.settled or (self._probe is None and conn_bytes >= self.slow * conn_seconds):
-            return
-        now = self.clock()
-        with self._cond:
-            if self._mark is None:
-                self._mark = (now, done)
-                return
-            if now - self._mark[0] < RATE_WINDOW * 0.999:
-                return
-            rate = (done - self._mark[1]) / (now - self._mark[0])
-            self._mark = (now, done)
-            if self._ramping:
-                self._ramping = False
-                return
-            if self._probe is not None:
-                before, self._probe = self._probe, None
-                if rate < before * WIDEN_GAIN:
-                    self.allowed = max(1, self.allowed // 2)
-                    self._settle()
-                    log.debug(
-                        "%.0f MB/s did not rise with more connections: %d in flight", rate / 1e6, self.allowed
-                    )
-                    return
-            cpu = self.busy() if self.busy is not None else 0.0
-            if self.allowed >= self.limit or conn_bytes >= self.slow * conn_seconds:
-                return
-            if cpu > BUSY_CPU:
-                self._settle()
-                log.debug("CPUs %.0f%% busy: %d in flight is the most that pays", cpu * 100, self.allowed)
-                return
-            self._probe = rate
-            self.allowed = min(self.limit, self.allowed * 2)
-            self.peak = max(self.peak, self.allowed)
-            self._cond.notify_all()
-        log.debug(
-            "connection at %.1f MB/s: trying %d in flight", conn_bytes / conn_seconds / 1e6, self.allowed
-        )
 
 
 @dataclass
@@ -240,7 +98,7 @@ class Engine:
             endpoint, options.token, ca_bundle=options.ca_bundle
         )
         self.budget = MemoryBudget(options.memory_budget)
-        self.concurrency = PartConcurrency(START_CONNECTIONS, options.concurrency, busy=CpuMeter())
+        self.concurrency = PartConcurrency(START_CONNECTIONS, options.concurrency, busy=OwnCpuMeter())
         self._meter = threading.local()  # per connection: bytes and seconds towards the next rate
         self.journal = Journal(staging, {"revision": plan.revision, "partSize": options.part_size, "v": 1})
         self.result = Result(plan)

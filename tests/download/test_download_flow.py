@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 from praesto.agent.download import download, plan
 from praesto.agent.download.api import RemoteFile, Sink
-from praesto.agent.download.engine import RATE_WINDOW, START_CONNECTIONS, CpuMeter, Engine, PartConcurrency
+from praesto.agent.download.concurrency import (
+    RATE_WINDOW,
+    START_CONNECTIONS,
+    OwnCpuMeter,
+    PartConcurrency,
+    usable_cpus,
+)
+from praesto.agent.download.engine import Engine
 from praesto.agent.download.publish import publish, staging_for
 
 from praesto.spec import Source
@@ -108,14 +117,32 @@ def test_slow_connections_on_busy_cpus_do_not_widen_the_gate() -> None:
     assert (gate.allowed, gate.peak, gate.settled) == (4, 4, True)
 
 
-def test_the_cpu_meter_reads_busy_time_from_proc_stat(tmp_path: Path) -> None:
-    stat = tmp_path / "stat"
-    stat.write_text("cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1 2 3\n")
-    meter = CpuMeter(str(stat))
-    stat.write_text("cpu  190 0 190 820 100 0 0 0 0 0\n")  # +300 jiffies, 20 idle, 100 iowait
-    assert abs(meter() - (1 - 20 / 300)) < 1e-9  # waiting for the disk counts as busy
+def test_the_cpu_meter_counts_this_process_against_the_cpus_it_may_use() -> None:
+    clock, cpu = [100.0], [5.0]
+    meter = OwnCpuMeter(cpu_time=lambda: cpu[0], clock=lambda: clock[0], cpus=2.0)
+    clock[0], cpu[0] = 101.0, 6.6  # 1.6 CPU-seconds in one second on two CPUs
+    assert abs(meter() - 0.8) < 1e-9
     assert meter() == 0.0  # no time passed
-    assert CpuMeter(str(tmp_path / "absent"))() == 0.0  # no /proc: never claims busy
+    assert OwnCpuMeter(cpu_time=lambda: 0.0, cpus=0.0)() == 0.0  # nothing known: never claims busy
+
+
+def test_another_process_keeping_the_cpus_busy_is_not_this_ones_limit() -> None:
+    """#24 item 5: a compiler or a model server beside the download does not count as its CPU use."""
+    meter = OwnCpuMeter()
+    hog = subprocess.run(  # burns 0.3 CPU-seconds in another process while this one waits
+        [sys.executable, "-c", "import time\nwhile time.process_time() < 0.3: pass"], check=True, timeout=60
+    )
+    assert hog.returncode == 0
+    assert meter() < 0.5
+
+
+def test_usable_cpus_honour_a_cgroup_quota(tmp_path: Path) -> None:
+    quota = tmp_path / "cpu.max"
+    quota.write_text("50000 100000\n")  # a container limited to half a CPU
+    assert usable_cpus(str(quota)) == 0.5
+    quota.write_text("max 100000\n")
+    assert usable_cpus(str(quota)) == len(os.sched_getaffinity(0))
+    assert usable_cpus(str(tmp_path / "absent")) == len(os.sched_getaffinity(0))
 
 
 def _engine(hub: LocalHub, repo: str, dest: Path, **kwargs: object) -> Engine:
