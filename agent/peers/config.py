@@ -1,9 +1,14 @@
-"""`praesto-agent run` flags for peer-to-peer distribution, and building `Peering` from them."""
+"""`praesto-agent run` flags for peer-to-peer distribution, the `PeerConfig` they make, and `Peering`.
+
+The flags' environment defaults come from the mapping the process edge hands in (agent/cli.py
+main); this module never reads the environment itself. The agent's settings (agent/settings.py)
+hold the checked `PeerConfig` as their `peers` section; `build_peering` takes that section.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
+from collections.abc import Mapping
 
 from kubernetes import client
 from praesto.agent.peers.auth import Pod
@@ -17,8 +22,9 @@ from praesto.store import StoreLayout
 DEFAULTS = Limits()
 
 
-def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
-    env = os.environ.get
+def add_peer_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """The --peer-* flags, each defaulting to its variable in `environ` (the flag wins)."""
+    env = environ.get
     add = parser.add_argument
     add("--peer-port", type=int, default=env("PRAESTO_PEER_PORT") or "0",
         help="port serving Ready caches to other agents; 0 disables peers (default %(default)s)")  # fmt: skip
@@ -43,9 +49,9 @@ def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
     add("--peer-min-send-rate", default=env("PRAESTO_PEER_MIN_SEND_RATE") or str(DEFAULTS.min_send_rate),
         help="bytes/s, a quantity (256Ki): a response sent slower on average, after --peer-idle-timeout "
         "of grace, is cut; 0 never cuts (default %(default)s)")  # fmt: skip
-    add("--peer-max-uploads", type=int, default=env("PRAESTO_PEER_MAX_UPLOADS") or "8",
+    add("--peer-max-uploads", type=int, default=env("PRAESTO_PEER_MAX_UPLOADS") or str(DEFAULTS.max_uploads),
         help="concurrent uploads to other agents (default %(default)s)")  # fmt: skip
-    add("--peer-upload-rate", default=env("PRAESTO_PEER_UPLOAD_RATE", "0"),
+    add("--peer-upload-rate", default=env("PRAESTO_PEER_UPLOAD_RATE", str(DEFAULTS.rate)),
         help="bytes/s all uploads may use together, a quantity (500Mi); 0 is unlimited")  # fmt: skip
 
 
@@ -95,14 +101,15 @@ def check_peer_arguments(args: argparse.Namespace) -> str | None:
     return None
 
 
-def build_peering(args: argparse.Namespace, api: client.ApiClient, layout: StoreLayout) -> Peering | None:
-    """The agent's `Peering`, or None when peers are disabled."""
+def peer_config(args: argparse.Namespace) -> PeerConfig | None:
+    """The checked peer flags (`check_peer_arguments` found no problem) as a `PeerConfig`, or None
+    when peers are disabled (--peer-port 0)."""
     if not args.peer_port:
         return None
     host = str(args.peer_address)
     shown = f"[{host}]" if ":" in host else host  # IPv6 pod IPs
     namespace, _, name = str(args.peer_service_account).partition("/")
-    config = PeerConfig(
+    return PeerConfig(
         address=f"{shown}:{args.peer_port}",
         pod=Pod(namespace, str(args.pod_name), str(args.pod_uid), name),
         service_account=str(args.peer_service_account),
@@ -117,4 +124,12 @@ def build_peering(args: argparse.Namespace, api: client.ApiClient, layout: Store
             min_send_rate=int(parse_quantity(str(args.peer_min_send_rate))),
         ),
     )
-    return Peering(config, api, args.node_name, layout)
+
+
+def build_peering(
+    config: PeerConfig | None, api: client.ApiClient, node_name: str, layout: StoreLayout
+) -> Peering | None:
+    """The agent's `Peering` from its settings' `peers` section, or None when peers are disabled."""
+    if config is None:
+        return None
+    return Peering(config, api, node_name, layout)
