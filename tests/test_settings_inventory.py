@@ -25,6 +25,7 @@ from praesto.agent import cli as agent_cli
 from praesto.agent.download.settings import DownloadSettings
 from praesto.agent.settings import AgentSettings, add_run_arguments
 from praesto.csi import cli as csi_cli
+from praesto.csi.settings import CsiSettings
 from praesto.hooks import server as hooks_server
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_job import download_job
@@ -42,10 +43,11 @@ SETTINGS_MODULES = {
     # main takes the environment once and hands it to the flags' defaults and to DownloadSettings
     # (`download`) or AgentSettings (`run`, agent/settings.py), which never read it themselves
     "agent/cli.py": "praesto-agent main: every subcommand's settings from flags and this environment",
-    "csi/cli.py": "praesto-csi: flags with environment defaults",
+    "csi/cli.py": "praesto-csi main: CsiSettings (csi/settings.py) from flags and this environment",
 }
 # The settings objects of the processes: a docstring for every field.
-SETTINGS_TREES = {"agent/settings.py": ["MetricsSettings", "StartupTaintSettings", "AgentSettings"]}
+SETTINGS_TREES = {"agent/settings.py": ["MetricsSettings", "StartupTaintSettings", "AgentSettings"],
+                  "csi/settings.py": ["CsiSettings"]}  # fmt: skip
 # Modules that still read the environment at the point of use, and why. Shrink it; never grow it.
 AT_USE = {
     "agent/download/http.py": "the proxy variables (urllib), per connection, as the metadata client (httpx) "
@@ -187,6 +189,11 @@ def agent_settings(env: Any, argv: tuple[str, ...] = ("run", "--node-name=n")) -
     return AgentSettings.from_args(agent_cli.build_parser(True, env).parse_args(argv), env)
 
 
+def csi_settings(env: Any, argv: tuple[str, ...] = ("--node-name=n",)) -> CsiSettings:
+    """`praesto-csi`'s settings as its edge builds them (cli.main): flags over `env`."""
+    return CsiSettings.from_args(csi_cli.build_parser(env).parse_args(argv))
+
+
 def agent_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     return _recorded(monkeypatch, agent_settings) | AGENT_AT_USE
 
@@ -199,7 +206,7 @@ def downloader_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
 
 
 def csi_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    return _recorded(monkeypatch, lambda _env: csi_cli.build_parser())
+    return _recorded(monkeypatch, csi_settings)
 
 
 # Names still read at the point of use (the AT_USE modules), per process, until they move.
@@ -301,7 +308,7 @@ def test_node_daemonset_env_is_the_agent_and_csi_settings(
         assert agent["command"] == ["praesto-agent"] and agent["args"][0] == "run"
         agent_settings(_plain_env(agent), tuple(_expand(agent["args"])))
         assert csi["command"] == ["praesto-csi"]
-        csi_cli.build_parser().parse_args(csi["args"])
+        csi_settings(_plain_env(csi), tuple(_expand(csi["args"])))
 
 
 DOWNWARD_API = {"NODE_NAME": "worker-1", "POD_IP": "10.0.0.7", "POD_NAME": "agent-x", "POD_UID": "u-1"}

@@ -366,7 +366,7 @@ def test_node_daemonset_arguments_are_accepted_by_agent_and_csi() -> None:
 
     csi = containers["csi"]
     assert csi["command"] == ["praesto-csi"]
-    csi_args = csi_cli.build_parser().parse_args(_expand(csi["args"], env))
+    csi_args = csi_cli.build_parser({}).parse_args(_expand(csi["args"], env))
     assert (csi_args.endpoint, csi_args.node_name, str(csi_args.base_path)) == (
         "unix:///csi/csi.sock",
         "worker-1",
