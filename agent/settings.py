@@ -159,7 +159,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str
     add(
         "--node-name",
         default=env(names.ENV_NODE_NAME),
-        help="this node (env NODE_NAME, from the downward API)",
+        help=f"this node (env {names.ENV_NODE_NAME}, from the downward API)",
     )
     add("--base-path", default=env("PRAESTO_BASE_PATH", str(AgentSettings.base_path)),
         help="node-local store; must already exist (default %(default)s)")  # fmt: skip
@@ -215,7 +215,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str
 def check_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
     """The first problem with the flags (and the quotas variable in `env`), named with its fix, or None."""
     if not args.node_name:
-        return "--node-name: Required value; set it or NODE_NAME (fieldRef spec.nodeName in the DaemonSet)"
+        return (
+            f"--node-name: Required value; set it or {names.ENV_NODE_NAME} "
+            "(fieldRef spec.nodeName in the DaemonSet)"
+        )
     if args.concurrency < 1 or args.max_parallel_caches < 1:
         return "--concurrency and --max-parallel-caches must be at least 1"
     if args.startup_taint_deadline <= 0:

@@ -52,7 +52,7 @@ class CsiSettings:
         """The settings from the parsed flags; `SettingsError` names the first problem."""
         if not args.node_name:
             raise SettingsError(
-                "--node-name is required (or env NODE_NAME); set it from the Pod's "
+                f"--node-name is required (or env {names.ENV_NODE_NAME}); set it from the Pod's "
                 "spec.nodeName with the downward API"
             )
         if not args.base_path.is_absolute():

@@ -20,6 +20,7 @@ from praesto.quantity import QuantityError, parse_quantity
 from praesto.store import StoreLayout
 
 DEFAULTS = Limits()
+ENV_POD_IP = "POD_IP"  # the downward API's status.podIP: --peer-address
 
 
 def add_peer_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
@@ -28,8 +29,8 @@ def add_peer_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, st
     add = parser.add_argument
     add("--peer-port", type=int, default=env("PRAESTO_PEER_PORT") or "0",
         help="port serving Ready caches to other agents; 0 disables peers (default %(default)s)")  # fmt: skip
-    add("--peer-address", default=env("POD_IP"),
-        help="address other agents reach this one on (env POD_IP, from the downward API)")  # fmt: skip
+    add("--peer-address", default=env(ENV_POD_IP),
+        help=f"address other agents reach this one on (env {ENV_POD_IP}, from the downward API)")  # fmt: skip
     add("--pod-name", default=env("POD_NAME", ""),
         help="this agent Pod's name (env POD_NAME, downward API): peer tokens are bound to it")  # fmt: skip
     add("--pod-uid", default=env("POD_UID", ""),
@@ -62,7 +63,7 @@ def check_peer_arguments(args: argparse.Namespace) -> str | None:
     if not 0 < args.peer_port <= 65535:
         return f"--peer-port: {args.peer_port} is not a port; use 1-65535, or 0 to disable peers"
     if not args.peer_address:
-        return "--peer-address: Required value with --peer-port; set POD_IP (fieldRef status.podIP)"
+        return f"--peer-address: Required value with --peer-port; set {ENV_POD_IP} (fieldRef status.podIP)"
     if args.peer_max_uploads < 1:
         return "--peer-max-uploads: must be at least 1"
     if args.peer_max_connections < args.peer_max_uploads:
