@@ -18,6 +18,10 @@ The token comes from --token-file or HF_TOKEN, is held in memory only, and is ne
 printed: every line this command writes is scrubbed of it. Object-store credentials
 come from the environment (AWS_ACCESS_KEY_ID, ...; see download/objcreds.py) and from
 the files of a mounted Secret in --credentials-dir (the PVC-mode Job), scrubbed alike.
+
+This is `praesto-agent`'s process edge: `main` takes the process environment, once, and hands that
+mapping to what builds each subcommand's settings (the flags' defaults, `DownloadSettings` for
+`download`, agent/settings.py `AgentSettings` for `run`); nothing below reads the environment.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
@@ -93,7 +98,7 @@ def _read_token(args: argparse.Namespace, settings: DownloadSettings) -> str | N
     return settings.hf_token
 
 
-def _download(args: argparse.Namespace) -> int:
+def _download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     source, errors = parse_uri(args.source, "SOURCE")
     if errors or source is None:
         _say(f"error: {errors[0] if errors else 'SOURCE: unsupported'}", None)
@@ -105,9 +110,9 @@ def _download(args: argparse.Namespace) -> int:
     except QuantityError as error:
         _say(f"error: --max-bytes: {error}; e.g. --max-bytes 20Gi", None)
         return EXIT_USAGE
-    settings = DownloadSettings.from_env(os.environ)  # this process's environment, read once, here
+    settings = DownloadSettings.from_env(env)
     credentials_dir = Path(args.credentials_dir) if args.credentials_dir else None
-    credentials = settings_from_env(os.environ, credentials_dir) if source.scheme != "hf" else None
+    credentials = settings_from_env(env, credentials_dir) if source.scheme != "hf" else None
     _SECRETS.extend(v for v in (credentials or {}).values() if v)
     if args.allow or args.ignore:
         source = type(source)(
@@ -190,7 +195,7 @@ def _report(path: str | None, revision: str, size: int) -> None:
         _say(f"warning: could not write {path}: {err}", None)
 
 
-def _wait(args: argparse.Namespace) -> int:
+def _wait(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Poll for the complete marker: the PVC-mode init container's whole job."""
     marker = Path(args.path) / names.COMPLETE_FILE
     deadline = None if args.timeout <= 0 else time.monotonic() + args.timeout
@@ -211,11 +216,12 @@ def _wait(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def build_parser(with_run: bool) -> argparse.ArgumentParser:
+def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentParser:
+    """`praesto-agent`'s parser; flags with an environment default take it from `env` (the flag wins)."""
     parser = argparse.ArgumentParser(
         prog="praesto-agent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--log-level", default=os.environ.get("PRAESTO_LOG_LEVEL", "INFO"))
+    parser.add_argument("--log-level", default=env.get(names.ENV_LOG_LEVEL, names.DEFAULT_LOG_LEVEL))
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)  # --log-level also after the subcommand
     common.add_argument("--log-level", default=argparse.SUPPRESS, help="DEBUG, INFO, WARNING, ERROR")
@@ -246,7 +252,7 @@ def build_parser(with_run: bool) -> argparse.ArgumentParser:
     )
     dl.add_argument(
         "--credentials-dir",
-        default=os.environ.get(names.ENV_CREDENTIALS_DIR),
+        default=env.get(names.ENV_CREDENTIALS_DIR),
         help="object stores: a mounted credentials Secret (one file per key, e.g. AWS_ACCESS_KEY_ID)",
     )
     dl.add_argument(
@@ -268,10 +274,10 @@ def build_parser(with_run: bool) -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the node agent (DaemonSet)")
     if with_run:
-        from praesto.agent.daemon import add_run_arguments
         from praesto.agent.daemon import run as run_daemon
+        from praesto.agent.settings import add_run_arguments
 
-        add_run_arguments(run)
+        add_run_arguments(run, env)
         run.set_defaults(func=run_daemon)
     return parser
 
@@ -296,16 +302,18 @@ def _command(argv: list[str]) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """The process edge: the environment is taken here, once (`env` stands in for it in tests)."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(with_run=_command(argv) == "run")
+    env = dict(os.environ) if env is None else env
+    parser = build_parser(_command(argv) == "run", env)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     logging.getLogger("httpx2").setLevel(logging.WARNING)
-    code: int = args.func(args)
+    code: int = args.func(args, env)
     return code
 
 

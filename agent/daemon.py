@@ -1,118 +1,30 @@
-"""`praesto-agent run`: flags, Kubernetes client set-up, metrics server, signals.
+"""`praesto-agent run`: settings, Kubernetes client set-up, metrics server, signals.
 
-Everything with behaviour lives in `node_agent.Agent` and its collaborators; this is the process edge.
+Everything with behaviour lives in `node_agent.Agent` and its collaborators; this is the process
+edge. Its flags and settings are agent/settings.py's `AgentSettings`, built here once.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import threading
-from pathlib import Path
+from collections.abc import Mapping
 from types import FrameType
 
 from kubernetes import client, config
-from praesto.agent import baselock, capacity, logs
-from praesto.agent.budget.config import add_budget_arguments, build_budget, check_budget_arguments
-from praesto.agent.credentials import CredentialPolicy
+from praesto.agent import baselock, logs
+from praesto.agent.budget.config import build_budget
 from praesto.agent.kube import KubeApi
-from praesto.agent.metrics import FROM_LOCAL, METRICS_FROM, AgentMetrics
+from praesto.agent.metrics import AgentMetrics
 from praesto.agent.node_agent import Agent
-from praesto.agent.peers.config import add_peer_arguments, build_peering, check_peer_arguments
-from praesto.agent.reconcile import AgentConfig
+from praesto.agent.peers.config import build_peering
+from praesto.agent.settings import AgentSettings, SettingsError
 from praesto.agent.startup_taint import StartupTaint
 
-from praesto import credscope, names, quota
-from praesto.quantity import QuantityError
+from praesto import names
 from praesto.store import StoreLayout
-
-
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags with environment defaults: a default given as a string is converted by argparse
-    with the flag's type, so a bad value in the environment is refused naming the flag."""
-    add = parser.add_argument
-    add(
-        "--node-name",
-        default=os.environ.get(names.ENV_NODE_NAME),
-        help="this node (env NODE_NAME, from the downward API)",
-    )
-    add("--base-path", default=os.environ.get("PRAESTO_BASE_PATH", names.DEFAULT_BASE_PATH),
-        help="node-local store; must already exist (default %(default)s)")  # fmt: skip
-    add("--concurrency", type=int, default=os.environ.get("PRAESTO_CONCURRENCY") or "8",
-        help="parallel connections per download (default %(default)s)")  # fmt: skip
-    add("--max-parallel-caches", type=int, default=os.environ.get("PRAESTO_MAX_PARALLEL_CACHES") or "2",
-        help="caches downloading at once on this node (default %(default)s)")  # fmt: skip
-    add("--reserve", default=os.environ.get("PRAESTO_RESERVE") or None,
-        help="disk kept free: a quantity (50Gi) or a percent (15%%); default the larger of 30Gi and 15%% of the disk")  # fmt: skip
-    add("--metrics-port", type=int, default=os.environ.get("PRAESTO_METRICS_PORT") or "9090",
-        help="Prometheus /metrics port, 0 to disable (default %(default)s)")  # fmt: skip
-    add(
-        "--metrics-address",
-        default=os.environ.get("PRAESTO_METRICS_ADDRESS", "0.0.0.0"),
-        help=argparse.SUPPRESS,
-    )
-    add("--metrics-from", choices=METRICS_FROM, default=os.environ.get("PRAESTO_METRICS_FROM") or FROM_LOCAL,
-        help="who may read /metrics (it names every tenant's caches): 'local', only inside the agent's "
-        "Pod (kubectl port-forward, a sidecar); 'any', every client that reaches the port (the chart "
-        "then admits only nodeAgent.metrics.allowedNamespaces with a NetworkPolicy). /healthz "
-        "answers everyone (default %(default)s)")  # fmt: skip
-    add(
-        "--hf-endpoint",
-        default=os.environ.get(names.ENV_HF_ENDPOINT),
-        help="Hugging Face endpoint or mirror (env HF_ENDPOINT)",
-    )
-    add(
-        "--ca-bundle",
-        default=os.environ.get(names.ENV_CA_BUNDLE),
-        help="extra PEM CA bundle every download trusts besides the system roots "
-        "(env PRAESTO_CA_BUNDLE; chart downloads.caBundle)",
-    )
-    add(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG"),
-        help="kubeconfig for development; in-cluster config otherwise",
-    )
-    add("--log-format", choices=("json",), default="json", help=argparse.SUPPRESS)
-    add("--startup-taint-key", default=os.environ.get("PRAESTO_STARTUP_TAINT_KEY", names.DEFAULT_STARTUP_TAINT_KEY),
-        help="taint this node may have joined with; lifted once its warmNewNodes caches are on disk "
-        "(empty: never touch the Node) (default %(default)s)")  # fmt: skip
-    add("--startup-taint-deadline", type=float, default=os.environ.get("PRAESTO_STARTUP_TAINT_DEADLINE") or "1800",
-        help="seconds after the Node's creation when the taint is lifted anyway, with Events (default %(default)s)")  # fmt: skip
-    add("--warm-namespaces", type=credscope.split_list, default=os.environ.get("PRAESTO_WARM_NAMESPACES", ""),
-        help="comma-separated namespaces whose warmNewNodes caches may hold a new node's startup taint; "
-        "none by default (chart nodeAgent.startupTaint.namespaces)")  # fmt: skip
-    add_peer_arguments(parser)
-    add_budget_arguments(parser)
-
-
-def check_arguments(args: argparse.Namespace) -> str | None:
-    """The first problem with the flags, named with its fix, or None."""
-    if not args.node_name:
-        return "--node-name: Required value; set it or NODE_NAME (fieldRef spec.nodeName in the DaemonSet)"
-    if args.concurrency < 1 or args.max_parallel_caches < 1:
-        return "--concurrency and --max-parallel-caches must be at least 1"
-    if args.startup_taint_deadline <= 0:
-        return (
-            f"--startup-taint-deadline: {args.startup_taint_deadline:g} must be positive seconds, e.g. 1800"
-        )
-    bad = [n for n in args.warm_namespaces if not names.is_dns_label(n)]
-    if bad:
-        return (
-            f"--warm-namespaces: {', '.join(bad)} is not a namespace name; list namespaces, comma-separated"
-        )
-    if not 0 <= args.metrics_port <= 65535:
-        return f"--metrics-port: {args.metrics_port} is not a port; use 1-65535, or 0 to disable"
-    try:
-        capacity.check_reserve(args.reserve)
-    except QuantityError as err:
-        return f"--reserve: {err}; use e.g. 50Gi or 15%"
-    try:
-        quota.from_env(os.environ)
-    except quota.QuotaError as err:
-        return f"{err} (env {quota.ENV})"
-    return check_peer_arguments(args) or check_budget_arguments(args)
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -122,42 +34,35 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient()
 
 
-def build(args: argparse.Namespace, api: client.ApiClient) -> Agent:
-    cfg = AgentConfig(
-        node_name=args.node_name,
-        base_path=Path(args.base_path),
-        endpoint=args.hf_endpoint,
-        ca_bundle=args.ca_bundle,
-        store_env=dict(os.environ),  # for the store clients (workload identity, endpoints), read now
-        concurrency=args.concurrency,
-        max_parallel_caches=args.max_parallel_caches,
-        reserve=args.reserve,
-        quotas=quota.from_env(os.environ),
-    )
-    peering = build_peering(args, api, StoreLayout(cfg.base_path))
-    budget = build_budget(args, api)
-    credentials = CredentialPolicy.from_env(os.environ)  # the chart's credentials settings, read once
-    kube = KubeApi(api, args.node_name)
-    return Agent(cfg, kube, AgentMetrics.create(), peering=peering, budget=budget, credentials=credentials)
+def build(settings: AgentSettings, api: client.ApiClient) -> Agent:
+    cfg = settings.agent_config()
+    peering = build_peering(settings.peers, api, settings.node_name, StoreLayout(cfg.base_path))
+    budget = build_budget(settings.origin_budget, api, settings.node_name)
+    kube = KubeApi(api, settings.node_name)
+    metrics = AgentMetrics.create()
+    return Agent(cfg, kube, metrics, peering=peering, budget=budget, credentials=settings.credentials)
 
 
-def run(args: argparse.Namespace) -> int:
-    logs.configure(getattr(args, "log_level", "INFO") or "INFO")
+def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """`praesto-agent run` with its parsed flags and the process environment they defaulted from."""
+    logs.configure(getattr(args, "log_level", None) or names.DEFAULT_LOG_LEVEL)
     # the downloader's own info lines lack the cache's names; the agent logs each download with them
     logging.getLogger("praesto.download").setLevel(logging.WARNING)
-    problem = check_arguments(args)
     log = logs.logger("praesto.agent", node=args.node_name or "")
-    if problem:
-        log.error(problem)
+    try:
+        settings = AgentSettings.from_args(args, env)
+    except SettingsError as problem:
+        log.error(str(problem))
         return 2
     try:
-        api = api_client(args.kubeconfig)
-        agent = build(args, api)
+        api = api_client(settings.kubeconfig)
+        agent = build(settings, api)
     except (config.ConfigException, OSError) as err:
         log.error(f"cannot reach the Kubernetes API: {err}; run in-cluster or pass --kubeconfig")
         return 1
-    if args.metrics_port:
-        agent.metrics.serve(args.metrics_port, args.metrics_address, args.metrics_from)
+    metrics = settings.metrics
+    if metrics.port:
+        agent.metrics.serve(metrics.port, metrics.address, metrics.allowed_from)
     stopped = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
@@ -171,12 +76,12 @@ def run(args: argparse.Namespace) -> int:
     except (baselock.BasePathInUse, OSError) as err:
         log.error(str(err))
         return 1
-    taint = None
-    if args.startup_taint_key:
+    taint, startup = None, settings.startup_taint
+    if startup.key:
         complete = agent.layout.is_complete
         taint = StartupTaint(
-            api, agent.kube, args.node_name, args.startup_taint_key, args.startup_taint_deadline, complete,
-            args.warm_namespaces,
+            api, agent.kube, settings.node_name, startup.key, startup.deadline_seconds, complete,
+            startup.warm_namespaces,
         )  # fmt: skip
         taint.start()
     while not stopped.wait(1.0):

@@ -65,7 +65,7 @@ class Agent:
         self.removal = Removal(self.layout, self.copies, self.status, kube)
         self.jobs = JobRunner(
             self.layout, kube, self.room, self.status, self.metrics,
-            # which credentials each download uses: the policy the process edge built (agent/daemon.py);
+            # which credentials each download uses: the policy the process edge built (agent/settings.py);
             # none given: no cluster credentials for any namespace
             credentials or CredentialPolicy(),
             planner or plan, downloader or download, lambda outcome: self.reconciler.done(outcome),

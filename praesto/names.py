@@ -170,7 +170,7 @@ def peer_audience(node: str) -> str:
 
 
 # Environment variables of the downloader (the DaemonSet and the PVC-mode Job set them; each
-# process reads them once, at its edge: agent/download/settings.py, agent/daemon.py).
+# process takes them once, at its edge: agent/cli.py main -> download/settings.py, agent/settings.py).
 ENV_HF_ENDPOINT = "HF_ENDPOINT"  # the Hugging Face endpoint or mirror
 ENV_HF_TOKEN = "HF_TOKEN"  # noqa: S105 - a variable's name: the Hub token (PVC Job: from the cache's Secret)
 ENV_CA_BUNDLE = "PRAESTO_CA_BUNDLE"  # extra PEM CA bundle every download trusts (downloads.caBundle)
@@ -178,6 +178,9 @@ ENV_TERMINATION_LOG = "PRAESTO_TERMINATION_LOG"  # the PVC-mode Job's result fil
 ENV_CREDENTIALS_DIR = "PRAESTO_CREDENTIALS_DIR"  # a mounted object-store credentials Secret
 # This node's name (downward API spec.nodeName): the agent's and the CSI plugin's --node-name
 ENV_NODE_NAME = "NODE_NAME"
+# praesto-agent's --log-level (agent/cli.py, every subcommand; agent/settings.py keeps it)
+ENV_LOG_LEVEL = "PRAESTO_LOG_LEVEL"
+DEFAULT_LOG_LEVEL = "INFO"
 
 # `praesto-agent download` exit code for SizeExceedsRequest; the PVC-mode Job's podFailurePolicy
 # fails the Job on it at once and the sync hook reports it (issue 7).

@@ -2,7 +2,7 @@
 
 (a) Only the settings modules (each process's edge: where flags and environment become one
 settings object) read `os.environ`; every other reader is on `AT_USE` with its reason, and the
-list only shrinks (a stale entry fails too).
+list only shrinks (a stale entry fails too). Each settings field has its docstring.
 (b) Every variable the chart sets on the hooks Deployment, the node DaemonSet's containers and
 the PVC-mode downloader Job is read by that process's settings, and every variable a settings
 object reads is set by the chart or listed in `OPTIONAL` with why not; every flag the chart
@@ -15,20 +15,21 @@ from __future__ import annotations
 import argparse
 import ast
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from praesto.agent import cli as agent_cli
-from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download.settings import DownloadSettings
+from praesto.agent.settings import AgentSettings, add_run_arguments
 from praesto.csi import cli as csi_cli
+from praesto.csi.settings import CsiSettings
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_job import download_job
 from praesto.hooks.serving import server as hooks_server
 
-from praesto import quota
 from praesto.spec import parse_spec
 from tests.hooks.factory import modelcache
 from tests.support.helm_chart import deep_merge, one, render_objects
@@ -39,12 +40,14 @@ PACKAGES = ("praesto", "hooks", "agent", "csi")
 # Each process's edge: flags and environment become its settings here, once, at start.
 SETTINGS_MODULES = {
     "hooks/config.py": "HooksConfig.from_env: the hooks process (sync hooks and admission)",
-    "agent/cli.py": "praesto-agent: global and `download` flags with environment defaults",
-    "agent/daemon.py": "praesto-agent run: flags with environment defaults, CredentialPolicy and quotas",
-    "agent/peers/config.py": "praesto-agent run: the peer flags with environment defaults",
-    "agent/budget/config.py": "praesto-agent run: the origin-budget flags with environment defaults",
-    "csi/cli.py": "praesto-csi: flags with environment defaults",
+    # main takes the environment once and hands it to the flags' defaults and to DownloadSettings
+    # (`download`) or AgentSettings (`run`, agent/settings.py), which never read it themselves
+    "agent/cli.py": "praesto-agent main: every subcommand's settings from flags and this environment",
+    "csi/cli.py": "praesto-csi main: CsiSettings (csi/settings.py) from flags and this environment",
 }
+# The settings objects of the processes: a docstring for every field.
+SETTINGS_TREES = {"agent/settings.py": ["MetricsSettings", "StartupTaintSettings", "AgentSettings"],
+                  "csi/settings.py": ["CsiSettings"]}  # fmt: skip
 # Modules that still read the environment at the point of use, and why. Shrink it; never grow it.
 AT_USE = {
     "agent/download/http.py": "the proxy variables (urllib), per connection, as the metadata client (httpx) "
@@ -110,6 +113,32 @@ def test_only_settings_modules_read_the_environment() -> None:
     assert not stale, f"no longer read the environment: remove them from AT_USE: {stale}"
 
 
+def _fields_without_docstring(tree: ast.Module, classes: list[str]) -> list[str]:
+    """Fields (annotated class attributes) of `classes` not followed by their docstring."""
+    found = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    missing = []
+    for name in classes:
+        body = found[name].body
+        for i, node in enumerate(body):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                after = body[i + 1] if i + 1 < len(body) else None
+                if not (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                        and isinstance(after.value.value, str)):  # fmt: skip
+                    missing.append(f"{name}.{node.target.id}")
+    return missing
+
+
+@pytest.mark.parametrize("module", sorted(SETTINGS_TREES))
+def test_every_settings_field_has_its_docstring(module: str) -> None:
+    tree = ast.parse((ROOT / module).read_text())
+    assert not _fields_without_docstring(tree, SETTINGS_TREES[module]), f"{module}: document these fields"
+
+
+def test_the_docstring_check_sees_a_bare_field() -> None:
+    code = 'class S:\n    a: int = 1\n    """A."""\n    b: int = 2\n    c: str = ""\n    """C."""\n'
+    assert _fields_without_docstring(ast.parse(code), ["S"]) == ["S.b"]
+
+
 def test_the_scan_sees_every_way_of_reading() -> None:
     code = (
         "import os\nfrom os import environ\nimport urllib.request\n"
@@ -155,27 +184,29 @@ def hooks_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     return _recorded(monkeypatch, HooksConfig.from_env)
 
 
+def agent_settings(env: Any, argv: tuple[str, ...] = ("run", "--node-name=n")) -> AgentSettings:
+    """`praesto-agent run`'s settings as its edge builds them (cli.main): flags over `env`."""
+    return AgentSettings.from_args(agent_cli.build_parser(True, env).parse_args(argv), env)
+
+
+def csi_settings(env: Any, argv: tuple[str, ...] = ("--node-name=n",)) -> CsiSettings:
+    """`praesto-csi`'s settings as its edge builds them (cli.main): flags over `env`."""
+    return CsiSettings.from_args(csi_cli.build_parser(env).parse_args(argv))
+
+
 def agent_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    return (
-        _recorded(
-            monkeypatch,
-            lambda _env: agent_cli.build_parser(with_run=True),
-            CredentialPolicy.from_env,
-            quota.from_env,
-        )
-        | AGENT_AT_USE
-    )
+    return _recorded(monkeypatch, agent_settings) | AGENT_AT_USE
 
 
 def downloader_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     return (
-        _recorded(monkeypatch, lambda _env: agent_cli.build_parser(with_run=False), DownloadSettings.from_env)
+        _recorded(monkeypatch, lambda env: agent_cli.build_parser(False, env), DownloadSettings.from_env)
         | DOWNLOADER_AT_USE
     )
 
 
 def csi_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    return _recorded(monkeypatch, lambda _env: csi_cli.build_parser())
+    return _recorded(monkeypatch, csi_settings)
 
 
 # Names still read at the point of use (the AT_USE modules), per process, until they move.
@@ -272,18 +303,26 @@ def test_node_daemonset_env_is_the_agent_and_csi_settings(
         "csi", _env_names(*csis), csi_inventory(monkeypatch), {"CSI_ENDPOINT": "the chart passes --endpoint"}
     )
     for agent, csi in zip(agents, csis, strict=True):
+        # every flag the chart passes is one the process takes, and with every value the chart
+        # sets (the downward API's filled in) the settings are built without a refusal
         assert agent["command"] == ["praesto-agent"] and agent["args"][0] == "run"
-        agent_cli.build_parser(with_run=True).parse_args(agent["args"])
+        agent_settings(_plain_env(agent), tuple(_expand(agent["args"])))
         assert csi["command"] == ["praesto-csi"]
-        csi_cli.build_parser().parse_args(csi["args"])
+        csi_settings(_plain_env(csi), tuple(_expand(csi["args"])))
+
+
+DOWNWARD_API = {"NODE_NAME": "worker-1", "POD_IP": "10.0.0.7", "POD_NAME": "agent-x", "POD_UID": "u-1"}
+
+
+def _expand(args: list[str]) -> list[str]:
+    """What the kubelet does with $(VAR) references to the downward API's variables."""
+    return [re.sub(r"\$\((\w+)\)", lambda m: DOWNWARD_API[m.group(1)], a) for a in args]
 
 
 def _flag_env_names(names: set[str]) -> set[str]:
     """Agent variables that only default a flag the chart passes explicitly (PRAESTO_* of a flag)."""
     parser = argparse.ArgumentParser()
-    from praesto.agent.daemon import add_run_arguments
-
-    add_run_arguments(parser)
+    add_run_arguments(parser, {})
     flags = {a.dest.upper() for a in parser._actions}
     return {n for n in names if n.removeprefix("PRAESTO_") in flags}
 
@@ -303,4 +342,4 @@ def test_downloader_job_env_is_the_downloader_settings(
         assert not unread, (
             f"downloader Job: the sync hook sets variables the downloader never reads: {unread}"
         )
-        agent_cli.build_parser(with_run=False).parse_args(container["args"])
+        agent_cli.build_parser(False, {}).parse_args(container["args"])

@@ -1,9 +1,15 @@
-"""`praesto-agent run` flags for the cluster-wide origin budget (chart `originBudget`), and building it."""
+"""`praesto-agent run` flags for the cluster-wide origin budget (chart `originBudget`), the
+`BudgetConfig` they make, and building the budget from it.
+
+The flags' environment defaults come from the mapping the process edge hands in (agent/cli.py
+main); this module never reads the environment itself. The agent's settings (agent/settings.py)
+hold the checked `BudgetConfig` as their `origin_budget` section; `build_budget` takes that section.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
+from collections.abc import Mapping
 
 from kubernetes import client
 from praesto.agent.budget import slots
@@ -14,23 +20,24 @@ from praesto import names
 from praesto.quantity import QuantityError, parse_quantity
 
 
-def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
-    env = os.environ.get
+def add_budget_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """The --origin-budget-* flags, each defaulting to its variable in `environ` (the flag wins)."""
+    env = environ.get
     add = parser.add_argument
     add("--origin-budget-namespace", default=env("PRAESTO_ORIGIN_BUDGET_NAMESPACE", ""),
         help="namespace of the origin budget's Leases (the release's); empty disables the budget")  # fmt: skip
-    add("--origin-budget-max-nodes", type=int, default=env("PRAESTO_ORIGIN_BUDGET_MAX_NODES") or "0",
+    add("--origin-budget-max-nodes", type=int, default=env("PRAESTO_ORIGIN_BUDGET_MAX_NODES") or str(BudgetConfig.max_nodes),
         help="nodes that may pull from the origin at once, cluster-wide; 0 is no limit (default %(default)s)")  # fmt: skip
-    add("--origin-budget-per-host", type=int, default=env("PRAESTO_ORIGIN_BUDGET_PER_HOST") or "0",
+    add("--origin-budget-per-host", type=int, default=env("PRAESTO_ORIGIN_BUDGET_PER_HOST") or str(BudgetConfig.per_host),
         help="nodes that may pull from one source host at once; 0 is no limit (default %(default)s)")  # fmt: skip
-    add("--origin-budget-bytes-per-second", default=env("PRAESTO_ORIGIN_BUDGET_BYTES_PER_SECOND", "0"),
+    add("--origin-budget-bytes-per-second", default=env("PRAESTO_ORIGIN_BUDGET_BYTES_PER_SECOND", str(BudgetConfig.bytes_per_second)),
         help="the cluster's origin bytes/s, a quantity (1Gi); each slot holder gets an equal share; 0 is none")  # fmt: skip
-    add("--origin-budget-lease-seconds", type=int, default=env("PRAESTO_ORIGIN_BUDGET_LEASE_SECONDS") or "30",
+    add("--origin-budget-lease-seconds", type=int, default=env("PRAESTO_ORIGIN_BUDGET_LEASE_SECONDS") or str(BudgetConfig.lease_seconds),
         help="a slot whose holder stops renewing it frees after this long (default %(default)s)")  # fmt: skip
     add("--origin-budget-max-retry-after-seconds", type=int,
-        default=env("PRAESTO_ORIGIN_BUDGET_MAX_RETRY_AFTER_SECONDS") or "600",
+        default=env("PRAESTO_ORIGIN_BUDGET_MAX_RETRY_AFTER_SECONDS") or f"{BudgetConfig.max_retry_after:g}",
         help="the longest Retry-After one node's origin may impose on every node (default %(default)s)")  # fmt: skip
-    add("--origin-budget-poll-seconds", type=float, default=env("PRAESTO_ORIGIN_BUDGET_POLL_SECONDS") or "2",
+    add("--origin-budget-poll-seconds", type=float, default=env("PRAESTO_ORIGIN_BUDGET_POLL_SECONDS") or f"{BudgetConfig.poll_seconds:g}",
         help="how often a waiting node looks at the slots again (default %(default)s)")  # fmt: skip
 
 
@@ -70,11 +77,12 @@ def check_budget_arguments(args: argparse.Namespace) -> str | None:
     return None
 
 
-def build_budget(args: argparse.Namespace, api: client.ApiClient) -> OriginBudget | None:
-    """The agent's origin budget, or None when the chart did not enable it."""
+def budget_config(args: argparse.Namespace) -> BudgetConfig | None:
+    """The checked origin budget flags (`check_budget_arguments` found no problem) as a
+    `BudgetConfig`, or None when the chart did not enable the budget."""
     if not args.origin_budget_namespace:
         return None
-    config = BudgetConfig(
+    return BudgetConfig(
         namespace=args.origin_budget_namespace,
         max_nodes=args.origin_budget_max_nodes,
         per_host=args.origin_budget_per_host,
@@ -83,4 +91,10 @@ def build_budget(args: argparse.Namespace, api: client.ApiClient) -> OriginBudge
         poll_seconds=args.origin_budget_poll_seconds,
         max_retry_after=float(args.origin_budget_max_retry_after_seconds),
     )
-    return OriginBudget(config, LeaseApi(api, config.namespace), args.node_name)
+
+
+def build_budget(config: BudgetConfig | None, api: client.ApiClient, node_name: str) -> OriginBudget | None:
+    """The agent's origin budget from its settings' `origin_budget` section, or None when off."""
+    if config is None:
+        return None
+    return OriginBudget(config, LeaseApi(api, config.namespace), node_name)

@@ -1,9 +1,14 @@
-"""`praesto-agent run` flags for peer-to-peer distribution, and building `Peering` from them."""
+"""`praesto-agent run` flags for peer-to-peer distribution, the `PeerConfig` they make, and `Peering`.
+
+The flags' environment defaults come from the mapping the process edge hands in (agent/cli.py
+main); this module never reads the environment itself. The agent's settings (agent/settings.py)
+hold the checked `PeerConfig` as their `peers` section; `build_peering` takes that section.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
+from collections.abc import Mapping
 
 from kubernetes import client
 from praesto.agent.peers.auth import Pod
@@ -15,15 +20,17 @@ from praesto.quantity import QuantityError, parse_quantity
 from praesto.store import StoreLayout
 
 DEFAULTS = Limits()
+ENV_POD_IP = "POD_IP"  # the downward API's status.podIP: --peer-address
 
 
-def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
-    env = os.environ.get
+def add_peer_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """The --peer-* flags, each defaulting to its variable in `environ` (the flag wins)."""
+    env = environ.get
     add = parser.add_argument
     add("--peer-port", type=int, default=env("PRAESTO_PEER_PORT") or "0",
         help="port serving Ready caches to other agents; 0 disables peers (default %(default)s)")  # fmt: skip
-    add("--peer-address", default=env("POD_IP"),
-        help="address other agents reach this one on (env POD_IP, from the downward API)")  # fmt: skip
+    add("--peer-address", default=env(ENV_POD_IP),
+        help=f"address other agents reach this one on (env {ENV_POD_IP}, from the downward API)")  # fmt: skip
     add("--pod-name", default=env("POD_NAME", ""),
         help="this agent Pod's name (env POD_NAME, downward API): peer tokens are bound to it")  # fmt: skip
     add("--pod-uid", default=env("POD_UID", ""),
@@ -43,9 +50,9 @@ def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
     add("--peer-min-send-rate", default=env("PRAESTO_PEER_MIN_SEND_RATE") or str(DEFAULTS.min_send_rate),
         help="bytes/s, a quantity (256Ki): a response sent slower on average, after --peer-idle-timeout "
         "of grace, is cut; 0 never cuts (default %(default)s)")  # fmt: skip
-    add("--peer-max-uploads", type=int, default=env("PRAESTO_PEER_MAX_UPLOADS") or "8",
+    add("--peer-max-uploads", type=int, default=env("PRAESTO_PEER_MAX_UPLOADS") or str(DEFAULTS.max_uploads),
         help="concurrent uploads to other agents (default %(default)s)")  # fmt: skip
-    add("--peer-upload-rate", default=env("PRAESTO_PEER_UPLOAD_RATE", "0"),
+    add("--peer-upload-rate", default=env("PRAESTO_PEER_UPLOAD_RATE", str(DEFAULTS.rate)),
         help="bytes/s all uploads may use together, a quantity (500Mi); 0 is unlimited")  # fmt: skip
 
 
@@ -56,7 +63,7 @@ def check_peer_arguments(args: argparse.Namespace) -> str | None:
     if not 0 < args.peer_port <= 65535:
         return f"--peer-port: {args.peer_port} is not a port; use 1-65535, or 0 to disable peers"
     if not args.peer_address:
-        return "--peer-address: Required value with --peer-port; set POD_IP (fieldRef status.podIP)"
+        return f"--peer-address: Required value with --peer-port; set {ENV_POD_IP} (fieldRef status.podIP)"
     if args.peer_max_uploads < 1:
         return "--peer-max-uploads: must be at least 1"
     if args.peer_max_connections < args.peer_max_uploads:
@@ -95,14 +102,15 @@ def check_peer_arguments(args: argparse.Namespace) -> str | None:
     return None
 
 
-def build_peering(args: argparse.Namespace, api: client.ApiClient, layout: StoreLayout) -> Peering | None:
-    """The agent's `Peering`, or None when peers are disabled."""
+def peer_config(args: argparse.Namespace) -> PeerConfig | None:
+    """The checked peer flags (`check_peer_arguments` found no problem) as a `PeerConfig`, or None
+    when peers are disabled (--peer-port 0)."""
     if not args.peer_port:
         return None
     host = str(args.peer_address)
     shown = f"[{host}]" if ":" in host else host  # IPv6 pod IPs
     namespace, _, name = str(args.peer_service_account).partition("/")
-    config = PeerConfig(
+    return PeerConfig(
         address=f"{shown}:{args.peer_port}",
         pod=Pod(namespace, str(args.pod_name), str(args.pod_uid), name),
         service_account=str(args.peer_service_account),
@@ -117,4 +125,12 @@ def build_peering(args: argparse.Namespace, api: client.ApiClient, layout: Store
             min_send_rate=int(parse_quantity(str(args.peer_min_send_rate))),
         ),
     )
-    return Peering(config, api, args.node_name, layout)
+
+
+def build_peering(
+    config: PeerConfig | None, api: client.ApiClient, node_name: str, layout: StoreLayout
+) -> Peering | None:
+    """The agent's `Peering` from its settings' `peers` section, or None when peers are disabled."""
+    if config is None:
+        return None
+    return Peering(config, api, node_name, layout)

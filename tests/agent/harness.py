@@ -68,12 +68,12 @@ class Env:
             retry_initial=0.2,
             retry_max=1.0,
             watch_backoff=Backoff(0.05, 0.5),
-            store_env=dict(os.environ),  # as praesto-agent run takes it at start (agent/daemon.py)
+            store_env=dict(os.environ),  # as praesto-agent run takes it at start (agent/settings.py)
         )
         config = replace(config, **overrides)
         logs.configure("DEBUG", self.log)
         api = KubeApi(self.kube.api_client(), NODE, watch_timeout=5)
-        # the chart's credentials settings, read at start as praesto-agent run does (agent/daemon.py)
+        # the chart's credentials settings, read at start as praesto-agent run does (agent/settings.py)
         credentials = CredentialPolicy.from_env(os.environ)
         self.agent = Agent(
             config, api, AgentMetrics.create(), clock=self.clock, credentials=credentials

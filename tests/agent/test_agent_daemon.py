@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from praesto.agent import capacity
-from praesto.agent.daemon import add_run_arguments, check_arguments
+from praesto.agent.settings import add_run_arguments, check_arguments
 
 from praesto import names
 from praesto.quantity import QuantityError
@@ -108,8 +108,8 @@ def test_flags(argv: list[str], problem: str | None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
-    add_run_arguments(parser)
-    found = check_arguments(parser.parse_args(argv))
+    add_run_arguments(parser, {})
+    found = check_arguments(parser.parse_args(argv), {})
     assert (found is None) if problem is None else (found is not None and found.startswith(problem))
 
 

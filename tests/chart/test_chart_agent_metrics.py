@@ -18,9 +18,9 @@ from typing import Any
 import helm_python as helm
 import pytest
 from praesto.agent import cli as agent_cli
-from praesto.agent import daemon
 from praesto.agent.coldstart_reporter import PodStartMetrics
 from praesto.agent.metrics import AgentMetrics, is_local
+from praesto.agent.settings import AgentSettings
 
 from tests.support.helm_chart import RELEASE, one, render, render_objects
 
@@ -57,12 +57,12 @@ def served(values: dict[str, Any]) -> int:
     args_text = agent_container(render_objects(values))["args"]
     env = {"NODE_NAME": "w1", "POD_IP": "127.0.0.1", "POD_NAME": "a", "POD_UID": "u"}
     expanded = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in args_text]
-    args = agent_cli.build_parser(with_run=True).parse_args(expanded)
-    assert daemon.check_arguments(args) is None
+    args = agent_cli.build_parser(True, {}).parse_args(expanded)
+    settings = AgentSettings.from_args(args, {})  # no refusal
     metrics = AgentMetrics.create()
     metrics.evictions.labels("ttl").inc()
     PodStartMetrics(metrics.registry).starts.labels(**TENANT, result="hit").inc()
-    return metrics.serve(0, args.metrics_address, args.metrics_from)
+    return metrics.serve(0, settings.metrics.address, settings.metrics.allowed_from)
 
 
 def fetch(source: str, port: int, path: str) -> tuple[int, str]:

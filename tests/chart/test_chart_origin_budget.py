@@ -23,7 +23,7 @@ def _agent_args(objects: list[dict[str, Any]]) -> list[str]:
 
 def _budget_flags(args: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_budget_arguments(parser)
+    add_budget_arguments(parser, {})
     parsed, _ = parser.parse_known_args(args)
     return parsed
 

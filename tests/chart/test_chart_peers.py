@@ -9,10 +9,10 @@ import helm_python as helm
 import pytest
 from kubernetes import client
 from praesto.agent import cli as agent_cli
-from praesto.agent import daemon
 from praesto.agent.peers.auth import Pod
 from praesto.agent.peers.config import build_peering
 from praesto.agent.peers.limits import Limits
+from praesto.agent.settings import AgentSettings, SettingsError
 
 from praesto import names, rbac
 from praesto.store import StoreLayout
@@ -46,10 +46,10 @@ def test_agent_gets_pod_ip_name_uid_and_port_and_no_shared_secret(tmp_path: Any)
     # the real agent parser accepts the flags, and they build a working peer config
     env_values = {"NODE_NAME": "w1", "POD_IP": "127.0.0.1", "POD_NAME": "a", "POD_UID": "u"}
     expanded = [re.sub(r"\$\((\w+)\)", lambda m: env_values[m.group(1)], a) for a in agent["args"]]
-    args = agent_cli.build_parser(with_run=True).parse_args(expanded)
-    assert daemon.check_arguments(args) is None
+    args = agent_cli.build_parser(True, {}).parse_args(expanded)
+    settings = AgentSettings.from_args(args, {})  # no refusal
     assert (args.peer_port, args.peer_address, args.peer_max_uploads) == (9200, "127.0.0.1", 3)
-    peering = build_peering(args, client.ApiClient(), StoreLayout(tmp_path))
+    peering = build_peering(settings.peers, client.ApiClient(), settings.node_name, StoreLayout(tmp_path))
     assert peering is not None
     try:
         assert peering.address == "127.0.0.1:9200"
@@ -57,8 +57,10 @@ def test_agent_gets_pod_ip_name_uid_and_port_and_no_shared_secret(tmp_path: Any)
         assert peering.config.pod == Pod(NAMESPACE, "a", "u", spec["serviceAccountName"])
     finally:
         peering.server.server_close()
-    missing = agent_cli.build_parser(with_run=True).parse_args([*expanded, "--pod-name=", "--pod-uid=u"])
-    problem = daemon.check_arguments(missing)
+    missing = agent_cli.build_parser(True, {}).parse_args([*expanded, "--pod-name=", "--pod-uid=u"])
+    with pytest.raises(SettingsError) as refused:
+        AgentSettings.from_args(missing, {})
+    problem = str(refused.value)
     assert problem is not None and "--pod-name" in problem and "metadata.name" in problem
 
 
@@ -122,18 +124,20 @@ def test_connection_limits_and_deadlines_reach_the_peer_server(tmp_path: Any) ->
     ):  # fmt: skip
         agent = pod_spec(render_objects({"nodeAgent": {"peers": peers}}))["containers"][0]
         expanded = [re.sub(r"\$\((\w+)\)", lambda m: ENV_VALUES[m.group(1)], a) for a in agent["args"]]
-        args = agent_cli.build_parser(with_run=True).parse_args(expanded)
-        assert daemon.check_arguments(args) is None
-        peering = build_peering(args, client.ApiClient(), StoreLayout(tmp_path))
+        args = agent_cli.build_parser(True, {}).parse_args(expanded)
+        settings = AgentSettings.from_args(args, {})  # no refusal
+        peering = build_peering(settings.peers, client.ApiClient(), settings.node_name, StoreLayout(tmp_path))
         assert peering is not None
         try:
             assert peering.config.limits == expected
         finally:
             peering.server.server_close()
-    args = agent_cli.build_parser(with_run=True).parse_args(
+    args = agent_cli.build_parser(True, {}).parse_args(
         [*expanded, "--peer-max-connections=10", "--peer-max-connections-per-client=11"]
     )
-    problem = daemon.check_arguments(args)
+    with pytest.raises(SettingsError) as refused:
+        AgentSettings.from_args(args, {})
+    problem = str(refused.value)
     assert problem is not None and problem.startswith("--peer-max-connections-per-client: 11")
 
 

@@ -344,7 +344,7 @@ def _expand(args: list[str], env: dict[str, str]) -> list[str]:
 def test_node_daemonset_arguments_are_accepted_by_agent_and_csi() -> None:
     """The DaemonSet's commands parse with the real praesto-agent / praesto-csi parsers."""
     agent_cli = pytest.importorskip("praesto.agent.cli")
-    daemon = pytest.importorskip("praesto.agent.daemon")
+    agent_settings = pytest.importorskip("praesto.agent.settings")
     csi_cli = pytest.importorskip("praesto.csi.cli")
     values = {"localCache": {"basePath": "/mnt/ssd/praesto"}, "nodeAgent": {"reserve": "50Gi"}}
     pod = one(render_objects(values), "DaemonSet")["spec"]["template"]["spec"]
@@ -353,8 +353,8 @@ def test_node_daemonset_arguments_are_accepted_by_agent_and_csi() -> None:
 
     agent = containers["agent"]
     assert agent["command"] == ["praesto-agent"]
-    args = agent_cli.build_parser(with_run=True).parse_args(_expand(agent["args"], env))
-    assert daemon.check_arguments(args) is None
+    args = agent_cli.build_parser(True, {}).parse_args(_expand(agent["args"], env))
+    assert agent_settings.check_arguments(args, {}) is None
     assert (args.command, args.node_name, args.base_path, args.reserve) == (
         "run",
         "worker-1",
@@ -366,7 +366,7 @@ def test_node_daemonset_arguments_are_accepted_by_agent_and_csi() -> None:
 
     csi = containers["csi"]
     assert csi["command"] == ["praesto-csi"]
-    csi_args = csi_cli.build_parser().parse_args(_expand(csi["args"], env))
+    csi_args = csi_cli.build_parser({}).parse_args(_expand(csi["args"], env))
     assert (csi_args.endpoint, csi_args.node_name, str(csi_args.base_path)) == (
         "unix:///csi/csi.sock",
         "worker-1",

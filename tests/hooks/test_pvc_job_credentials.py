@@ -32,7 +32,7 @@ def test_object_store_secret_is_mounted_as_files_and_size_is_capped() -> None:
     job = _job(HooksConfig())
     pod = job["spec"]["template"]["spec"]  # type: ignore[index]
     container = pod["containers"][0]
-    args = build_parser(with_run=False).parse_args(container["args"])  # the real CLI accepts them
+    args = build_parser(False, {}).parse_args(container["args"])  # the real CLI accepts them
     assert args.max_bytes == "20Gi" and args.source == "s3://models/llama/v1"
     assert {"name": "PRAESTO_CREDENTIALS_DIR", "value": CREDENTIALS_DIR} in container["env"]
     assert "envFrom" not in container

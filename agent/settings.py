@@ -1,0 +1,243 @@
+"""`praesto-agent run`'s settings: one typed tree, built once at the process edge from flags and environment.
+
+`add_run_arguments` declares the flags; each defaults to its environment variable, taken from the
+mapping the edge hands in (agent/cli.py `main`, the one place `praesto-agent` reads the process
+environment), so a flag wins over its variable, and a default given as a string is converted by
+argparse with the flag's type (a bad value in the environment is refused naming the flag).
+`AgentSettings.from_args` checks the parsed flags together (a `SettingsError` names the flag, the
+cause and the fix) and reads the chart's credentials and quotas from the same mapping. Below this,
+nothing reads the environment: the daemon and its collaborators take their section of the tree.
+
+The chart sets the flags and variables on the node DaemonSet's agent container
+(templates/node-daemonset.yaml); tests/test_settings_inventory.py checks the two against each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from praesto.agent import capacity
+from praesto.agent.budget.config import add_budget_arguments, budget_config, check_budget_arguments
+from praesto.agent.budget.origin_budget import BudgetConfig
+from praesto.agent.credentials import CredentialPolicy
+from praesto.agent.metrics import FROM_LOCAL, METRICS_FROM
+from praesto.agent.peers.config import add_peer_arguments, check_peer_arguments, peer_config
+from praesto.agent.peers.peering import PeerConfig
+from praesto.agent.reconcile import AgentConfig
+
+from praesto import credscope, names, quota
+from praesto.quantity import QuantityError
+
+
+class SettingsError(ValueError):
+    """A bad flag or variable: names it, says what is wrong and what to set."""
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    """The Prometheus /metrics and /healthz server (chart nodeAgent.metricsPort and .metrics)."""
+
+    port: int = 9090
+    """--metrics-port (PRAESTO_METRICS_PORT): the server's port; 0 disables it."""
+    address: str = "0.0.0.0"  # every interface of the Pod; --metrics-from says who may read
+    """--metrics-address (PRAESTO_METRICS_ADDRESS, not in --help): where the server binds."""
+    allowed_from: str = FROM_LOCAL
+    """--metrics-from (PRAESTO_METRICS_FROM): 'local', /metrics answers only inside the agent's Pod;
+    'any', every client that reaches the port (the chart's NetworkPolicy then chooses who)."""
+
+
+@dataclass(frozen=True)
+class StartupTaintSettings:
+    """The taint a new node may join with, lifted once its warmNewNodes caches are on disk
+    (chart nodeAgent.startupTaint; agent/startup_taint.py)."""
+
+    key: str = names.DEFAULT_STARTUP_TAINT_KEY
+    """--startup-taint-key (PRAESTO_STARTUP_TAINT_KEY): the taint's key; empty: never touch the Node."""
+    deadline_seconds: float = 1800.0
+    """--startup-taint-deadline (PRAESTO_STARTUP_TAINT_DEADLINE): seconds after the Node's creation
+    when the taint is lifted anyway, with Events."""
+    warm_namespaces: tuple[str, ...] = ()
+    """--warm-namespaces (PRAESTO_WARM_NAMESPACES, comma-separated): the namespaces whose
+    warmNewNodes caches may hold the taint; none by default."""
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Everything `praesto-agent run` is configured with, checked; one per process."""
+
+    node_name: str
+    """--node-name (NODE_NAME, the downward API's spec.nodeName): this node. Required."""
+    base_path: Path = Path(names.DEFAULT_BASE_PATH)
+    """--base-path (PRAESTO_BASE_PATH): the node-local store; must already exist."""
+    kubeconfig: str | None = None
+    """--kubeconfig (KUBECONFIG): for development; in-cluster config when unset."""
+    log_level: str = names.DEFAULT_LOG_LEVEL
+    """--log-level (PRAESTO_LOG_LEVEL): DEBUG, INFO, WARNING or ERROR."""
+    hf_endpoint: str | None = None
+    """--hf-endpoint (HF_ENDPOINT): the Hugging Face endpoint or mirror; unset: huggingface.co."""
+    ca_bundle: str | None = None
+    """--ca-bundle (PRAESTO_CA_BUNDLE, chart downloads.caBundle): an extra PEM CA bundle every
+    download trusts besides the system roots."""
+    concurrency: int = AgentConfig.concurrency
+    """--concurrency (PRAESTO_CONCURRENCY): parallel connections per download."""
+    max_parallel_caches: int = AgentConfig.max_parallel_caches
+    """--max-parallel-caches (PRAESTO_MAX_PARALLEL_CACHES): caches downloading at once on this node."""
+    reserve: str | None = None
+    """--reserve (PRAESTO_RESERVE): disk kept free, a quantity (50Gi) or a percent (15%); unset:
+    the larger of 30Gi and 15% of the disk (agent/capacity.py)."""
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    """The metrics server."""
+    startup_taint: StartupTaintSettings = field(default_factory=StartupTaintSettings)
+    """The startup taint."""
+    peers: PeerConfig | None = None
+    """The --peer-* flags (chart nodeAgent.peers, agent/peers/config.py); None: peers are off
+    (--peer-port 0)."""
+    origin_budget: BudgetConfig | None = None
+    """The --origin-budget-* flags (chart originBudget, agent/budget/config.py); None: off
+    (--origin-budget-namespace empty)."""
+    credentials: CredentialPolicy = field(default_factory=CredentialPolicy)
+    """Who may use the cluster's credentials for what (chart credentials: PRAESTO_CREDENTIALS_SECRET,
+    PRAESTO_CREDENTIALS_NAMESPACES, PRAESTO_CREDENTIALS_SOURCES)."""
+    quotas: quota.Quotas = field(default_factory=quota.Quotas)
+    """PRAESTO_NAMESPACE_QUOTAS (chart namespaceQuota): who gives room first when the disk is full."""
+    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The environment as the process started, for the object-store clients' own settings
+    (workload identity, endpoints, proxies: download/objcreds.py store_config reads what it knows)."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, env: Mapping[str, str]) -> AgentSettings:
+        """The settings from `praesto-agent run`'s parsed flags and the process environment `env`
+        (the same mapping the flags' defaults came from); `SettingsError` names the first problem."""
+        problem = check_arguments(args, env)
+        if problem:
+            raise SettingsError(problem)
+        return cls(
+            node_name=args.node_name,
+            base_path=Path(args.base_path),
+            kubeconfig=args.kubeconfig,
+            log_level=str(getattr(args, "log_level", None) or names.DEFAULT_LOG_LEVEL),
+            hf_endpoint=args.hf_endpoint,
+            ca_bundle=args.ca_bundle,
+            concurrency=args.concurrency,
+            max_parallel_caches=args.max_parallel_caches,
+            reserve=args.reserve,
+            metrics=MetricsSettings(args.metrics_port, args.metrics_address, args.metrics_from),
+            startup_taint=StartupTaintSettings(
+                args.startup_taint_key, args.startup_taint_deadline, tuple(args.warm_namespaces)
+            ),
+            peers=peer_config(args),
+            origin_budget=budget_config(args),
+            credentials=CredentialPolicy.from_env(env),  # the chart's credentials settings, read once
+            quotas=quota.from_env(env),
+            store_env=dict(env),
+        )
+
+    def agent_config(self) -> AgentConfig:
+        """The reconciler's configuration (its tuning keeps AgentConfig's defaults)."""
+        return AgentConfig(
+            node_name=self.node_name,
+            base_path=self.base_path,
+            endpoint=self.hf_endpoint,
+            ca_bundle=self.ca_bundle,
+            store_env=self.store_env,
+            concurrency=self.concurrency,
+            max_parallel_caches=self.max_parallel_caches,
+            reserve=self.reserve,
+            quotas=self.quotas,
+        )
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """`praesto-agent run`'s flags, each defaulting to its variable in `environ`: a default given
+    as a string is converted by argparse with the flag's type, so a bad value in the environment
+    is refused naming the flag."""
+    env = environ.get
+    add = parser.add_argument
+    add(
+        "--node-name",
+        default=env(names.ENV_NODE_NAME),
+        help=f"this node (env {names.ENV_NODE_NAME}, from the downward API)",
+    )
+    add("--base-path", default=env("PRAESTO_BASE_PATH", str(AgentSettings.base_path)),
+        help="node-local store; must already exist (default %(default)s)")  # fmt: skip
+    add("--concurrency", type=int, default=env("PRAESTO_CONCURRENCY") or str(AgentSettings.concurrency),
+        help="parallel connections per download (default %(default)s)")  # fmt: skip
+    add("--max-parallel-caches", type=int,
+        default=env("PRAESTO_MAX_PARALLEL_CACHES") or str(AgentSettings.max_parallel_caches),
+        help="caches downloading at once on this node (default %(default)s)")  # fmt: skip
+    add("--reserve", default=env("PRAESTO_RESERVE") or None,
+        help="disk kept free: a quantity (50Gi) or a percent (15%%); default the larger of 30Gi and 15%% of the disk")  # fmt: skip
+    add("--metrics-port", type=int, default=env("PRAESTO_METRICS_PORT") or str(MetricsSettings.port),
+        help="Prometheus /metrics port, 0 to disable (default %(default)s)")  # fmt: skip
+    add(
+        "--metrics-address",
+        default=env("PRAESTO_METRICS_ADDRESS", MetricsSettings.address),
+        help=argparse.SUPPRESS,
+    )
+    add("--metrics-from", choices=METRICS_FROM, default=env("PRAESTO_METRICS_FROM") or MetricsSettings.allowed_from,
+        help="who may read /metrics (it names every tenant's caches): 'local', only inside the agent's "
+        "Pod (kubectl port-forward, a sidecar); 'any', every client that reaches the port (the chart "
+        "then admits only nodeAgent.metrics.allowedNamespaces with a NetworkPolicy). /healthz "
+        "answers everyone (default %(default)s)")  # fmt: skip
+    add(
+        "--hf-endpoint",
+        default=env(names.ENV_HF_ENDPOINT),
+        help="Hugging Face endpoint or mirror (env HF_ENDPOINT)",
+    )
+    add(
+        "--ca-bundle",
+        default=env(names.ENV_CA_BUNDLE),
+        help="extra PEM CA bundle every download trusts besides the system roots "
+        "(env PRAESTO_CA_BUNDLE; chart downloads.caBundle)",
+    )
+    add(
+        "--kubeconfig",
+        default=env("KUBECONFIG"),
+        help="kubeconfig for development; in-cluster config otherwise",
+    )
+    add("--log-format", choices=("json",), default="json", help=argparse.SUPPRESS)
+    add("--startup-taint-key", default=env("PRAESTO_STARTUP_TAINT_KEY", StartupTaintSettings.key),
+        help="taint this node may have joined with; lifted once its warmNewNodes caches are on disk "
+        "(empty: never touch the Node) (default %(default)s)")  # fmt: skip
+    add("--startup-taint-deadline", type=float,
+        default=env("PRAESTO_STARTUP_TAINT_DEADLINE") or f"{StartupTaintSettings.deadline_seconds:g}",
+        help="seconds after the Node's creation when the taint is lifted anyway, with Events (default %(default)s)")  # fmt: skip
+    add("--warm-namespaces", type=credscope.split_list, default=env("PRAESTO_WARM_NAMESPACES", ""),
+        help="comma-separated namespaces whose warmNewNodes caches may hold a new node's startup taint; "
+        "none by default (chart nodeAgent.startupTaint.namespaces)")  # fmt: skip
+    add_peer_arguments(parser, environ)
+    add_budget_arguments(parser, environ)
+
+
+def check_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """The first problem with the flags (and the quotas variable in `env`), named with its fix, or None."""
+    if not args.node_name:
+        return (
+            f"--node-name: Required value; set it or {names.ENV_NODE_NAME} "
+            "(fieldRef spec.nodeName in the DaemonSet)"
+        )
+    if args.concurrency < 1 or args.max_parallel_caches < 1:
+        return "--concurrency and --max-parallel-caches must be at least 1"
+    if args.startup_taint_deadline <= 0:
+        return (
+            f"--startup-taint-deadline: {args.startup_taint_deadline:g} must be positive seconds, e.g. 1800"
+        )
+    bad = [n for n in args.warm_namespaces if not names.is_dns_label(n)]
+    if bad:
+        return (
+            f"--warm-namespaces: {', '.join(bad)} is not a namespace name; list namespaces, comma-separated"
+        )
+    if not 0 <= args.metrics_port <= 65535:
+        return f"--metrics-port: {args.metrics_port} is not a port; use 1-65535, or 0 to disable"
+    try:
+        capacity.check_reserve(args.reserve)
+    except QuantityError as err:
+        return f"--reserve: {err}; use e.g. 50Gi or 15%"
+    try:
+        quota.from_env(env)
+    except quota.QuotaError as err:
+        return f"{err} (env {quota.ENV})"
+    return check_peer_arguments(args) or check_budget_arguments(args)
