@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -194,7 +195,10 @@ def test_containerd_imports_the_archive_and_its_snapshot_runs(image: PraestoImag
     from tests.support.node_images import PAUSE_IMAGE  # the node tier's own modules, only when it is built
     from tests.support.node_runtime import Containerd
 
-    containerd = Containerd(NODE_BINARIES, tmp_path / "containerd", PAUSE_IMAGE)
+    # A short directory: containerd's sockets live in its workdir, and a unix socket's path may not
+    # pass 104 bytes (pytest's tmp_path under xdist, /tmp/pytest-of-root/pytest-NNN/popen-gwN/..., did).
+    workdir = Path(tempfile.mkdtemp(prefix="ctr-"))
+    containerd = Containerd(NODE_BINARIES, workdir / "containerd", PAUSE_IMAGE)
     snapshot = tmp_path / "snapshot"
     snapshot.mkdir()
     containerd.start()
@@ -212,4 +216,6 @@ def test_containerd_imports_the_archive_and_its_snapshot_runs(image: PraestoImag
             containerd.ctr("leases", "rm", "--sync", str(snapshot))
     finally:
         containerd.stop()
-    assert f" {tmp_path}/" not in Path("/proc/self/mountinfo").read_text()
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert f" {tmp_path}/" not in mounts and f" {workdir}/" not in mounts
+    shutil.rmtree(workdir)
