@@ -1,7 +1,7 @@
 """Swarm versus star at N = 16 ... 1024 nodes: a discrete-event simulation, no network.
 
     python -m bench.swarm_sim [--model-gib 2] [--part-mib 16] [--origin-mbps 50] [--origin-conns 8]
-                              [--upload-gbps 10] [--download-gbps 10] [--nodes 16,64,256,1024]
+                              [--upload-gbps 10] [--download-gbps 10] [--nodes 16,64,256,1024] [--field]
 
 Every node fetches every part of one model, `concurrency` parts at a time in the
 downloader's order (engine.py: the same order on every node). The seeder (the
@@ -30,6 +30,22 @@ Run here (`--model-gib 1`, 38 s, 8 x 50 MB/s origin, 10 GbE per node; one node a
      256    219.4      3.9         1.44x        1.00x/1.00x             255.0x/2.1x
     1024    879.1      4.3         1.60x        1.00x/1.00x            1023.0x/2.6x
 
+`--field` adds the shape users quote (#24 item 3), run 2026-12-04 on 2 CPUs (1m44s):
+
+    field shape: 140 GB model (522 parts of 256 MiB), origin 8 x 50 MB/s, 25 GbE per node; one node alone 5.9 min
+         N  swarm min  swarm/1 node  origin swarm   star min  all-origin min  origin all-origin
+        64        6.0         1.01x         1.00x       47.1             5.9                64x
+      1024        6.0         1.01x         1.00x      764.5             5.9              1024x
+
+"every node from the origin" is as fast as one node only if the origin serves N x 400 MB/s
+(1,024 nodes: 410 GB/s, 143 TB); the star is bound by one seeder uploading N-1 copies. For
+comparison, what others publish (not measured here): the CNCF blog on Dragonfly (2026-04-06,
+cncf.io/blog/2026/04/06/peer-to-peer-acceleration-for-ai-model-distribution-with-dragonfly)
+puts a 130 GB model to 200 nodes at ~130 GB of origin traffic instead of 26 TB, as the swarm
+does here (1.00x); KServe's LocalModelCache is reported (secondary sources, not KServe's docs) to
+take a Llama 3 70B start from 15-20 min to about 1 min, which is reading from a warm local copy
+(our prewarm and warm-node paths, bench/prewarm_bench.py), not distributing one.
+
 The swarm's time grows with the depth of the spread (hops of one part time each),
 not with N. A tiny model (parts <= parts in flight) shows a longer tail: nodes whose
 neighbours have all passed a part on twice wait for the fan-out window.
@@ -40,6 +56,7 @@ from __future__ import annotations
 import argparse
 import functools
 import heapq
+import math
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -231,6 +248,44 @@ def simulate(setup: Setup) -> Outcome:
     return _Sim(setup).run()
 
 
+# The shape users quote: a 70B model in fp16 to many GPU nodes on 25 GbE, from an origin giving
+# 8 connections of 50 MB/s (a CDN's per-connection rate).
+FIELD_MODEL_BYTES = 140 * 10**9
+FIELD_NODES = (64, 1024)
+FIELD_NIC_GBPS = 25.0
+FIELD_PART_MIB = 256  # coarser than the agent's 16 MiB parts: 8,345 parts x 1,024 nodes is hours in Python
+
+
+def field_shapes(part_mib: int = FIELD_PART_MIB, nodes: tuple[int, ...] = FIELD_NODES) -> None:
+    """Print the swarm (simulated) next to the star and "every node from the origin" (both exact
+    without simulation: the star is bound by the seeder's upload of N-1 copies, every node from the
+    origin by each node's own origin rate, if the origin can serve N times it at once).
+
+    Coarser parts lengthen the swarm's tail (a hop is one part's transfer), so the swarm figure is
+    pessimistic by at most a few hops of 0.7 s (256 MiB at 25 GbE / 8 slots)."""
+    part = part_mib << 20
+    base = Setup(
+        nodes=1,
+        parts=math.ceil(FIELD_MODEL_BYTES / part),
+        part_bytes=part,
+        upload=FIELD_NIC_GBPS * 1e9 / 8,
+        download=FIELD_NIC_GBPS * 1e9 / 8,
+    )
+    model = base.parts * part
+    alone = simulate(base).seconds
+    print(f"field shape: {model / 1e9:.0f} GB model ({base.parts} parts of {part_mib} MiB), origin "
+          f"{base.concurrency} x {base.origin / 1e6:g} MB/s, {FIELD_NIC_GBPS:g} GbE per node; one node alone "
+          f"{alone / 60:.1f} min")  # fmt: skip
+    print(f"{'N':>6} {'swarm min':>10} {'swarm/1 node':>13} {'origin swarm':>13} {'star min':>10} "
+          f"{'all-origin min':>15} {'origin all-origin':>18}")  # fmt: skip
+    for n in nodes:
+        swarm = simulate(Setup(**{**base.__dict__, "nodes": n}))
+        star = max(alone, (n - 1) * model / base.upload)
+        print(f"{n:6d} {swarm.seconds / 60:10.1f} {swarm.seconds / alone:12.2f}x "
+              f"{swarm.origin_bytes / model:12.2f}x {star / 60:10.1f} {alone / 60:15.1f} "
+              f"{n:17d}x")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -242,6 +297,11 @@ def main() -> int:
     parser.add_argument("--upload-gbps", type=float, default=10.0, help="per node NIC, Gbit/s")
     parser.add_argument("--download-gbps", type=float, default=10.0, help="per node NIC, Gbit/s")
     parser.add_argument("--nodes", default="16,64,256,1024")
+    parser.add_argument(
+        "--field",
+        action="store_true",
+        help="also print the field shape: 140 GB to 64 and 1,024 nodes on 25 GbE",
+    )
     args = parser.parse_args()
     part = args.part_mib << 20
     base = Setup(
@@ -266,6 +326,8 @@ def main() -> int:
         print(f"{n:6d} {star.seconds:9.1f} {swarm.seconds:9.1f} {swarm.seconds / alone:12.2f}x "
               f"{star.origin_bytes / model:11.2f}x {swarm.origin_bytes / model:12.2f}x "
               f"{star.seeder_upload / model:18.1f}x {swarm.seeder_upload / model:5.1f}x")  # fmt: skip
+    if args.field:
+        field_shapes()
     return 0
 
 
