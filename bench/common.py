@@ -8,10 +8,12 @@ bench files do not each grow their own formatting.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -19,6 +21,22 @@ from typing import TypeVar
 
 ROUNDS = 3  # the least any benchmark runs (issue #14: no single lucky run)
 T = TypeVar("T")
+# `make bench` (bench/all.py) sets it: every table printed is also appended there as one JSON line,
+# from which bench/report.py draws docs/benchmarks.md. Read once, here.
+ENV_RESULTS = "PRAESTO_BENCH_RESULTS"
+RESULTS_PATH = os.environ.get(ENV_RESULTS)
+
+
+def record(kind: str, title: str, data: Mapping[str, object]) -> None:
+    """Append one result (a table of samples, or a series) to the results file, if one is set."""
+    if not RESULTS_PATH:
+        return
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    command = " ".join(["python -m", spec.name, *sys.argv[1:]] if spec else ["python", *sys.argv])
+    line = {"kind": kind, "command": command, "title": title, "time": time.time(), **data}
+    with open(RESULTS_PATH, "a") as out:
+        out.write(json.dumps(line) + "\n")
 
 
 def interleaved(contenders: Mapping[str, Callable[[], T]], rounds: int = ROUNDS) -> dict[str, list[T]]:
@@ -49,7 +67,16 @@ def ratio(numerator: list[float], denominator: list[float]) -> float:
 
 
 def print_table(title: str, samples: Mapping[str, list[float]], **spread_args: float | int | str) -> None:
-    """One row per contender: n, then min/median/max."""
+    """One row per contender: n, then min/median/max (and recorded for the report)."""
+    scale = float(spread_args.get("scale", 1.0))
+    record(
+        "table",
+        title,
+        {
+            "unit": str(spread_args.get("unit", "s")),
+            "samples": {name: [v * scale for v in values] for name, values in samples.items()},
+        },
+    )
     print(title)
     width = max(len(name) for name in samples)
     for name, values in samples.items():

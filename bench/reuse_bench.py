@@ -118,6 +118,11 @@ def main() -> int:
         f"model {total / MiB:.0f} MiB (4 shards + 2 small files), one node agent, {len(origin['cold download'])} rounds"
     )
     print_table("seconds from create (or hydration request) to Ready", seconds)
+    print_table(
+        "origin bytes per step, as a multiple of the model (dedup and rehydration)",
+        {step: [b / total for b in sent] for step, sent in origin.items()},
+        unit="x",
+    )
     for step, sent in origin.items():
         print(f"  {step:24s} origin bytes per round: {sent}  ({max(sent) / total:.2f}x the model at most)")
     cold, second = median(seconds["cold download"]), median(seconds["second identical cache"])

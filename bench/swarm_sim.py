@@ -73,6 +73,8 @@ from praesto.agent.peers.swarm import (
     pick_peer,
 )
 
+from bench.common import record
+
 FILE = "model.safetensors"
 SEEDER = "node-0000"
 
@@ -320,12 +322,22 @@ def main() -> int:
           f"{args.download_gbps:g} Gbit/s; one node alone {alone:.1f} s")  # fmt: skip
     print(f"{'N':>6} {'star s':>9} {'swarm s':>9} {'swarm/1 node':>13} {'origin star':>12} "
           f"{'origin swarm':>13} {'seeder upload star':>19} {'swarm':>6}")  # fmt: skip
-    for n in (int(v) for v in args.nodes.split(",")):
+    series: dict[str, list[float]] = {"swarm": [], "star": [], "every node from the origin": []}
+    counts = [int(v) for v in args.nodes.split(",")]
+    for n in counts:
         star = simulate(Setup(**{**base.__dict__, "nodes": n, "swarm": False}))
         swarm = simulate(Setup(**{**base.__dict__, "nodes": n}))
+        series["swarm"].append(swarm.seconds)
+        series["star"].append(star.seconds)
+        series["every node from the origin"].append(alone)
         print(f"{n:6d} {star.seconds:9.1f} {swarm.seconds:9.1f} {swarm.seconds / alone:12.2f}x "
               f"{star.origin_bytes / model:11.2f}x {swarm.origin_bytes / model:12.2f}x "
               f"{star.seeder_upload / model:18.1f}x {swarm.seeder_upload / model:5.1f}x")  # fmt: skip
+    record(
+        "series",
+        f"seconds until every node holds a {model / 2**30:.0f} GiB model (simulated)",
+        {"x": counts, "alone": alone, "series": series},
+    )
     if args.field:
         field_shapes()
     return 0

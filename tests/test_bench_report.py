@@ -1,0 +1,55 @@
+"""`make bench`'s page (#24 item 4): tables recorded by the benchmarks' own `print_table` become
+docs/benchmarks.md with one PNG per table and the swarm curves with measured points over them.
+No benchmark runs here (nothing is timed in tests): the results are recorded by the real
+recorder from fixed samples, in a child process as bench/all.py runs each benchmark, and the page
+is drawn by `python -m bench.report` as `make bench` draws it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = """
+from bench.common import print_table, record
+print_table("seconds incl. sync, 3 interleaved rounds", {"praesto": [4.1, 4.0, 4.4], "aria2c": [6.2, 6.0, 6.9]})
+print_table("seconds to all Ready (incl. sync)", {"1 node": [26.0, 27.0, 26.5], "8 nodes": [28.0, 29.0, 28.5]})
+record("series", "seconds until every node holds a 2 GiB model (simulated)",
+       {"x": [16, 1024], "alone": 5.4, "series": {"swarm": [6.0, 6.8], "star": [30.0, 1757.8]}})
+"""
+
+
+def _python(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env={"PATH": "/usr/bin:/bin", **env},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_recorded_tables_become_a_page_with_plots(tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    recorded = _python(["-c", RECORD], {"PRAESTO_BENCH_RESULTS": str(results)})
+    assert recorded.returncode == 0, recorded.stderr
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["kind"] for r in lines] == ["table", "table", "series"]
+    assert lines[0]["samples"]["aria2c"] == [6.2, 6.0, 6.9] and lines[0]["unit"] == "s"
+
+    drawn = _python(["-m", "bench.report", "--results", str(results), "--out", str(tmp_path / "docs")], {})
+    assert drawn.returncode == 0, drawn.stderr
+    text = (tmp_path / "docs" / "benchmarks.md").read_text()
+    pngs = sorted((tmp_path / "docs" / "benchmarks").glob("*.png"))
+    assert len(pngs) == 3 and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    for png in pngs:
+        assert f"(benchmarks/{png.name})" in text
+    assert "| praesto | 4.1 s [4-4.4] | 3 |" in text  # median [min-max], n
+    assert "| aria2c | 6.2 s [6-6.9] | 3 |" in text
+    assert "`python -c` — " in text and " CPUs" in text  # the command, the date, the machine
+    assert "| 1024 | 6.8 s (1.26x) | 1757.8 s (325.52x) |" in text
+
+
+def test_without_a_results_file_nothing_is_recorded_and_the_report_says_why(tmp_path: Path) -> None:
+    recorded = _python(["-c", RECORD], {})
+    assert recorded.returncode == 0 and "praesto" in recorded.stdout, recorded.stderr
+    assert list(tmp_path.iterdir()) == []
+    missing = _python(["-m", "bench.report", "--results", str(tmp_path / "none.jsonl")], {})
+    assert missing.returncode == 2 and "run `make bench` first" in missing.stderr
