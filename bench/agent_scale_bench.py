@@ -36,13 +36,16 @@ from praesto import names
 from praesto.spec import Source
 from tests.agent.harness import Env, env_context
 from tests.support.hub import LocalHub
+from tests.support.kube_real import proxied, running_plane
 
 KiB = 1 << 10
 
 
 @contextlib.contextmanager
 def _env(work: Path) -> Iterator[Env]:
-    yield from env_context(work)
+    """The agent on the real API server (`make cluster-bin` builds it), behind the fault proxy."""
+    with running_plane(work / "kube-plane") as plane, proxied(plane) as kube:
+        yield from env_context(kube, work)
 
 
 def bench_caches(work: Path, caches: int, rounds: int) -> None:

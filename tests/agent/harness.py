@@ -1,6 +1,7 @@
-"""A running node agent wired to the API emulator and the local hub, for agent tests.
+"""A running node agent wired to the real API server (through the fault proxy) and the local hub.
 
-Everything is real: the agent's `kubernetes` client talks HTTP to the emulator,
+Everything is real: the agent's `kubernetes` client talks HTTP to the fault proxy in
+front of the real kube-apiserver (tests/support/kube_real.py, the `kube` fixture),
 the downloader talks HTTP to the local hub, bytes land in a temp base path.
 Timings are shrunk (tick 0.1 s, retries from 0.2 s) and the wall clock the
 agent uses for TTLs can be pushed forward (`env.skip(seconds)`).
@@ -29,7 +30,8 @@ from praesto import names, rbac
 from praesto.reflector import Backoff
 from praesto.store import StoreLayout
 from tests.support.hub import LocalHub
-from tests.support.kube import KubeEmulator, RequestRecord
+from tests.support.kube_faults import RequestRecord
+from tests.support.kube_real import RealKube
 from tests.support.objects import modelcachenode
 
 NODE = "node-a"
@@ -39,7 +41,7 @@ Obj = dict[str, Any]
 
 @dataclass
 class Env:
-    kube: KubeEmulator
+    kube: RealKube
     hub: LocalHub
     base: Path
     log: io.StringIO = field(default_factory=io.StringIO)
@@ -169,7 +171,7 @@ def rbac_violations(requests: list[RequestRecord]) -> list[RequestRecord]:
     return bad
 
 
-def dump_api(kube: KubeEmulator, exclude_kind: str = "Secret") -> str:
+def dump_api(kube: RealKube, exclude_kind: str = "Secret") -> str:
     """Every stored object but Secrets, as text (to grep for leaked tokens)."""
     out: list[str] = []
     for resource in (MCN, "events", "events.events.k8s.io"):
@@ -185,12 +187,12 @@ def tree(path: Path) -> dict[str, bytes]:
     }
 
 
-def env_context(tmp_path: Path, base: Path | None = None) -> Iterator[Env]:
-    """Emulator + hub + base dir; stops the agent and checks RBAC use on the way out."""
+def env_context(kube: RealKube, tmp_path: Path, base: Path | None = None) -> Iterator[Env]:
+    """The API server (the `kube` fixture) + hub + base dir; stops the agent and checks RBAC use on the way out."""
     base = base or tmp_path / "store"
     if base == tmp_path / "store":
         base.mkdir()
-    with KubeEmulator() as kube, LocalHub(tmp_path / "hub") as hub:
+    with LocalHub(tmp_path / "hub") as hub:
         env = Env(kube, hub, base)
         try:
             yield env

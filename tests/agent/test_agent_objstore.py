@@ -16,14 +16,15 @@ import pytest
 
 from praesto import names
 from tests.agent.harness import MCN, Env, dump_api, env_context, tree
+from tests.support.kube_real import RealKube
 from tests.support.s3server import S3Server, private_bucket_endpoint
 
 FILES = {"config.json": b'{"a": 1}', "w.bin": os.urandom(3 << 20)}
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    yield from env_context(tmp_path)
+def env(tmp_path: Path, kube: RealKube) -> Iterator[Env]:
+    yield from env_context(kube, tmp_path)
 
 
 @pytest.fixture

@@ -157,6 +157,7 @@ class ControlPlane:
     workdir: Path
     binaries: Path
     with_kubelets: bool = False
+    with_controllers: bool = True  # False: etcd and kube-apiserver alone (tests/support/kube_real.py)
     components: dict[str, Component] = field(default_factory=dict)
     server: str = ""
 
@@ -303,6 +304,8 @@ class ControlPlane:
 
     def controllers(self) -> list[str]:
         """The controller-manager and scheduler, where this build has them (compat builds do not)."""
+        if not self.with_controllers:
+            return []
         return [n for n in ("kube-controller-manager", "kube-scheduler") if (self.binaries / n).exists()]
 
     def start(self) -> None:
@@ -362,6 +365,11 @@ class ControlPlane:
             return 0
 
     # ---- clients ---------------------------------------------------------
+
+    @property
+    def admin_pair(self) -> KeyPair:
+        """The admin's client certificate (system:masters), e.g. for a proxy's default identity."""
+        return self._admin_pair
 
     def admin(self) -> client.ApiClient:
         """Cluster-admin: for fixtures (namespaces, Nodes, the chart's objects), never for code under test."""

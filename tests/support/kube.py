@@ -58,7 +58,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -68,6 +68,7 @@ import kubernetes.client
 import pytest
 
 from praesto import names
+from tests.support.kube_faults import RequestRecord
 from tests.support.kube_store import (
     DEFAULT_RESOURCES,
     ApiError,
@@ -80,20 +81,6 @@ from tests.support.kube_store import (
 )
 
 __all__ = ["ApiError", "KubeEmulator", "RequestRecord", "ResourceInfo", "kube", "selector_matches"]
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """One API call as RBAC sees it."""
-
-    method: str
-    path: str
-    verb: str  # get list watch create update patch delete deletecollection
-    group: str
-    resource: str  # plural, with "/<subresource>" when one was addressed
-    namespace: str | None
-    name: str | None
-    query: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
