@@ -9,8 +9,8 @@ from typing import Any
 from praesto.hooks import orphans
 from praesto.hooks.server import gunicorn_options, parse_args
 
-from praesto import names
-from tests.support.kube import KubeEmulator, kube  # noqa: F401  (fixture)
+from praesto import names, rbac
+from tests.support.kube_real import RealKube
 from tests.support.objects import modelcachenode
 
 
@@ -60,15 +60,17 @@ def _eventually(check: Callable[[], bool], what: str, deadline: float = 10.0) ->
         time.sleep(0.01)
 
 
-def test_the_releaser_frees_only_the_copy_of_a_deleted_node(kube: KubeEmulator) -> None:  # noqa: F811
-    """The releaser's two reflectors through the real client against the API emulator."""
+def test_the_releaser_frees_only_the_copy_of_a_deleted_node(kube: RealKube) -> None:
+    """The releaser's two reflectors through the real client against the real API server, as the
+    hooks' ServiceAccount (granted `praesto.rbac.HOOKS`): RBAC decides its every call."""
     mcn = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
     for node in ("alive", "doomed"):
         kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
         held = modelcachenode("c", node, "t")
         held["metadata"]["finalizers"] = [names.FINALIZER_NODE_AGENT]
         kube.create(held)
-    releaser = orphans.OrphanReleaser(kube.api_client()).start()
+    token = kube.identity("praesto-system", "praesto-hooks", rbac.HOOKS)
+    releaser = orphans.OrphanReleaser(kube.api_client(token)).start()
     try:
         kube.wait_for_watches(2)
         kube.delete(mcn, names.modelcachenode_name("c", "alive"), "t")  # marked; its node still runs

@@ -128,6 +128,7 @@ class FaultProxy:
         self._stopping = False
         self._forgotten = 0  # watches from an older resourceVersion get 410 (forget_history)
         self._server: ThreadingHTTPServer | None = None
+        self._address = ""
 
     # ---- lifecycle -------------------------------------------------------
 
@@ -138,6 +139,8 @@ class FaultProxy:
             owner = proxy
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        host, port = self._server.server_address[:2]
+        self._address = f"http://{host!s}:{port}"
         self._server.daemon_threads = True
         threading.Thread(
             target=self._server.serve_forever, args=(0.05,), name="kube-fault-proxy", daemon=True
@@ -145,12 +148,14 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        """Stop answering (connections are refused from now on); idempotent."""
         with self._cond:
             self._stopping = True
+            server, self._server = self._server, None
         self.drop_watches()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
 
     def __enter__(self) -> FaultProxy:
         return self.start()
@@ -160,17 +165,16 @@ class FaultProxy:
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "start() the proxy first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        assert self._address, "start() the proxy first"
+        return self._address
 
     def api_client(self, token: str = "") -> kubernetes.client.ApiClient:
         """A client through the proxy: as the proxy's default identity, or as `token`'s bearer."""
         config = kubernetes.client.Configuration()
         config.host = self.url
         if token:
-            config.api_key = {"authorization": token}
-            config.api_key_prefix = {"authorization": "Bearer"}
+            config.api_key = {"BearerToken": token}
+            config.api_key_prefix = {"BearerToken": "Bearer"}
         return kubernetes.client.ApiClient(config)
 
     def connect(self, authorized: bool) -> http.client.HTTPSConnection:

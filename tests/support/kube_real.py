@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from praesto import names
+from praesto.rbac import Permission
 from tests.support.chart_install import install_crds
 from tests.support.controlplane import ROOT, ControlPlane, ControlPlaneUnavailable, wait_for
 from tests.support.helm_chart import CRD_DIR
@@ -158,6 +159,34 @@ class RealKube:
             if err.status != 409:
                 raise
         self._namespaces.add(namespace)
+
+    def identity(self, namespace: str, name: str, permissions: Iterable[Permission]) -> str:
+        """A token (TokenRequest) of ServiceAccount `namespace/name`, granted `permissions` cluster-wide:
+        what a component's own identity is allowed, the real server's RBAC deciding every call."""
+        account = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        try:
+            self.create(account)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        role = f"praesto-test:{namespace}:{name}"
+        rules = [
+            {"apiGroups": [p.group], "resources": [p.resource], "verbs": list(p.verbs)} for p in permissions
+        ]
+        binding = {
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        }
+        for kind, body in (("clusterroles", {"rules": rules}), ("clusterrolebindings", binding)):
+            path = f"/apis/rbac.authorization.k8s.io/v1/{kind}"
+            with suppress(ApiException):
+                self.call("DELETE", f"{path}/{role}")
+            self.call("POST", path, {"metadata": {"name": role}, **body})
+        return self.plane.service_account_token(namespace, name)
 
     def create(self, obj: Obj, *, with_status: bool = False) -> Obj:
         """Create `obj` (its namespace first, if need be); `with_status` writes its `.status` too."""
