@@ -3,7 +3,7 @@
     python -m bench.reuse_bench [--size-mib 256] [--rounds 3]
 
 A real node agent (tests/agent/harness.py: the production `Agent` and `KubeApi` against
-the API emulator, bytes from the local hub over HTTP, store on this disk) in this
+the real kube-apiserver, bytes from the local hub over HTTP, store on this disk) in this
 process. Each round, in a fresh store:
 
 * cold: a ModelCacheNode for `org/first` (a few shards + small files), from the origin;
