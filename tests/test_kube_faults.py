@@ -1,6 +1,6 @@
 """The fault proxy in front of the real API server: what goes through is the server's, faults are on demand.
 
-These were the emulator's own checks (selectors, status subresource, preconditions, finalizers,
+These were the deleted API emulator's own checks (selectors, status subresource, preconditions, finalizers,
 watch resume and expiry); they now hold against the real kube-apiserver through the proxy, which
 proves the proxy forwards faithfully, streams watches and injects its faults where asked.
 """

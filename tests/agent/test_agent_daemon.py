@@ -1,4 +1,4 @@
-"""`praesto-agent run` as a real process against the API emulator and the local hub."""
+"""`praesto-agent run` as a real process against the real API server (through the fault proxy) and the local hub."""
 
 from __future__ import annotations
 

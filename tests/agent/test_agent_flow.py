@@ -1,4 +1,4 @@
-"""Agent ↔ API through the real `kubernetes` client against the emulator, bytes from the local hub."""
+"""Agent ↔ API through the real `kubernetes` client against the real API server, bytes from the local hub."""
 
 from __future__ import annotations
 

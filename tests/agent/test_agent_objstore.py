@@ -1,6 +1,6 @@
 """The node agent with s3:// caches: credentials from the cache's Secret (and the chart's).
 
-Real moto S3 server (IAM auth on) and the API emulator; the Secret is read per attempt,
+Real moto S3 server (IAM auth on) and the real API server; the Secret is read per attempt,
 so creating it late, or fixing its contents, needs no re-apply.
 """
 

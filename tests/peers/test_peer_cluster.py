@@ -1,6 +1,6 @@
 """Four full node agents on loopback addresses, one origin: the model crosses the origin once.
 
-Agents run whole (watch, reconcile, status, peer server) against the API emulator
+Agents run whole (watch, reconcile, status, peer server) against the real API server
 through the real `kubernetes` client; the origin is the local hub, whose byte
 counters say what it served.
 """

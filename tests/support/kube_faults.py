@@ -1,13 +1,19 @@
 """A fault-injecting proxy in front of the real kube-apiserver: what the real server cannot do on demand.
 
-The `kubernetes` client under test talks plain HTTP to this proxy on loopback;
-the proxy forwards each request over TLS to the real API server (tests/support/
-controlplane.py), watches streamed through event by event. A request carrying
-its own `Authorization` header (a ServiceAccount token) is forwarded with it and
-the real server authenticates and authorises it; one without goes out as the
-proxy's default identity (a client certificate, e.g. the control plane's admin).
+This is what remains of the in-memory API emulator (tests/support/kube.py and its store,
+selector and discovery modules, ~1,100 lines, deleted in #23 item 7): every test that
+talked to it now talks to the real kube-apiserver (tests/support/kube_real.py); object
+semantics, selectors, watches, discovery, TokenRequest/TokenReview and RBAC are the
+real server's. Only the faults stay ours, because no real server makes them happen at an
+exact moment of a test.
 
-On demand, which the real server cannot be made to do at an exact moment:
+The `kubernetes` client under test talks plain HTTP to this proxy on loopback; the
+proxy forwards each request over TLS to the real API server, watches streamed through
+event by event. A request carrying its own `Authorization` header (a ServiceAccount
+token) is forwarded with it and the real server authenticates and authorises it; one
+without goes out as the proxy's default identity (a client certificate: the admin).
+
+On demand:
 
 * `fail_next(count, status, match)`: answer the next `count` matching requests
   with `status` (a Kubernetes `Status` body) without forwarding them;
@@ -16,11 +22,11 @@ On demand, which the real server cannot be made to do at an exact moment:
 * `drop_watches()`: cut every open watch mid-stream (a network failure);
 * `expire_watches()`: push an ERROR `410 Gone` event into every open watch and
   end it, as the API server does when etcd compacted the history it was
-  serving (`on_expire`, e.g. `ControlPlane.compact_etcd`, makes the history go
-  for real, so a resume from an older version gets 410 from the server too);
+  serving (`on_expire`: `RealKube.compact`, so the history goes for real too);
 * `forget_history(before)`: a watch resumed from a resourceVersion older than
-  `before` gets that ERROR 410 event, as from a server whose watch cache no longer
-  reaches back there (the real one keeps a window in memory past an etcd compaction);
+  `before` gets that ERROR 410 event. The real server would answer it from its
+  watch cache, which keeps a window of events in memory past an etcd
+  compaction: its own 410 comes only once that window has moved on, not on demand;
 * `wait_for_watches(n)`, `wait_for_watches_closed()`, `open_watches`.
 """
 

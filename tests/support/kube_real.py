@@ -11,7 +11,7 @@ Binaries are those `make cluster-bin` built (build/cluster/current); without
 them these tests skip, naming the target (in CI they fail: `make test` builds
 them before the unit run).
 
-Per test (`kube` fixture): a fresh `FaultProxy` (empty request log, no faults)
+Per test (the `kube` fixture, tests/conftest.py): a fresh `FaultProxy` (empty request log, no faults)
 and a `RealKube` facade with the sync calls the tests use (`create`, `get`,
 `list`, `patch`, `delete`, `wait_until`, `compact`), made as the admin
 straight to the server, never through the proxy, so the request log holds only
@@ -42,7 +42,7 @@ from tests.support.helm_chart import CRD_DIR
 from tests.support.kube_apply import Kube
 from tests.support.kube_faults import FaultProxy, RequestRecord
 
-__all__ = ["RealKube", "RequestRecord", "kube", "kube_plane", "proxied", "running_plane"]
+__all__ = ["RealKube", "RequestRecord", "proxied", "running_plane", "session_plane"]
 Obj = dict[str, Any]
 BINARIES = ROOT / "build" / "cluster" / "current"
 GROUP_VERSIONS = {
@@ -293,19 +293,12 @@ def proxied(plane: ControlPlane) -> Iterator[RealKube]:
         yield real
 
 
-@pytest.fixture(scope="session")
-def kube_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver for this test process (one per xdist worker), the chart's CRDs installed."""
+def session_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The `kube_plane` fixture (tests/conftest.py): skips naming `make cluster-bin` without the
+    binaries, fails so under CI (`make test` builds them before the unit run)."""
     if reason := missing_binaries():
         if os.environ.get("CI"):
             pytest.fail(f"API tests run on the real API server in CI: {reason}")
         pytest.skip(reason)
     with running_plane(tmp_path_factory.mktemp("kube-plane")) as plane:
         yield plane
-
-
-@pytest.fixture
-def kube(kube_plane: ControlPlane) -> Iterator[RealKube]:
-    """The real API server, wiped, behind a fresh fault proxy; `kube.api_client()` goes through the proxy."""
-    with proxied(kube_plane) as real:
-        yield real
