@@ -1,8 +1,9 @@
 """A running node agent wired to the real API server (through the fault proxy) and the local hub.
 
 Everything is real: the agent's `kubernetes` client talks HTTP to the fault proxy in
-front of the real kube-apiserver (tests/support/kube_real.py, the `kube` fixture),
-the downloader talks HTTP to the local hub, bytes land in a temp base path.
+front of the real kube-apiserver (tests/support/kube_real.py, the `kube` fixture)
+as the agent's ServiceAccount, so the real RBAC decides its calls (and the request log
+holds them to `praesto.rbac`'s narrower list: `rbac_violations`), the downloader talks HTTP to the local hub, bytes land in a temp base path.
 Timings are shrunk (tick 0.1 s, retries from 0.2 s) and the wall clock the
 agent uses for TTLs can be pushed forward (`env.skip(seconds)`).
 """
@@ -33,6 +34,7 @@ from tests.support.hub import LocalHub
 from tests.support.kube_faults import RequestRecord
 from tests.support.kube_real import RealKube
 from tests.support.objects import modelcachenode
+from tests.support.peer_cluster import agent_client
 
 NODE = "node-a"
 MCN = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
@@ -74,7 +76,7 @@ class Env:
         )
         config = replace(config, **overrides)
         logs.configure("DEBUG", self.log)
-        api = KubeApi(self.kube.api_client(), NODE, watch_timeout=5)
+        api = KubeApi(agent_client(self.kube), NODE, watch_timeout=5)
         # the chart's credentials settings, read at start as praesto-agent run does (agent/daemon.py)
         credentials = CredentialPolicy.from_env(os.environ)
         self.agent = Agent(

@@ -18,7 +18,7 @@ from praesto.agent.peers.identity import Gate, Identities
 from praesto import names
 from tests.support.kube_real import RealKube
 from tests.support.objects import modelcachenode
-from tests.support.peer_cluster import AGENT_SERVICE_ACCOUNT, MCN, agent_pod, peer_token
+from tests.support.peer_cluster import AGENT_SERVICE_ACCOUNT, MCN, agent_client, agent_pod, peer_token
 
 ASKER = "node-b"
 SERVER = "node-a"
@@ -31,7 +31,7 @@ class Peers:
     minted: list[str] = field(default_factory=list)  # every token `token()` made
 
     def gate(self, node: str = SERVER) -> Gate:
-        return Gate(Identities(self.kube.api_client(), AGENT_SERVICE_ACCOUNT, node))
+        return Gate(Identities(agent_client(self.kube), AGENT_SERVICE_ACCOUNT, node))
 
     def token(
         self,
@@ -54,7 +54,7 @@ class Peers:
     def credentials(self, node: str = ASKER) -> auth.Credentials:
         """`node`'s agent credentials, minting through the TokenRequest API."""
         pod = agent_pod(self.kube, node, node)
-        return auth.Credentials(node, auth.TokenMinter(self.kube.api_client(), pod))
+        return auth.Credentials(node, auth.TokenMinter(agent_client(self.kube), pod))
 
     def place(self, cache: str, node: str, namespace: str = "team-a") -> None:
         """The ModelCacheNode the sync hook makes for `cache` on `node` (what grants reads)."""
