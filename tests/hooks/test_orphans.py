@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+from kubernetes import client
 from praesto.hooks import orphans
 from praesto.hooks.server import gunicorn_options, parse_args
 
@@ -44,6 +46,19 @@ def test_release_drops_only_our_finalizer_and_is_conditional() -> None:
     assert orphans.release_patch(held) == {
         "metadata": {"finalizers": ["a.example/x"], "resourceVersion": "7"}
     }
+
+
+def test_a_copy_released_by_both_watches_counts_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both watches may release one copy at once, and the real API server answers 200 to every
+    racing removal of the last finalizer (the later ones find the object gone): counted once."""
+    releaser = orphans.OrphanReleaser(client.ApiClient())
+    patches: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(releaser.custom, "patch_namespaced_custom_object", lambda *a: patches.append(a))
+    held = copy("gone")
+    held["metadata"]["uid"] = "uid-1"
+    assert releaser.release([held], lambda _node: False) == 1
+    assert releaser.release([held], lambda _node: False) == 0
+    assert len(patches) == 2 and releaser.released == 1
 
 
 def test_the_flag_runs_the_releaser_beside_gunicorn() -> None:
