@@ -131,6 +131,13 @@ class Component:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(STOP_DEADLINE)
 
+    def kill(self) -> None:
+        """SIGKILL, no graceful shutdown: for a throwaway server whose state nobody reads again."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(STOP_DEADLINE)
+
     def check_running(self) -> None:
         if self.process is None or self.process.poll() is not None:
             code = None if self.process is None else self.process.returncode

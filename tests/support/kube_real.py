@@ -276,7 +276,8 @@ def running_plane(workdir: Path) -> Iterator[ControlPlane]:
         install_crds(Kube(plane.admin()), sorted(CRD_DIR.glob("*.yaml")))
         yield plane
     finally:
-        plane.stop()
+        for component in plane.components.values():  # its etcd is a temp dir: no graceful shutdown
+            component.kill()
 
 
 @contextmanager
