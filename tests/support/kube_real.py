@@ -11,13 +11,20 @@ Binaries are those `make cluster-bin` built (build/cluster/current); without
 them these tests skip, naming the target (in CI they fail: `make test` builds
 them before the unit run).
 
-Per test (the `kube` fixture, tests/conftest.py): a fresh `FaultProxy` (empty request log, no faults)
-and a `RealKube` facade with the sync calls the tests use (`create`, `get`,
-`list`, `patch`, `delete`, `wait_until`, `compact`), made as the admin
-straight to the server, never through the proxy, so the request log holds only
-the calls of the code under test. Namespaces are created on first use. Every
-test starts from a wiped server: the kinds tests write (`WIPED`) are deleted in
-every namespace, finalizers first, and all Nodes and StorageClasses.
+Per test (the `kube` fixture, tests/conftest.py): a fresh `FaultProxy` (empty
+request log, no faults) and a `RealKube` facade with the sync calls the tests use
+(`create`, `get`, `list`, `patch`, `delete`, `wait_until`, `compact`), made as the
+admin straight to the server, never through the proxy, so the request log holds
+only the calls of the code under test; `identity()` makes a ServiceAccount token
+with given `praesto.rbac` permissions, for code that must run as its own identity.
+Namespaces are created on first use.
+
+Isolation: tests keep their plain names (team-a, node-a) because no two tests share
+a server at once (one per worker, tests in a worker run one after another), and
+every test starts from a wiped server: the kinds tests write (`WIPED`) are deleted
+in every namespace, finalizers first, and all Nodes and StorageClasses, whatever
+the previous test left behind (it may have failed half-way). Module-scoped users
+(tests/admission/test_admission_server.py) take `proxied(kube_plane)` once.
 """
 
 from __future__ import annotations
@@ -98,20 +105,30 @@ class RealKube:
     def requests(self) -> list[RequestRecord]:
         return self.proxy.requests
 
-    def __getattr__(self, name: str) -> Any:
-        """The proxy's faults and watch controls: fail_next, clear_faults, drop_watches, expire_watches, ..."""
-        if name in (
-            "fail_next",
-            "clear_faults",
-            "clear_requests",
-            "drop_watches",
-            "expire_watches",
-            "wait_for_watches",
-            "wait_for_watches_closed",
-            "open_watches",
-        ):
-            return getattr(self.proxy, name)
-        raise AttributeError(name)
+    # The proxy's faults and watch controls, under the names the tests have always used.
+
+    def fail_next(
+        self, count: int = 1, status: int = 500, match: Callable[[RequestRecord], bool] | None = None
+    ) -> None:
+        self.proxy.fail_next(count, status, match)
+
+    def clear_faults(self) -> None:
+        self.proxy.clear_faults()
+
+    def clear_requests(self) -> None:
+        self.proxy.clear_requests()
+
+    def drop_watches(self) -> None:
+        self.proxy.drop_watches()
+
+    def expire_watches(self) -> None:
+        self.proxy.expire_watches()
+
+    def wait_for_watches(self, count: int = 1, timeout: float = 10.0) -> None:
+        self.proxy.wait_for_watches(count, timeout)
+
+    def wait_for_watches_closed(self, timeout: float = 10.0) -> None:
+        self.proxy.wait_for_watches_closed(timeout)
 
     def compact(self) -> None:
         """Every watch position taken so far is gone for good: etcd compacted, and a watch resumed
