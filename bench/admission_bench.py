@@ -3,7 +3,7 @@
 One `praesto-hooks` gunicorn (the product's own server class and options:
 TLS, 2 workers x 4 threads) serves the real app plus a bench-only no-op
 route that parses the AdmissionReview and allows it. ModelCaches come from
-the Kubernetes API emulator through the real watch-fed lookups. 8 client
+the real kube-apiserver (`make cluster-bin`), through the fault proxy, by the real watch-fed lookups. 8 client
 threads on keep-alive HTTPS connections alternate rounds between the two
 endpoints with the same annotated Pod body; we print p50/p99 per endpoint and
 the mutate/no-op ratios (target <= 1.5x).
@@ -31,7 +31,7 @@ from typing import Any
 from bench.common import ROUNDS, print_table, ratio
 from praesto import names
 from tests.admission.podkit import modelcache, mounts, pod, review_body
-from tests.support.kube import KubeEmulator
+from tests.support.kube_real import proxied, running_plane
 from tests.support.server import make_tls_files
 
 THREADS = 8
@@ -129,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
 
     obj = pod(mounts(("llama", "/models/llama"), ("shared", "/models/shared")))
     body = json.dumps(review_body(obj)).encode()
-    with tempfile.TemporaryDirectory() as tmp, KubeEmulator() as api:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_plane(Path(tmp) / "kube-plane") as plane,
+        proxied(plane) as api,
+    ):
         api.create(modelcache("llama", names.PHASE_READY), with_status=True)
         api.create(modelcache("shared", names.PHASE_READY, pvc=True), with_status=True)
         for i in range(500):  # a realistic cluster: the lookup serves many caches

@@ -4,9 +4,9 @@
 
 1. `--caches` ModelCacheNodes of small models (3 files, ~20 KiB each model) on one node,
    served by a real node agent (tests/agent/harness.py: production `Agent` and `KubeApi`
-   against the API emulator, bytes from the local hub) with the production tick (1 s).
+   against the real kube-apiserver, bytes from the local hub) with the production tick (1 s).
    Printed: time until every one is Ready; RSS of this process before the agent started
-   and after all are Ready (the difference is the agent plus the emulator's copies of
+   and after all are Ready (the difference is the agent plus the API client's copies of
    the objects: an upper bound on what the agent holds); and the time of a full
    reconcile pass over every cache (what the agent's loop does every tick when nothing
    changes), `--rounds` passes, min/median/max, against a pass over one cache.
@@ -36,13 +36,16 @@ from praesto import names
 from praesto.spec import Source
 from tests.agent.harness import Env, env_context
 from tests.support.hub import LocalHub
+from tests.support.kube_real import proxied, running_plane
 
 KiB = 1 << 10
 
 
 @contextlib.contextmanager
 def _env(work: Path) -> Iterator[Env]:
-    yield from env_context(work)
+    """The agent on the real API server (`make cluster-bin` builds it), behind the fault proxy."""
+    with running_plane(work / "kube-plane") as plane, proxied(plane) as kube:
+        yield from env_context(kube, work)
 
 
 def bench_caches(work: Path, caches: int, rounds: int) -> None:
@@ -80,7 +83,7 @@ def bench_caches(work: Path, caches: int, rounds: int) -> None:
         samples = interleaved({f"full pass, {caches} caches": full_pass, "one cache": one_cache}, rounds)
     print(f"{caches} ModelCaches on one node (3 files each), production tick 1 s, {os.cpu_count()} CPUs")
     print(f"  all Ready {ready:.1f} s after the creates")
-    print(f"  RSS of this process (agent + API emulator + hub): before the agent {before:.0f} MiB, "
+    print(f"  RSS of this process (agent + hub; the API server runs apart): before the agent {before:.0f} MiB, "
           f"all Ready {after:.0f} MiB (+{after - before:.0f} MiB), peak {peak:.0f} MiB")  # fmt: skip
     print_table("  reconcile (ms)", samples, scale=1e3, unit="ms")
     full = median(samples[f"full pass, {caches} caches"])

@@ -4,7 +4,7 @@
                               [--upload-mbps 60] [--nodes 1,2,4,8] [--rounds 3] [--workdir /var/tmp]
 
 Full node agents (watch, reconcile, status, peer server on 127.0.0.2-9) run in this
-process against the API emulator; the origin is the local hub API with LFS bytes
+process against the real kube-apiserver; the origin is the local hub API with LFS bytes
 served by nginx at `limit_rate` per connection (as in bench/download_bench.py),
 whose access log gives the bytes the origin really sent. Each agent's peer server
 uploads at most `--upload-mbps` (its --peer-upload-rate), which models a NIC: a
@@ -66,7 +66,7 @@ from praesto.agent.peers.source import Tuning
 from bench.common import interleaved, print_table, ratio
 from bench.download_bench import REPO, Nginx, _generate
 from tests.support.hub import LocalHub
-from tests.support.kube import KubeEmulator
+from tests.support.kube_real import proxied, running_plane
 from tests.support.peer_cluster import Cluster
 
 NODES = [f"node-{c}" for c in "abcdefgh"]  # peer servers on 127.0.0.2-9
@@ -111,7 +111,7 @@ def _scenario(
     tmp = work / "nodes"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    with KubeEmulator() as kube:
+    with running_plane(work / "kube-plane") as plane, proxied(plane) as kube:
         c = Cluster(kube, hub, tmp)
         try:
             for node in nodes:

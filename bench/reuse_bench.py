@@ -3,7 +3,7 @@
     python -m bench.reuse_bench [--size-mib 256] [--rounds 3]
 
 A real node agent (tests/agent/harness.py: the production `Agent` and `KubeApi` against
-the API emulator, bytes from the local hub over HTTP, store on this disk) in this
+the real kube-apiserver, bytes from the local hub over HTTP, store on this disk) in this
 process. Each round, in a fresh store:
 
 * cold: a ModelCacheNode for `org/first` (a few shards + small files), from the origin;
@@ -43,13 +43,16 @@ from praesto.csi.storefs import CsiStore
 from bench.common import ROUNDS, median, print_table
 from praesto import names, store
 from tests.agent.harness import Env, env_context
+from tests.support.kube_real import proxied, running_plane
 
 MiB = 1 << 20
 
 
 @contextlib.contextmanager
 def _env(work: Path) -> Iterator[Env]:
-    yield from env_context(work)
+    """The agent on the real API server (`make cluster-bin` builds it), behind the fault proxy."""
+    with running_plane(work / "kube-plane") as plane, proxied(plane) as kube:
+        yield from env_context(kube, work)
 
 
 def _files(size: int) -> dict[str, bytes]:

@@ -30,6 +30,7 @@ from praesto.reflector import Reflector, identity_only
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 RESYNC_SECONDS = 600  # every copy is looked at again (a full list) this often
+RELEASED_REMEMBERED = 4096  # released copies' uids kept, to count each copy once
 
 
 def orphaned(
@@ -68,7 +69,12 @@ class OrphanReleaser:
         self.core = client.CoreV1Api(api)
         self.resync = resync
         self.stopped = threading.Event()
+        # Copies released, each once: both watches may release the same copy at once, and the API
+        # server lets every racing removal of the last finalizer succeed (the later ones find the
+        # object gone and answer 200 all the same), so a copy is counted by its uid.
         self.released = 0
+        self._counted: dict[str, None] = {}  # uids of the last RELEASED_REMEMBERED copies released
+        self._count_lock = threading.Lock()
         copies = ListWatch(
             self.custom.list_cluster_custom_object, names.GROUP, names.VERSION, names.MODELCACHENODE_PLURAL
         )
@@ -106,13 +112,24 @@ class OrphanReleaser:
                 if err.status in (404, 409):  # gone already, or changed: the next event decides again
                     continue
                 raise
+            if not self._first_release(str(meta.get("uid") or f"{meta['namespace']}/{meta['name']}")):
+                continue  # the other watch released it a moment ago
             released += 1
             log.info(
                 "released node copy %s/%s: node %s no longer exists",
                 meta["namespace"], meta["name"], copy["spec"]["nodeName"],
             )  # fmt: skip
-        self.released += released
         return released
+
+    def _first_release(self, uid: str) -> bool:
+        with self._count_lock:
+            if uid in self._counted:
+                return False
+            self._counted[uid] = None
+            if len(self._counted) > RELEASED_REMEMBERED:
+                del self._counted[next(iter(self._counted))]
+            self.released += 1
+            return True
 
     def on_copy(self, event_type: str, copy: Obj) -> None:
         if event_type != "DELETED":

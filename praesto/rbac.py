@@ -1,7 +1,7 @@
 """The Kubernetes API calls each component makes: one list, two uses.
 
 The chart's RBAC templates are tested to grant exactly these, and each
-component's tests check (through the API emulator's request log) that its code
+component's tests check (through the test fault proxy's request log) that its code
 makes no call outside its list. Change a component's API use here first.
 """
 

@@ -1,5 +1,6 @@
 """praesto.reflector: its rules against a local fake stream of real-shaped watch events,
-and its edge (praesto.listwatch) through the real `kubernetes` client against the API emulator."""
+and its edge (praesto.listwatch) through the real `kubernetes` client against the real API server,
+drops and expiries made on demand by the fault proxy in front of it (tests/support/kube_faults.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from praesto import reflector
 from praesto.listwatch import ListWatch
 from praesto.reflector import Backoff, Expired, Idle, Reflector
 from tests.support.controlplane import wait_for
-from tests.support.kube import KubeEmulator, kube  # noqa: F401  (fixture)
+from tests.support.kube_real import RealKube
 
 Obj = dict[str, Any]
 DEADLINE = 10.0
@@ -275,14 +276,14 @@ def test_backoff_is_capped_exponential_with_jitter() -> None:
     assert Backoff().initial == reflector.BACKOFF_INITIAL and Backoff().cap == reflector.BACKOFF_CAP
 
 
-# ---- the edge: the real `kubernetes` client against the API emulator ----------
+# ---- the edge: the real `kubernetes` client against the real API server ----------
 
 
 def _node(name: str) -> Obj:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"pool": "a"}}}
 
 
-def test_the_edge_lists_watches_goes_idle_and_expires(kube: KubeEmulator) -> None:  # noqa: F811
+def test_the_edge_lists_watches_goes_idle_and_expires(kube: RealKube) -> None:
     kube.create(_node("n1"))
     edge = ListWatch(client.CoreV1Api(kube.api_client()).list_node, watch_seconds=30, idle_seconds=0.5)
     items, version = edge.list()
@@ -296,11 +297,11 @@ def test_the_edge_lists_watches_goes_idle_and_expires(kube: KubeEmulator) -> Non
     events.close()  # type: ignore[attr-defined]
     kube.compact()
     stale = edge.watch(version)
-    assert next(stale)["type"] == "ERROR"  # the emulator, like the API server, sends 410 in the stream
+    assert next(stale)["type"] == "ERROR"  # 410 in the stream, as the API server sends it
     stale.close()  # type: ignore[attr-defined]
 
 
-def test_a_reflector_on_the_edge_follows_the_emulator_through_expiry_and_drops(kube: KubeEmulator) -> None:  # noqa: F811
+def test_a_reflector_on_the_edge_follows_the_api_server_through_expiry_and_drops(kube: RealKube) -> None:
     kube.create(_node("n1"))
     edge = ListWatch(client.CoreV1Api(kube.api_client()).list_node, watch_seconds=30)
     seen: list[tuple[str, str]] = []

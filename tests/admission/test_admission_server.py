@@ -1,4 +1,5 @@
-"""AdmissionReview over TLS to a real praesto-hooks gunicorn, lookups served by the API emulator.
+"""AdmissionReview over TLS to a real praesto-hooks gunicorn, lookups served by the real API server
+(as the hooks' own ServiceAccount, granted `praesto.rbac.HOOKS`).
 
 The server verifies its caller as the API server (--client-ca-file, the chart's webhooks.clientAuth)
 and the tests present that client certificate, so answers describe the caches; what an unverified
@@ -18,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from praesto import names
-from tests.support.kube import KubeEmulator
+from praesto import names, rbac
+from tests.support.controlplane import ControlPlane
+from tests.support.kube_real import RealKube, proxied
 from tests.support.pki import CertificateAuthority
 from tests.support.server import CertifiedClient, RunningServer, hooks_server, post_json
 
@@ -29,16 +31,16 @@ MUTATE = "/admission/mutate-pod"
 VALIDATE = "/admission/validate-modelcache"
 
 
-def kubeconfig(directory: Path, server: str) -> Path:
+def kubeconfig(directory: Path, server: str, token: str) -> Path:
     path = directory / "kubeconfig"
     path.write_text(
         json.dumps(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "emulator", "cluster": {"server": server}}],
-                "users": [{"name": "hooks", "user": {"token": "not-a-secret"}}],
-                "contexts": [{"name": "test", "context": {"cluster": "emulator", "user": "hooks"}}],
+                "clusters": [{"name": "api", "cluster": {"server": server}}],
+                "users": [{"name": "hooks", "user": {"token": token}}],
+                "contexts": [{"name": "test", "context": {"cluster": "api", "user": "hooks"}}],
                 "current-context": "test",
             }
         )
@@ -46,9 +48,14 @@ def kubeconfig(directory: Path, server: str) -> Path:
     return path
 
 
-def server_env(directory: Path, api_url: str) -> dict[str, str]:
+def hooks_token(api: RealKube) -> str:
+    """The hooks' own identity: a ServiceAccount granted `praesto.rbac.HOOKS`, as the chart does."""
+    return api.identity("praesto-system", "praesto-hooks", rbac.HOOKS)
+
+
+def server_env(directory: Path, api_url: str, token: str) -> dict[str, str]:
     return {
-        "KUBECONFIG": str(kubeconfig(directory, api_url)),
+        "KUBECONFIG": str(kubeconfig(directory, api_url, token)),
         "PRAESTO_IMAGE": IMAGE,
         "PRAESTO_LOOKUP_MAX_STALENESS": "5",
         "KUBERNETES_SERVICE_HOST": "",
@@ -56,11 +63,11 @@ def server_env(directory: Path, api_url: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def api() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as emulator:
+def api(kube_plane: ControlPlane) -> Iterator[RealKube]:
+    with proxied(kube_plane) as real:
         for cache in CACHES:
-            emulator.create(cache, with_status=True)
-        emulator.create(
+            real.create(cache, with_status=True)
+        real.create(
             {
                 "apiVersion": "storage.k8s.io/v1",
                 "kind": "StorageClass",
@@ -68,21 +75,22 @@ def api() -> Iterator[KubeEmulator]:
                 "provisioner": "nfs",
             }
         )
-        emulator.create(
+        real.create(
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"gpu": "a100"}}}
         )
-        yield emulator
+        yield real
 
 
 @pytest.fixture(scope="module")
-def server(api: KubeEmulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(api: RealKube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     directory = tmp_path_factory.mktemp("hooks")
+    token = hooks_token(api)
     client_ca = CertificateAuthority(directory / "client-pki", "webhook-client-ca")
     pair = client_ca.issue("apiserver", common_name="kube-apiserver", client=True)
     with hooks_server(
         directory,
         tls=True,
-        env=server_env(directory, api.url),
+        env=server_env(directory, api.url, token),
         workers=1,
         threads=4,
         extra_args=("--client-ca-file", str(client_ca.cert_path)),
@@ -141,7 +149,7 @@ def test_unknown_cache_and_bad_annotation_are_refused(server: RunningServer) -> 
     assert bad["status"]["code"] == 400 and "is not valid JSON" in bad["status"]["message"]
 
 
-def test_new_cache_is_seen_through_the_watch(server: RunningServer, api: KubeEmulator) -> None:
+def test_new_cache_is_seen_through_the_watch(server: RunningServer, api: RealKube) -> None:
     body = review_body(pod(mounts(("arrives-later", "/m"))))
     assert admit(server, MUTATE, body)["response"]["allowed"] is False
     api.create(modelcache("arrives-later", "Ready"), with_status=True)
@@ -212,7 +220,7 @@ def test_unreachable_api_refuses_annotated_pods_only(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))  # bound but not listening: every connection is refused
         env = {
-            **server_env(tmp_path, f"http://127.0.0.1:{sock.getsockname()[1]}"),
+            **server_env(tmp_path, f"http://127.0.0.1:{sock.getsockname()[1]}", "unused"),
             "PRAESTO_LOOKUP_COLD_WAIT": "0.3",
         }
         with hooks_server(tmp_path, tls=True, env=env) as dead:

@@ -5,7 +5,8 @@ any Pod that connects, and a review can claim any namespace and user. Before the
 review read the victim's cache phase, progress and failure text from the Pod answer, and its
 quota, bytes used and cache count from the ModelCache answer; a nodeSelector on another
 namespace's ready label said whether that cache was Ready on some node. Here a real
-`praesto-hooks` over TLS, its lookups fed by the API emulator, is asked exactly that.
+`praesto-hooks` over TLS, its lookups fed by the real API server
+(as the hooks' own ServiceAccount), is asked exactly that.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from typing import Any
 import pytest
 
 from praesto import names
-from tests.support.kube import KubeEmulator
+from tests.support.controlplane import ControlPlane
+from tests.support.kube_real import RealKube, proxied
 from tests.support.pki import CertificateAuthority
 from tests.support.server import CertifiedClient, RunningServer, hooks_server, post_json
 
 from .podkit import Obj, modelcache, mounts, pod, review_body
-from .test_admission_server import MUTATE, VALIDATE, server_env
+from .test_admission_server import MUTATE, VALIDATE, hooks_token, server_env
 
 VICTIM = "victim"
 FAILURE = "AccessDenied: s3://victim-private/weights is not readable by role victim-prod"
@@ -59,20 +61,20 @@ def _caches() -> list[Obj]:
 
 
 @pytest.fixture(scope="module")
-def api() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as emulator:
+def api(kube_plane: ControlPlane) -> Iterator[RealKube]:
+    with proxied(kube_plane) as real:
         for cache in _caches():
-            emulator.create(cache, with_status=True)
-        emulator.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {
+            real.create(cache, with_status=True)
+        real.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {
             names.ready_label_key(VICTIM, "llama"): "true"}}})  # fmt: skip
-        yield emulator
+        yield real
 
 
 @pytest.fixture(scope="module")
-def forged(api: KubeEmulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def forged(api: RealKube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """The chart's default: no client CA, so every caller is unverified."""
     directory = tmp_path_factory.mktemp("forged")
-    env = {**server_env(directory, api.url), "PRAESTO_NAMESPACE_QUOTAS": json.dumps(QUOTAS)}
+    env = {**server_env(directory, api.url, hooks_token(api)), "PRAESTO_NAMESPACE_QUOTAS": json.dumps(QUOTAS)}
     with hooks_server(directory, tls=True, env=env, workers=1, threads=2) as running:
         yield running
 
@@ -141,13 +143,13 @@ def test_the_answer_does_not_depend_on_the_claimed_user(forged: RunningServer) -
 
 
 def test_the_api_server_with_its_certificate_still_gets_the_details(
-    api: KubeEmulator, tmp_path_factory: pytest.TempPathFactory
+    api: RealKube, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """webhooks.clientAuth: the verified caller is the API server, answers describe the cache."""
     directory = tmp_path_factory.mktemp("verified")
     client_ca = CertificateAuthority(directory / "client-pki", "webhook-client-ca")
     pair = client_ca.issue("apiserver", common_name="kube-apiserver", client=True)
-    env = {**server_env(directory, api.url), "PRAESTO_NAMESPACE_QUOTAS": json.dumps(QUOTAS)}
+    env = {**server_env(directory, api.url, hooks_token(api)), "PRAESTO_NAMESPACE_QUOTAS": json.dumps(QUOTAS)}
     args = ("--client-ca-file", str(client_ca.cert_path))
     with hooks_server(directory, tls=True, env=env, workers=1, threads=2, extra_args=args) as running:
         status, _ = post_json(running, MUTATE, _claiming_victim(pod(mounts(("weights", "/m")))))

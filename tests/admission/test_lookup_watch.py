@@ -1,4 +1,4 @@
-"""WatchedLookups: the real `kubernetes` client against the API emulator (list, watch, 410, outages)."""
+"""WatchedLookups: the real `kubernetes` client against the real API server, faults from the proxy (410, outages)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from praesto.hooks.admission import lookup as lookup_module
 from praesto.hooks.admission.lookup import LookupUnavailable, WatchedLookups
 
 from praesto import names, rbac
-from tests.support.kube import KubeEmulator, kube  # noqa: F401  (fixture)
+from tests.support.kube_real import RealKube
 
 from .podkit import CACHES, NS, modelcache
 
@@ -30,7 +30,7 @@ def eventually(check: Callable[[], bool], what: str) -> None:
         time.sleep(0.01)
 
 
-def seed(api: KubeEmulator) -> None:
+def seed(api: RealKube) -> None:
     for obj in CACHES[:3]:
         api.create(obj, with_status=True)
     api.create(
@@ -45,7 +45,7 @@ def seed(api: KubeEmulator) -> None:
 
 
 @pytest.fixture
-def lookups(kube: KubeEmulator) -> Iterator[WatchedLookups]:  # noqa: F811
+def lookups(kube: RealKube) -> Iterator[WatchedLookups]:
     seed(kube)
     watched = WatchedLookups(kube.api_client(), watch_timeout=30, max_staleness=0.5).start()
     yield watched
@@ -63,7 +63,7 @@ def test_initial_list_serves_every_resource(lookups: WatchedLookups) -> None:
     assert lookups.count_nodes_matching({"gpu": "h100"}) == 0
 
 
-def test_watch_applies_adds_updates_and_deletes(kube: KubeEmulator, lookups: WatchedLookups) -> None:  # noqa: F811
+def test_watch_applies_adds_updates_and_deletes(kube: RealKube, lookups: WatchedLookups) -> None:
     kube.wait_for_watches(3)
     kube.create(modelcache("late", "Pending", namespace="ns2"), with_status=True)
     eventually(lambda: lookups.get_modelcache("ns2", "late") is not None, "an added ModelCache")
@@ -78,11 +78,11 @@ def test_watch_applies_adds_updates_and_deletes(kube: KubeEmulator, lookups: Wat
     eventually(lambda: not lookups.storageclass_exists("nfs-rwx"), "a deleted StorageClass")
 
 
-def _lists(api: KubeEmulator, resource: str) -> int:
+def _lists(api: RealKube, resource: str) -> int:
     return sum(1 for r in api.requests if r.verb == "list" and r.resource == resource)
 
 
-def test_410_gone_relists_and_keeps_up(kube: KubeEmulator, lookups: WatchedLookups) -> None:  # noqa: F811
+def test_410_gone_relists_and_keeps_up(kube: RealKube, lookups: WatchedLookups) -> None:
     kube.wait_for_watches(3)
     before = _lists(kube, names.MODELCACHE_PLURAL)
     kube.expire_watches()
@@ -91,7 +91,7 @@ def test_410_gone_relists_and_keeps_up(kube: KubeEmulator, lookups: WatchedLooku
     eventually(lambda: lookups.get_modelcache(NS, "after-410") is not None, "an event after the relist")
 
 
-def test_dropped_watch_reconnects(kube: KubeEmulator, lookups: WatchedLookups) -> None:  # noqa: F811
+def test_dropped_watch_reconnects(kube: RealKube, lookups: WatchedLookups) -> None:
     kube.wait_for_watches(3)
     kube.drop_watches()
     kube.create(modelcache("after-drop", "Ready"), with_status=True)
@@ -100,10 +100,10 @@ def test_dropped_watch_reconnects(kube: KubeEmulator, lookups: WatchedLookups) -
     )
 
 
-def test_outage_longer_than_staleness_refuses(kube: KubeEmulator, lookups: WatchedLookups) -> None:  # noqa: F811
+def test_outage_longer_than_staleness_refuses(kube: RealKube, lookups: WatchedLookups) -> None:
     assert lookups.get_modelcache(NS, "x") is None
     kube.wait_for_watches(3)  # the API goes away under open watches
-    kube.stop()
+    kube.proxy.stop()
 
     def unavailable() -> bool:
         try:
@@ -131,7 +131,7 @@ def test_cold_cache_against_unreachable_api_raises() -> None:
             watched.stop()
 
 
-def test_api_use_stays_within_the_declared_rbac(kube: KubeEmulator, lookups: WatchedLookups) -> None:  # noqa: F811
+def test_api_use_stays_within_the_declared_rbac(kube: RealKube, lookups: WatchedLookups) -> None:
     kube.wait_for_watches(3)
     lookups.get_modelcache(NS, "x")
     allowed = {(p.group, p.resource, verb) for p in rbac.HOOKS for verb in p.verbs}
@@ -162,7 +162,7 @@ def test_shared_lookups_without_any_kube_config(monkeypatch: pytest.MonkeyPatch,
 
 def test_a_namespaces_caches_for_its_quota_come_from_the_watch(
     lookups: WatchedLookups,
-    kube: KubeEmulator,  # noqa: F811
+    kube: RealKube,
 ) -> None:
     seeded = sorted(c["metadata"]["name"] for c in CACHES[:3] if c["metadata"]["namespace"] == NS)
     assert sorted(c["metadata"]["name"] for c in lookups.modelcaches_in(NS)) == seeded

@@ -1,7 +1,9 @@
-"""A running node agent wired to the API emulator and the local hub, for agent tests.
+"""A running node agent wired to the real API server (through the fault proxy) and the local hub.
 
-Everything is real: the agent's `kubernetes` client talks HTTP to the emulator,
-the downloader talks HTTP to the local hub, bytes land in a temp base path.
+Everything is real: the agent's `kubernetes` client talks HTTP to the fault proxy in
+front of the real kube-apiserver (tests/support/kube_real.py, the `kube` fixture)
+as the agent's ServiceAccount, so the real RBAC decides its calls (and the request log
+holds them to `praesto.rbac`'s narrower list: `rbac_violations`), the downloader talks HTTP to the local hub, bytes land in a temp base path.
 Timings are shrunk (tick 0.1 s, retries from 0.2 s) and the wall clock the
 agent uses for TTLs can be pushed forward (`env.skip(seconds)`).
 """
@@ -29,8 +31,10 @@ from praesto import names, rbac
 from praesto.reflector import Backoff
 from praesto.store import StoreLayout
 from tests.support.hub import LocalHub
-from tests.support.kube import KubeEmulator, RequestRecord
+from tests.support.kube_faults import RequestRecord
+from tests.support.kube_real import RealKube
 from tests.support.objects import modelcachenode
+from tests.support.peer_cluster import agent_client
 
 NODE = "node-a"
 MCN = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
@@ -39,7 +43,7 @@ Obj = dict[str, Any]
 
 @dataclass
 class Env:
-    kube: KubeEmulator
+    kube: RealKube
     hub: LocalHub
     base: Path
     log: io.StringIO = field(default_factory=io.StringIO)
@@ -72,7 +76,7 @@ class Env:
         )
         config = replace(config, **overrides)
         logs.configure("DEBUG", self.log)
-        api = KubeApi(self.kube.api_client(), NODE, watch_timeout=5)
+        api = KubeApi(agent_client(self.kube), NODE, watch_timeout=5)
         # the chart's credentials settings, read at start as praesto-agent run does (agent/settings.py)
         credentials = CredentialPolicy.from_env(os.environ)
         self.agent = Agent(
@@ -169,7 +173,7 @@ def rbac_violations(requests: list[RequestRecord]) -> list[RequestRecord]:
     return bad
 
 
-def dump_api(kube: KubeEmulator, exclude_kind: str = "Secret") -> str:
+def dump_api(kube: RealKube, exclude_kind: str = "Secret") -> str:
     """Every stored object but Secrets, as text (to grep for leaked tokens)."""
     out: list[str] = []
     for resource in (MCN, "events", "events.events.k8s.io"):
@@ -185,12 +189,12 @@ def tree(path: Path) -> dict[str, bytes]:
     }
 
 
-def env_context(tmp_path: Path, base: Path | None = None) -> Iterator[Env]:
-    """Emulator + hub + base dir; stops the agent and checks RBAC use on the way out."""
+def env_context(kube: RealKube, tmp_path: Path, base: Path | None = None) -> Iterator[Env]:
+    """The API server (the `kube` fixture) + hub + base dir; stops the agent and checks RBAC use on the way out."""
     base = base or tmp_path / "store"
     if base == tmp_path / "store":
         base.mkdir()
-    with KubeEmulator() as kube, LocalHub(tmp_path / "hub") as hub:
+    with LocalHub(tmp_path / "hub") as hub:
         env = Env(kube, hub, base)
         try:
             yield env

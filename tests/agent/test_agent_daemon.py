@@ -1,4 +1,4 @@
-"""`praesto-agent run` as a real process against the API emulator and the local hub."""
+"""`praesto-agent run` as a real process against the real API server (through the fault proxy) and the local hub."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from praesto.agent.settings import add_run_arguments, check_arguments
 from praesto import names
 from praesto.quantity import QuantityError
 from tests.agent.harness import env_context
+from tests.support.kube_real import RealKube
 
 GiB = 2**30
 
@@ -42,8 +43,8 @@ def _kubeconfig(path: Path, server: str) -> Path:
     return path
 
 
-def test_run_process_downloads_serves_metrics_and_stops_on_sigterm(tmp_path: Path) -> None:
-    for env in env_context(tmp_path):
+def test_run_process_downloads_serves_metrics_and_stops_on_sigterm(tmp_path: Path, kube: RealKube) -> None:
+    for env in env_context(kube, tmp_path):
         env.add_model("tiny", **{"config.json": b"{}", "w.bin": os.urandom(3000)})
         env.create_mcn("tiny")
         port = _free_port()

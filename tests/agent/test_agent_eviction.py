@@ -14,14 +14,15 @@ from praesto.csi.storefs import CsiStore
 from praesto import names, store
 from praesto.quantity import format_bytes
 from tests.agent.harness import Env, env_context, ready_condition, tree
+from tests.support.kube_real import RealKube
 
 SMALL = b'{"model_type": "tiny"}'
 KiB = 1024
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    yield from env_context(tmp_path)
+def env(tmp_path: Path, kube: RealKube) -> Iterator[Env]:
+    yield from env_context(kube, tmp_path)
 
 
 def _mount(env: Env, cache: str, volume: str) -> None:
@@ -90,8 +91,10 @@ def test_mounted_cache_reports_now_as_last_used(env: Env) -> None:
 
 
 @pytest.mark.root
-def test_capacity_evicts_the_least_recently_used_unmounted_cache(tmp_path: Path, small_disk: Path) -> None:
-    for env in env_context(tmp_path, small_disk):
+def test_capacity_evicts_the_least_recently_used_unmounted_cache(
+    tmp_path: Path, kube: RealKube, small_disk: Path
+) -> None:
+    for env in env_context(kube, tmp_path, small_disk):
         sizes = {"old": 350 * KiB, "recent": 350 * KiB, "new": 350 * KiB}
         for cache, size in sizes.items():
             env.add_model(cache, **{"w.bin": os.urandom(size)})
@@ -117,9 +120,9 @@ def test_capacity_evicts_the_least_recently_used_unmounted_cache(tmp_path: Path,
 
 @pytest.mark.root
 def test_insufficient_disk_space_names_the_numbers_and_evicts_nothing(
-    tmp_path: Path, small_disk: Path
+    tmp_path: Path, kube: RealKube, small_disk: Path
 ) -> None:
-    for env in env_context(tmp_path, small_disk):
+    for env in env_context(kube, tmp_path, small_disk):
         env.add_model("fits", **{"w.bin": os.urandom(200 * KiB)})
         env.add_model("huge", **{"w.bin": os.urandom(2048 * KiB)})
         env.create_mcn("fits")

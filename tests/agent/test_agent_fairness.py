@@ -25,14 +25,15 @@ from praesto.quantity import format_bytes
 from praesto.quota import Quotas
 from praesto.spec import parse_uri
 from tests.agent.harness import MCN, Env, env_context, ready_condition
+from tests.support.kube_real import RealKube
 
 KiB = 1024
 SMALL = b'{"model_type": "tiny"}'
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    yield from env_context(tmp_path)
+def env(tmp_path: Path, kube: RealKube) -> Iterator[Env]:
+    yield from env_context(kube, tmp_path)
 
 
 # ---- storage.size is a limit in node mode ------------------------------------------------------
@@ -121,8 +122,10 @@ def test_written_bytes_stop_counting_as_promised() -> None:
 
 
 @pytest.mark.root
-def test_a_failed_download_gives_its_reservation_back(tmp_path: Path, small_disk: Path) -> None:
-    for env in env_context(tmp_path, small_disk):
+def test_a_failed_download_gives_its_reservation_back(
+    tmp_path: Path, kube: RealKube, small_disk: Path
+) -> None:
+    for env in env_context(kube, tmp_path, small_disk):
         env.add_model("broken", **{"w.bin": os.urandom(450 * KiB)})
         env.add_model("next", **{"w.bin": os.urandom(450 * KiB)})
         env.hub.faults.corrupt["w.bin"] = 1000  # every response for it: ChecksumMismatch after the plan
@@ -147,8 +150,10 @@ def _mount(env: Env, namespace: str, cache: str, volume: str) -> None:
 
 
 @pytest.mark.root
-def test_eviction_takes_from_the_namespace_over_its_quota_first(tmp_path: Path, small_disk: Path) -> None:
-    for env in env_context(tmp_path, small_disk):
+def test_eviction_takes_from_the_namespace_over_its_quota_first(
+    tmp_path: Path, kube: RealKube, small_disk: Path
+) -> None:
+    for env in env_context(kube, tmp_path, small_disk):
         for cache in ("quiet", "greedy", "busy", "new"):
             env.add_model(cache, **{"w.bin": os.urandom(300 * KiB)})
         env.create_mcn("quiet", namespace="team-b")  # within its quota, least recently used

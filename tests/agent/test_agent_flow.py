@@ -1,4 +1,4 @@
-"""Agent ↔ API through the real `kubernetes` client against the emulator, bytes from the local hub."""
+"""Agent ↔ API through the real `kubernetes` client against the real API server, bytes from the local hub."""
 
 from __future__ import annotations
 
@@ -14,14 +14,15 @@ from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from tests.agent.harness import MCN, Env, env_context, ready_condition, tree
+from tests.support.kube_real import RealKube
 
 LFS = os.urandom(5000)
 SMALL = b'{"model_type": "tiny"}'
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    yield from env_context(tmp_path)
+def env(tmp_path: Path, kube: RealKube) -> Iterator[Env]:
+    yield from env_context(kube, tmp_path)
 
 
 def test_download_to_ready_with_status_and_metrics(env: Env) -> None:
@@ -106,9 +107,9 @@ def test_other_nodes_objects_are_ignored(env: Env) -> None:
     assert watches and all(r.query["labelSelector"] == f"{names.LABEL_NODE}=node-a" for r in watches)
 
 
-def test_base_path_missing_is_reported_not_created(tmp_path: Path) -> None:
+def test_base_path_missing_is_reported_not_created(tmp_path: Path, kube: RealKube) -> None:
     base = tmp_path / "missing"
-    for env in env_context(tmp_path, base):
+    for env in env_context(kube, tmp_path, base):
         env.add_model("tiny", **{"config.json": SMALL})
         env.create_mcn("tiny")
         env.start()

@@ -21,13 +21,14 @@ from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from tests.agent.harness import MCN, NODE, Env, env_context, tree
+from tests.support.kube_real import RealKube
 
 CACHE = "model"
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    yield from env_context(tmp_path)
+def env(tmp_path: Path, kube: RealKube) -> Iterator[Env]:
+    yield from env_context(kube, tmp_path)
 
 
 def _owned_mcn(env: Env, repo: str, uid: str) -> None:

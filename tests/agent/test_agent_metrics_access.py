@@ -1,5 +1,5 @@
-"""Issue 21 item 19, at the process edge: `praesto-agent run` as a real process against the API
-emulator; its /metrics (every tenant's caches) answers a client outside the agent's Pod only with
+"""Issue 21 item 19, at the process edge: `praesto-agent run` as a real process against the real
+API server (through the fault proxy); its /metrics (every tenant's caches) answers a client outside the agent's Pod only with
 `--metrics-from=any`. The chart side: tests/chart/test_chart_agent_metrics.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.chart.test_chart_agent_metrics import fetch, own_address
-from tests.support.kube import KubeEmulator
+from tests.support.kube_real import RealKube
 
 
 def free_port() -> int:
@@ -25,7 +25,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def agent(tmp_path: Path, kube: KubeEmulator, *extra: str) -> Iterator[int]:
+def agent(tmp_path: Path, kube: RealKube, *extra: str) -> Iterator[int]:
     """A running agent; yields its metrics port once /healthz answers."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
@@ -71,16 +71,15 @@ def agent(tmp_path: Path, kube: KubeEmulator, *extra: str) -> Iterator[int]:
             proc.communicate()
 
 
-def test_the_agent_process_keeps_metrics_inside_its_pod_unless_told(tmp_path: Path) -> None:
+def test_the_agent_process_keeps_metrics_inside_its_pod_unless_told(tmp_path: Path, kube: RealKube) -> None:
     outside = own_address()
-    with KubeEmulator() as kube:
-        with agent(tmp_path, kube) as port:
-            status, body = fetch(outside, port, "/metrics")
-            assert status == 403 and "nodeAgent.metrics.allowedNamespaces" in body
-            assert "praesto_agent" not in body
-            assert fetch(outside, port, "/healthz") == (200, "ok\n")
-            status, body = fetch("127.0.0.1", port, "/metrics")
-            assert status == 200 and "praesto_agent_downloads_in_flight" in body
-        with agent(tmp_path, kube, "--metrics-from=any") as port:
-            status, body = fetch(outside, port, "/metrics")
-            assert status == 200 and "praesto_agent_downloads_in_flight" in body
+    with agent(tmp_path, kube) as port:
+        status, body = fetch(outside, port, "/metrics")
+        assert status == 403 and "nodeAgent.metrics.allowedNamespaces" in body
+        assert "praesto_agent" not in body
+        assert fetch(outside, port, "/healthz") == (200, "ok\n")
+        status, body = fetch("127.0.0.1", port, "/metrics")
+        assert status == 200 and "praesto_agent_downloads_in_flight" in body
+    with agent(tmp_path, kube, "--metrics-from=any") as port:
+        status, body = fetch(outside, port, "/metrics")
+        assert status == 200 and "praesto_agent_downloads_in_flight" in body

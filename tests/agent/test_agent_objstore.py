@@ -1,6 +1,6 @@
 """The node agent with s3:// caches: credentials from the cache's Secret (and the chart's).
 
-Real moto S3 server (IAM auth on) and the API emulator; the Secret is read per attempt,
+Real moto S3 server (IAM auth on) and the real API server; the Secret is read per attempt,
 so creating it late, or fixing its contents, needs no re-apply.
 """
 
@@ -16,14 +16,15 @@ import pytest
 
 from praesto import names
 from tests.agent.harness import MCN, Env, dump_api, env_context, tree
+from tests.support.kube_real import RealKube
 from tests.support.s3server import S3Server, private_bucket_endpoint
 
 FILES = {"config.json": b'{"a": 1}', "w.bin": os.urandom(3 << 20)}
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    yield from env_context(tmp_path)
+def env(tmp_path: Path, kube: RealKube) -> Iterator[Env]:
+    yield from env_context(kube, tmp_path)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from tests.agent.harness import NODE, Env, env_context
+from tests.support.kube_real import RealKube
 
 HOLDER = textwrap.dedent(
     """
@@ -40,8 +41,8 @@ HOLDER = textwrap.dedent(
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    yield from env_context(tmp_path)
+def env(tmp_path: Path, kube: RealKube) -> Iterator[Env]:
+    yield from env_context(kube, tmp_path)
 
 
 def test_a_second_agent_on_the_same_base_path_refuses_to_start(env: Env) -> None:
@@ -111,8 +112,10 @@ def test_requests_for_caches_this_node_does_not_hold_are_dropped(env: Env) -> No
     )
 
 
-def test_a_base_path_created_later_is_locked_before_the_agent_touches_it(tmp_path: Path) -> None:
-    for env in env_context(tmp_path, tmp_path / "later"):
+def test_a_base_path_created_later_is_locked_before_the_agent_touches_it(
+    tmp_path: Path, kube: RealKube
+) -> None:
+    for env in env_context(kube, tmp_path, tmp_path / "later"):
         _base_appears_later(env, tmp_path / "prepared")
 
 

@@ -17,11 +17,12 @@ from praesto.csi.storefs import CsiStore
 from praesto import names, store
 from tests.agent.harness import MCN, Env, env_context
 from tests.support.csi_driver import make_cache
+from tests.support.kube_real import RealKube
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    yield from env_context(tmp_path)
+def env(tmp_path: Path, kube: RealKube) -> Iterator[Env]:
+    yield from env_context(kube, tmp_path)
 
 
 def test_unowned_copies_go_owned_and_mounted_ones_stay(env: Env) -> None:

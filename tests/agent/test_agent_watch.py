@@ -9,13 +9,14 @@ import pytest
 
 from praesto import names
 from tests.agent.harness import Env, env_context
+from tests.support.kube_real import RealKube
 
 SMALL = b'{"model_type": "tiny"}'
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    yield from env_context(tmp_path)
+def env(tmp_path: Path, kube: RealKube) -> Iterator[Env]:
+    yield from env_context(kube, tmp_path)
 
 
 def _watches_from(env: Env, start: int) -> list[str]:

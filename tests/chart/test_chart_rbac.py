@@ -1,7 +1,7 @@
 """RBAC: the chart grants each component exactly the API calls praesto/rbac.py declares, nothing more.
 
 praesto/rbac.py is the list each component's own tests hold its code to (through
-the API emulator's request log); here the rendered ClusterRoles are compared
+the fault proxy's request log, tests/support/kube_faults.py); here the rendered ClusterRoles are compared
 with it as sets of (apiGroup, resource, verb). Metacontroller's ClusterRole
 comes from its own chart's template, fed by our values: rendered through the
 test-only stand-in (see tests/support/helm_chart.py).

@@ -1,8 +1,8 @@
 """Hooks TLS: one chart-made CA (kept across upgrades) that the webhooks and Metacontroller trust inline;
 cert-manager (default) issues the serving certificate from it, or the chart signs it itself.
 
-The upgrade case runs Helm's cluster-aware render (`lookup` really queries an
-API server: the emulator, behind a discovery front) so reuse is proven by the
+The upgrade case runs Helm's cluster-aware render (`lookup` really queries the
+real API server, through the fault proxy whose log shows the lookup) so reuse is proven by the
 real template engine reading a real Secret back, not by inspecting templates.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-from collections.abc import Iterator
 from typing import Any
 
 import helm_python as helm
@@ -19,8 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from tests.support.helm_chart import CHART_DIR, NAMESPACE, RELEASE, find, one, parse_manifests, render_objects
-from tests.support.kube import KubeEmulator
-from tests.support.kube_discovery import discovery_front
+from tests.support.kube_real import RealKube
 
 SELF_SIGNED = {"webhooks": {"certManager": {"enabled": False}}}
 TLS_SECRET = f"{RELEASE}-hooks-tls"  # the chart also renders the peer Secret
@@ -118,9 +116,10 @@ def test_self_signed_certificate_is_a_valid_chain() -> None:
 
 
 @pytest.fixture
-def cluster() -> Iterator[tuple[KubeEmulator, str]]:
-    with KubeEmulator() as emulator, discovery_front(emulator) as url:
-        yield emulator, url
+def cluster(kube: RealKube) -> tuple[RealKube, str]:
+    """The real API server (its own discovery answers Helm) behind the proxy, whose log shows the lookups."""
+    kube.ensure_namespace(NAMESPACE)
+    return kube, kube.url
 
 
 def cluster_render(url: str, values: dict[str, Any], *, upgrade: bool) -> list[dict[str, Any]]:
@@ -131,11 +130,11 @@ def cluster_render(url: str, values: dict[str, Any], *, upgrade: bool) -> list[d
     return parse_manifests(rendered)
 
 
-def test_self_signed_certificate_survives_upgrades(cluster: tuple[KubeEmulator, str]) -> None:
-    emulator, url = cluster
+def test_self_signed_certificate_survives_upgrades(cluster: tuple[RealKube, str]) -> None:
+    kube, url = cluster
     first = cluster_render(url, SELF_SIGNED, upgrade=False)
     secret = one(first, "Secret", TLS_SECRET)
-    emulator.create(secret)  # what `helm install` would have applied
+    kube.create(secret)  # what `helm install` would have applied
 
     for _ in range(2):
         again = cluster_render(url, SELF_SIGNED, upgrade=True)
@@ -144,20 +143,20 @@ def test_self_signed_certificate_survives_upgrades(cluster: tuple[KubeEmulator, 
             assert config["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
         ca_pem = _pem(secret["data"]["ca.crt"]).decode().strip()
         assert all(b.strip() == ca_pem for b in controller_ca_bundles(again))
-    assert any(r.path.endswith(f"/secrets/{secret['metadata']['name']}") for r in emulator.requests)
+    assert any(r.path.endswith(f"/secrets/{secret['metadata']['name']}") for r in kube.requests)
 
 
-def test_cert_manager_ca_survives_upgrades(cluster: tuple[KubeEmulator, str]) -> None:
-    emulator, url = cluster
+def test_cert_manager_ca_survives_upgrades(cluster: tuple[RealKube, str]) -> None:
+    kube, url = cluster
     ca_secret = one(cluster_render(url, {}, upgrade=False), "Secret", "praesto-ca")
-    emulator.create(ca_secret)
+    kube.create(ca_secret)
     again = cluster_render(url, {}, upgrade=True)
     assert one(again, "Secret", "praesto-ca")["data"] == ca_secret["data"]
     ca_pem = _pem(ca_secret["data"]["tls.crt"]).decode().strip()
     assert all(b.strip() == ca_pem for b in controller_ca_bundles(again))
 
 
-def test_without_the_secret_every_render_makes_a_new_ca(cluster: tuple[KubeEmulator, str]) -> None:
+def test_without_the_secret_every_render_makes_a_new_ca(cluster: tuple[RealKube, str]) -> None:
     """Negative control: reuse comes from the lookup, not from deterministic generation."""
     _, url = cluster
     one_ca = one(cluster_render(url, SELF_SIGNED, upgrade=True), "Secret", TLS_SECRET)["data"]["ca.crt"]
@@ -165,15 +164,17 @@ def test_without_the_secret_every_render_makes_a_new_ca(cluster: tuple[KubeEmula
     assert one_ca != other_ca
 
 
-def test_an_incomplete_secret_is_replaced(cluster: tuple[KubeEmulator, str]) -> None:
-    emulator, url = cluster
-    emulator.create(
+def test_an_incomplete_secret_is_replaced(cluster: tuple[RealKube, str]) -> None:
+    """No ca.crt (the API server itself refuses a kubernetes.io/tls Secret without tls.key)."""
+    kube, url = cluster
+    junk = base64.b64encode(b"junk").decode()
+    kube.create(
         {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": "praesto-hooks-tls", "namespace": NAMESPACE},
             "type": "kubernetes.io/tls",
-            "data": {"tls.crt": base64.b64encode(b"junk").decode()},
+            "data": {"tls.crt": junk, "tls.key": junk},
         }
     )
     data = one(cluster_render(url, SELF_SIGNED, upgrade=True), "Secret", TLS_SECRET)["data"]

@@ -1,6 +1,6 @@
 """Four full node agents on loopback addresses, one origin: the model crosses the origin once.
 
-Agents run whole (watch, reconcile, status, peer server) against the API emulator
+Agents run whole (watch, reconcile, status, peer server) against the real API server
 through the real `kubernetes` client; the origin is the local hub, whose byte
 counters say what it served.
 """
@@ -17,6 +17,7 @@ from praesto.agent.peers.source import Tuning
 
 from praesto import names
 from tests.agent.harness import rbac_violations
+from tests.support.kube_real import RealKube
 from tests.support.peer_cluster import Cluster, cluster
 
 NODES = ["node-a", "node-b", "node-c", "node-d"]
@@ -32,8 +33,8 @@ SHARD = "model-00001-of-00002.safetensors"
 
 
 @pytest.fixture
-def c(tmp_path: Path) -> Iterator[Cluster]:
-    with cluster(tmp_path) as made:
+def c(tmp_path: Path, kube: RealKube) -> Iterator[Cluster]:
+    with cluster(kube, tmp_path) as made:
         made.hub.add_repo("org/tiny", FILES)
         yield made
         made.stop()

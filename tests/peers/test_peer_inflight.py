@@ -29,6 +29,7 @@ from praesto.spec import Source
 from praesto.store import StoreLayout
 from tests.agent.harness import rbac_violations
 from tests.peers.conftest import SERVER, Peers
+from tests.support.kube_real import RealKube
 from tests.support.peer_cluster import Cluster, cluster
 
 REV = "b" * 40
@@ -178,8 +179,8 @@ PEERABLE = TOTAL - len(SMALL)  # config.json: a git SHA-1 alone keeps it origin-
 
 
 @pytest.fixture
-def c(tmp_path: Path) -> Iterator[Cluster]:
-    with cluster(tmp_path) as made:
+def c(tmp_path: Path, kube: RealKube) -> Iterator[Cluster]:
+    with cluster(kube, tmp_path) as made:
         made.hub.add_repo("org/tiny", FILES)
         made.hub.faults.rate = 12 << 20  # per response: the leader downloads for a few seconds
         yield made

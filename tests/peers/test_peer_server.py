@@ -110,10 +110,7 @@ BAD_HEADERS: dict[str, Callable[[Peers], str | None]] = {
 
 def _shared_audience(peers: Peers) -> str:
     """A Pod-bound agent token for the one audience every agent accepted before (`praesto-peer`)."""
-    token = peers.token()
-    identity, _ = peers.kube.tokens[token]
-    peers.kube.tokens[token] = (identity, (names.PEER_TOKEN_AUDIENCE,))
-    return token
+    return peers.token(audience=names.PEER_TOKEN_AUDIENCE)
 
 
 @pytest.mark.parametrize("case", sorted(BAD_HEADERS))
@@ -123,7 +120,7 @@ def test_unauthenticated_or_not_for_this_node_is_401(server: PeerServer, peers: 
     assert status == 401, case
     error = json.loads(body)["error"]
     assert DATA[:100] not in body and error.startswith("Authorization:")
-    assert not any(token in error for token in peers.kube.tokens)  # tokens never echoed
+    assert not any(token in error for token in peers.minted)  # tokens never echoed
     assert server.bytes_served == 0
 
 

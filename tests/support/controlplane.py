@@ -131,6 +131,13 @@ class Component:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(STOP_DEADLINE)
 
+    def kill(self) -> None:
+        """SIGKILL, no graceful shutdown: for a throwaway server whose state nobody reads again."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(STOP_DEADLINE)
+
     def check_running(self) -> None:
         if self.process is None or self.process.poll() is not None:
             code = None if self.process is None else self.process.returncode
@@ -157,6 +164,7 @@ class ControlPlane:
     workdir: Path
     binaries: Path
     with_kubelets: bool = False
+    with_controllers: bool = True  # False: etcd and kube-apiserver alone (tests/support/kube_real.py)
     components: dict[str, Component] = field(default_factory=dict)
     server: str = ""
 
@@ -303,6 +311,8 @@ class ControlPlane:
 
     def controllers(self) -> list[str]:
         """The controller-manager and scheduler, where this build has them (compat builds do not)."""
+        if not self.with_controllers:
+            return []
         return [n for n in ("kube-controller-manager", "kube-scheduler") if (self.binaries / n).exists()]
 
     def start(self) -> None:
@@ -362,6 +372,11 @@ class ControlPlane:
             return 0
 
     # ---- clients ---------------------------------------------------------
+
+    @property
+    def admin_pair(self) -> KeyPair:
+        """The admin's client certificate (system:masters), e.g. for a proxy's default identity."""
+        return self._admin_pair
 
     def admin(self) -> client.ApiClient:
         """Cluster-admin: for fixtures (namespaces, Nodes, the chart's objects), never for code under test."""

@@ -1,5 +1,5 @@
 """A ModelCacheNode as the sync hook makes it (hooks/local.py), without the owner: for tests that play
-one node against the emulator or the real API server (an owner that does not exist would be
+one node against the real API server (an owner that does not exist would be
 garbage-collected there)."""
 
 from __future__ import annotations

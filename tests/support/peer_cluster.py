@@ -1,4 +1,5 @@
-"""Several full node agents on one machine, sharing one API emulator and one local hub.
+"""Several full node agents on one machine, sharing the real API server (through the fault proxy,
+tests/support/kube_real.py) and one local hub.
 
 Each node has its own base path, its own `kubernetes` client and its own peer
 server on its own loopback address (127.0.0.2, .3, ...), so agents find each
@@ -8,13 +9,13 @@ other through ModelCacheNode status exactly as in a cluster. Timings are shrunk.
 from __future__ import annotations
 
 import io
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubernetes.client import ApiClient
 from praesto.agent import logs
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
@@ -25,16 +26,26 @@ from praesto.agent.peers.server import Limits
 from praesto.agent.peers.source import Tuning
 from praesto.agent.reconcile import AgentConfig
 
-from praesto import names
+from praesto import names, rbac
 from praesto.reflector import Backoff
 from praesto.store import StoreLayout
 from tests.support.hub import LocalHub
-from tests.support.kube import KubeEmulator
+from tests.support.kube_real import RealKube
 from tests.support.objects import modelcachenode
 
 MCN = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
 NAMESPACE = "team-a"
 AGENT_SERVICE_ACCOUNT = "praesto-system/praesto-node-agent"
+# What the chart grants the agent anywhere, here cluster-wide: the per-namespace Roles (Secrets by
+# name, warm caches, origin-budget Leases, its own tokens) stand in as cluster grants; the tests'
+# request-log checks (tests/agent/harness.py `rbac_violations`) hold the code to the narrower list.
+AGENT_GRANTS = (
+    *rbac.AGENT,
+    *rbac.AGENT_PEERS,
+    *rbac.AGENT_WARM,
+    *rbac.AGENT_ORIGIN_BUDGET,
+    rbac.AGENT_SECRET_GRANT,
+)
 Obj = dict[str, Any]
 
 
@@ -57,7 +68,7 @@ class Node:
 
 @dataclass
 class Cluster:
-    kube: KubeEmulator
+    kube: RealKube
     hub: LocalHub
     tmp: Path
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -77,7 +88,7 @@ class Cluster:
         node = self.nodes.get(name) or Node(name, self.tmp / name, f"127.0.0.{len(self.nodes) + 2}")
         node.base.mkdir(exist_ok=True)
         self.nodes[name] = node
-        api = self.kube.api_client()
+        api = agent_client(self.kube)
         peer = PeerConfig(
             address="",
             pod=agent_pod(self.kube, name, pod_node or name),
@@ -138,38 +149,72 @@ class Cluster:
         }
 
 
-def agent_pod(kube: KubeEmulator, node: str, runs_on: str) -> Pod:
-    """The agent Pod of `node` (in the emulator, so TokenRequests bind to it), scheduled on
-    `runs_on`: another node than `node` plays an agent that claims a node it is not on."""
+def agent_client(kube: RealKube) -> ApiClient:
+    """A client as the agent's ServiceAccount, granted `AGENT_GRANTS`: the real RBAC decides its calls."""
     namespace, _, account = AGENT_SERVICE_ACCOUNT.partition("/")
-    name = f"praesto-node-agent-{node}"
-    if kube.get("pods", name, namespace) is None:
-        kube.create({
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"serviceAccountName": account, "nodeName": runs_on, "containers": [{"name": "agent"}]},
-        })  # fmt: skip
+    return kube.api_client(kube.identity(namespace, account, AGENT_GRANTS))
+
+
+def agent_pod(kube: RealKube, node: str, runs_on: str) -> Pod:
+    """The agent Pod of `node` (so TokenRequests bind to it), scheduled on `runs_on`: another
+    node than `node` plays an agent that claims a node it is not on."""
+    namespace, _, account = AGENT_SERVICE_ACCOUNT.partition("/")
+    return _pod(kube, namespace, account, f"praesto-node-agent-{node}", runs_on)
+
+
+def _pod(kube: RealKube, namespace: str, account: str, name: str, runs_on: str) -> Pod:
+    """A Pod of ServiceAccount `namespace/account` on Node `runs_on` (all three made if missing)."""
+    if kube.get("nodes", runs_on) is None:
+        kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": runs_on}})
+    if kube.get("serviceaccounts", account, namespace) is None:
+        kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": account, "namespace": namespace},
+            }
+        )
     pod = kube.get("pods", name, namespace)
-    assert pod is not None
+    if pod is None:
+        pod = kube.create({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "serviceAccountName": account, "nodeName": runs_on,
+                "containers": [{"name": "agent", "image": "praesto:test"}],
+            },
+        })  # fmt: skip
     return Pod(namespace, name, str(pod["metadata"]["uid"]), account)
 
 
 def peer_token(
-    kube: KubeEmulator, node: str, *, user: str | None = None, bound: bool = True, target: str = ""
+    kube: RealKube,
+    node: str,
+    *,
+    user: str | None = None,
+    bound: bool = True,
+    target: str = "",
+    audience: str = "",
 ) -> str:
-    """A token the emulator's TokenReview accepts with the audience of node `target`, as a Pod-bound
-    token of the agent ServiceAccount on `node` reviews (or one of `user`, or one bound to no Pod)."""
-    token = secrets.token_urlsafe(32)
-    namespace, _, sa = AGENT_SERVICE_ACCOUNT.partition("/")
-    identity: Obj = {"username": user or f"system:serviceaccount:{namespace}:{sa}"}
+    """A real token (TokenRequest) for the audience of node `target` (or `audience`): of the agent
+    ServiceAccount bound to its Pod on `node`, or of ServiceAccount `user`
+    (system:serviceaccount:<ns>:<name>) bound to a Pod of its own there, or bound to no Pod."""
+    if user is None:
+        pod = agent_pod(kube, node, node)
+    else:
+        namespace, _, account = user.removeprefix("system:serviceaccount:").partition(":")
+        pod = _pod(kube, namespace, account, f"{account}-{node}", node)
+    namespace, account = pod.namespace, pod.service_account
+    spec: Obj = {"audiences": [audience or names.peer_audience(target)], "expirationSeconds": 3600}
     if bound:
-        identity["extra"] = {names.TOKEN_EXTRA_NODE_NAME: [node]}
-    kube.tokens[token] = (identity, (names.peer_audience(target),))
-    return token
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+    path = kube.path("serviceaccounts", namespace, account, "token")
+    return str(kube.call("POST", path, body)["status"]["token"])
 
 
 @contextmanager
-def cluster(tmp: Path) -> Iterator[Cluster]:
-    with KubeEmulator() as kube, LocalHub(tmp / "hub") as hub:
+def cluster(kube: RealKube, tmp: Path) -> Iterator[Cluster]:
+    with LocalHub(tmp / "hub") as hub:
         c = Cluster(kube, hub, tmp)
         logs.configure("DEBUG", c.log)
         try:

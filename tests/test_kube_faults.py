@@ -1,9 +1,13 @@
-"""The test Kubernetes API emulator behaves like the API server where the agent relies on it."""
+"""The fault proxy in front of the real API server: what goes through is the server's, faults are on demand.
+
+These were the deleted API emulator's own checks (selectors, status subresource, preconditions, finalizers,
+watch resume and expiry); they now hold against the real kube-apiserver through the proxy, which
+proves the proxy forwards faithfully, streams watches and injects its faults where asked.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,38 +15,27 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from praesto import names
-from tests.support.kube import KubeEmulator, selector_matches
+from tests.support.kube_real import RealKube
+from tests.support.objects import modelcachenode
 
 G, V, P = names.GROUP, names.VERSION, names.MODELCACHENODE_PLURAL
 MCN = f"{P}.{G}"
 
 
-@pytest.fixture
-def kube() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as emulator:
-        yield emulator
-
-
 def mcn(name: str, node: str, namespace: str = "default") -> dict[str, Any]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.MODELCACHENODE_KIND,
-        "metadata": {"name": name, "namespace": namespace, "labels": {names.LABEL_NODE: node}},
-        "spec": {"nodeName": node},
-    }
+    """A valid ModelCacheNode (the CRD's schema holds) named `name`, labelled for `node`."""
+    obj = modelcachenode(name, node, namespace)
+    obj["metadata"]["name"] = name
+    return obj
 
 
-def test_selectors() -> None:
-    labels = {"a": "1", "b": "2"}
-    assert selector_matches("a=1,b==2", labels)
-    assert not selector_matches("a!=1", labels)
-    assert selector_matches("a in (1, 3),!c", labels)
-    assert not selector_matches("b notin (2)", labels)
-    assert not selector_matches("c", labels)
+def resource_version(kube: RealKube) -> str:
+    return str(kube.call("GET", kube.path(MCN))["metadata"]["resourceVersion"])
 
 
-def test_list_filters_by_label_and_carries_resource_versions(kube: KubeEmulator) -> None:
+def test_list_filters_by_label_and_carries_resource_versions(kube: RealKube) -> None:
     api = client.CustomObjectsApi(kube.api_client())
+    kube.ensure_namespace("ns1")
     a = api.create_namespaced_custom_object(G, V, "ns1", P, mcn("a", "n1", "ns1"))
     kube.create(mcn("b", "n2", "ns2"))
     listed = api.list_cluster_custom_object(G, V, P, label_selector=f"{names.LABEL_NODE}=n1")
@@ -50,18 +43,19 @@ def test_list_filters_by_label_and_carries_resource_versions(kube: KubeEmulator)
     assert int(listed["metadata"]["resourceVersion"]) > int(a["metadata"]["resourceVersion"]) > 0
 
 
-def test_status_subresource_and_preconditions(kube: KubeEmulator) -> None:
+def test_status_subresource_and_preconditions(kube: RealKube) -> None:
     api = client.CustomObjectsApi(kube.api_client())
+    kube.ensure_namespace("ns")
     obj = api.create_namespaced_custom_object(G, V, "ns", P, mcn("a", "n1", "ns"))
-    stale = obj["metadata"]["resourceVersion"]
+    spec, stale = obj["spec"], obj["metadata"]["resourceVersion"]
     api.patch_namespaced_custom_object_status(
         G, V, "ns", P, "a", {"status": {"phase": "Ready"}, "spec": {"nodeName": "other"}}
     )
     stored = kube.get(MCN, "a", "ns")
     assert stored is not None
     assert stored["status"] == {"phase": "Ready"}
-    assert stored["spec"] == {"nodeName": "n1"}  # /status never changes spec
-    api.patch_namespaced_custom_object(G, V, "ns", P, "a", {"status": None, "spec": {"size": "1Gi"}})
+    assert stored["spec"] == spec  # /status never changes spec
+    api.patch_namespaced_custom_object(G, V, "ns", P, "a", {"status": None, "spec": {"size": "2Gi"}})
     stored = kube.get(MCN, "a", "ns")
     assert stored is not None
     assert stored["status"] == {"phase": "Ready"}  # the main resource never changes status
@@ -73,7 +67,7 @@ def test_status_subresource_and_preconditions(kube: KubeEmulator) -> None:
     assert err.value.status == 409
 
 
-def test_finalizers_hold_deletion(kube: KubeEmulator) -> None:
+def test_finalizers_hold_deletion(kube: RealKube) -> None:
     api = client.CustomObjectsApi(kube.api_client())
     kube.create(mcn("a", "n1"))
     api.patch_namespaced_custom_object(G, V, "default", P, "a", {"metadata": {"finalizers": ["f"]}})
@@ -92,10 +86,10 @@ def _collect(api: client.CustomObjectsApi, out: list[Any], **kwargs: Any) -> Non
         out.append(("ERROR", err.status))
 
 
-def test_watch_resumes_filters_and_times_out(kube: KubeEmulator) -> None:
+def test_watch_resumes_filters_and_times_out(kube: RealKube) -> None:
     api = client.CustomObjectsApi(kube.api_client())
     kube.create(mcn("before", "n1"))
-    since = str(kube.resource_version)
+    since = resource_version(kube)
     kube.create(mcn("missed", "n1"))
     got: list[Any] = []
     thread = threading.Thread(
@@ -113,7 +107,7 @@ def test_watch_resumes_filters_and_times_out(kube: KubeEmulator) -> None:
     assert got == [("ADDED", "missed"), ("ADDED", "live"), ("DELETED", "live")]
 
 
-def test_compaction_and_expiry_give_410(kube: KubeEmulator) -> None:
+def test_compaction_and_expiry_give_410(kube: RealKube) -> None:
     api = client.CustomObjectsApi(kube.api_client())
     kube.create(mcn("a", "n1"))
     kube.create(mcn("b", "n1"))
@@ -126,7 +120,7 @@ def test_compaction_and_expiry_give_410(kube: KubeEmulator) -> None:
     thread = threading.Thread(
         target=_collect,
         args=(api, got),
-        kwargs={"resource_version": str(kube.resource_version), "timeout_seconds": 30},
+        kwargs={"resource_version": resource_version(kube), "timeout_seconds": 30},
     )
     thread.start()
     kube.wait_for_watches(1)
@@ -135,12 +129,12 @@ def test_compaction_and_expiry_give_410(kube: KubeEmulator) -> None:
     assert got == [("ERROR", 410)]
 
 
-def test_request_log_and_fault_injection(kube: KubeEmulator) -> None:
+def test_request_log_and_fault_injection(kube: RealKube) -> None:
     core = client.CoreV1Api(kube.api_client())
     kube.create(
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"}, "data": {}}
     )
-    kube.fail_next(1, 503)
+    kube.fail_next(1, 503, lambda r: r.resource == "secrets")
     with pytest.raises(ApiException) as err:
         core.read_namespaced_secret("s", "ns")
     assert err.value.status == 503
