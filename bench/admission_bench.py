@@ -30,9 +30,9 @@ from typing import Any
 
 from bench.common import ROUNDS, print_table, ratio
 from praesto import names
-from tests.admission.podkit import modelcache, mounts, pod, review_body
-from tests.support.kube_real import proxied, running_plane
-from tests.support.server import make_tls_files
+from testkit.admission_objects import modelcache, mounts, pod, review_body
+from testkit.kube_real import proxied, running_plane
+from testkit.server import make_tls_files
 
 THREADS = 8
 MUTATE = "/admission/mutate-pod"

@@ -3,7 +3,7 @@
     python -m bench.agent_scale_bench [--caches 200] [--files 100000] [--rounds 3]
 
 1. `--caches` ModelCacheNodes of small models (3 files, ~20 KiB each model) on one node,
-   served by a real node agent (tests/agent/harness.py: production `Agent` and `KubeApi`
+   served by a real node agent (testkit/agent_harness.py: production `Agent` and `KubeApi`
    against the real kube-apiserver, bytes from the local hub) with the production tick (1 s).
    Printed: time until every one is Ready; RSS of this process before the agent started
    and after all are Ready (the difference is the agent plus the API client's copies of
@@ -34,9 +34,9 @@ from praesto.agent.download.publish import TREE, publish
 from bench.common import ROUNDS, interleaved, median, print_table, rss_mib
 from praesto import names
 from praesto.spec import Source
-from tests.agent.harness import Env, env_context
-from tests.support.hub import LocalHub
-from tests.support.kube_real import proxied, running_plane
+from testkit.agent_harness import Env, env_context
+from testkit.hub import LocalHub
+from testkit.kube_real import proxied, running_plane
 
 KiB = 1 << 10
 

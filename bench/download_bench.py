@@ -4,7 +4,7 @@
     python -m bench.download_bench --size-gib 0.5 --rounds 3 --scenarios uncapped   # iterate
     python -m bench.download_bench --no-hf               # skip `hf download` (slowest contender)
 
-Sets up the local hub API (tests/support/hub.py) on loopback with LFS bytes redirected
+Sets up the local hub API (testkit/hub.py) on loopback with LFS bytes redirected
 to nginx (sendfile, Range), generates a repo of a few large shards plus small files on
 the destination's disk, and times each tool into a fresh directory on that disk with
 `sync` included. Two scenarios: uncapped, and nginx `limit_rate` per connection (a CDN's
@@ -74,7 +74,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import ROUNDS, interleaved, median, print_table, ratio, spread, timed_child
-from tests.support.hub import LocalHub
+from testkit.hub import LocalHub
 
 REPO = "bench/model"
 SHARDS = 4

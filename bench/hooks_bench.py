@@ -30,8 +30,8 @@ from praesto.hooks import hook_protocol
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.modelcache import sync
 
-from tests.hooks.factory import NOW, mcn, modelcache, node_status, sync_request
-from tests.support.server import hooks_server
+from testkit.hook_objects import NOW, mcn, modelcache, node_status, sync_request
+from testkit.server import hooks_server
 
 SIZE = 4_400_000_000
 CLUSTER_NODES = 2000

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import ROUNDS, interleaved, median, print_table, ratio
-from tests.support.s3server import S3Server
+from testkit.s3server import S3Server
 
 BUCKET = "bench-models"
 PREFIX = "llm"

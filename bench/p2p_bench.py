@@ -65,9 +65,9 @@ from praesto.agent.peers.source import Tuning
 
 from bench.common import interleaved, print_table, ratio
 from bench.download_bench import REPO, Nginx, _generate
-from tests.support.hub import LocalHub
-from tests.support.kube_real import proxied, running_plane
-from tests.support.peer_cluster import Cluster
+from testkit.hub import LocalHub
+from testkit.kube_real import proxied, running_plane
+from testkit.peer_cluster import Cluster
 
 NODES = [f"node-{c}" for c in "abcdefgh"]  # peer servers on 127.0.0.2-9
 

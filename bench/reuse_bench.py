@@ -2,7 +2,7 @@
 
     python -m bench.reuse_bench [--size-mib 256] [--rounds 3]
 
-A real node agent (tests/agent/harness.py: the production `Agent` and `KubeApi` against
+A real node agent (testkit/agent_harness.py: the production `Agent` and `KubeApi` against
 the real kube-apiserver, bytes from the local hub over HTTP, store on this disk) in this
 process. Each round, in a fresh store:
 
@@ -42,8 +42,8 @@ from praesto.csi.storefs import CsiStore
 
 from bench.common import ROUNDS, median, print_table
 from praesto import names, store
-from tests.agent.harness import Env, env_context
-from tests.support.kube_real import proxied, running_plane
+from testkit.agent_harness import Env, env_context
+from testkit.kube_real import proxied, running_plane
 
 MiB = 1 << 20
 

@@ -46,7 +46,11 @@ def main() -> int:
     view = build_view()
     env = dict(os.environ, MYPYPATH=str(view))
     cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "-p", "praesto"]
-    extra = [str(p) for p in (ROOT / "tests", ROOT / "bench", ROOT / "e2e") if any(p.rglob("*.py"))]
+    extra = [
+        str(p)
+        for p in (ROOT / "testkit", ROOT / "tests", ROOT / "bench", ROOT / "e2e")
+        if any(p.rglob("*.py"))
+    ]
     first = subprocess.call(cmd, env=env, cwd=ROOT)
     second = (
         subprocess.call(

@@ -1,4 +1,4 @@
-"""Fixtures every directory may use: the real API server behind the fault proxy (tests/support/kube_real.py).
+"""Fixtures every directory may use: the real API server behind the fault proxy (testkit/kube_real.py).
 
 Imported when first used, so a session that needs no API server loads no `kubernetes` client for it.
 """
@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from tests.support.controlplane import ControlPlane
-    from tests.support.kube_real import RealKube
+    from testkit.controlplane import ControlPlane
+    from testkit.kube_real import RealKube
 
 
 @pytest.fixture(scope="session")
 def kube_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver for this test process (one per xdist worker), the chart's CRDs installed."""
-    from tests.support.kube_real import session_plane
+    from testkit.kube_real import session_plane
 
     yield from session_plane(tmp_path_factory)
 
@@ -26,7 +26,7 @@ def kube_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlan
 @pytest.fixture
 def kube(kube_plane: ControlPlane) -> Iterator[RealKube]:
     """The real API server, wiped, behind a fresh fault proxy; `kube.api_client()` goes through the proxy."""
-    from tests.support.kube_real import proxied
+    from testkit.kube_real import proxied
 
     with proxied(kube_plane) as real:
         yield real

@@ -20,8 +20,8 @@ from praesto.hooks.admission.annotations import parse_annotations
 
 from praesto import names
 from praesto.spec import parse_spec
+from testkit.helm_chart import CHART_DIR, ROOT, value_key_exists
 from tests.hooks.schemas import crd_errors
-from tests.support.helm_chart import CHART_DIR, ROOT, value_key_exists
 
 GUIDE = ROOT / "docs" / "user-guide.md"
 OUR_RESOURCES = {"modelcache", "modelcaches", "mc", "modelcachenode", "modelcachenodes", "mcn"}

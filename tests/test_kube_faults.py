@@ -15,8 +15,8 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from praesto import names
-from tests.support.kube_real import RealKube
-from tests.support.objects import modelcachenode
+from testkit.kube_real import RealKube
+from testkit.objects import modelcachenode
 
 G, V, P = names.GROUP, names.VERSION, names.MODELCACHENODE_PLURAL
 MCN = f"{P}.{G}"

@@ -1,4 +1,4 @@
-"""The node tier's Praesto image (tests/support/praesto_image.py) runs what the download Job runs.
+"""The node tier's Praesto image (testkit/praesto_image.py) runs what the download Job runs.
 
 No kubelet here: `chroot` stands in for the container runtime. The image's root
 filesystem is unpacked and bind-mounted read-only (readOnlyRootFilesystem), with
@@ -25,11 +25,11 @@ from praesto.hooks.pvc_job import download_job
 from praesto.hooks.pvc_pod import TERMINATION_LOG
 
 from praesto.spec import parse_spec
-from tests.hooks.factory import modelcache
-from tests.support.helm_chart import ROOT
-from tests.support.hub import LocalHub
-from tests.support.oci_archive import extract_rootfs, read_image
-from tests.support.praesto_image import NONROOT, PRAESTO_IMAGE, VENV, PraestoImage, praesto_image
+from testkit.helm_chart import ROOT
+from testkit.hook_objects import modelcache
+from testkit.hub import LocalHub
+from testkit.oci_archive import extract_rootfs, read_image
+from testkit.praesto_image import NONROOT, PRAESTO_IMAGE, VENV, PraestoImage, praesto_image
 
 NEEDS_ROOT = "needs root: chroot, bind mounts and running as uid 65532"
 CONSOLE_SCRIPTS = ("praesto", "praesto-agent", "praesto-hooks", "praesto-csi")
@@ -192,8 +192,8 @@ def test_containerd_imports_the_archive_and_its_snapshot_runs(image: PraestoImag
         pytest.skip(NEEDS_ROOT)
     if not all((NODE_BINARIES / name).is_file() for name in ("containerd", "ctr")):
         pytest.skip(f"the node tier's containerd is not built in {NODE_BINARIES} (make node-bin)")
-    from tests.support.node_images import PAUSE_IMAGE  # the node tier's own modules, only when it is built
-    from tests.support.node_runtime import Containerd
+    from testkit.node_images import PAUSE_IMAGE  # the node tier's own modules, only when it is built
+    from testkit.node_runtime import Containerd
 
     # A short directory: containerd's sockets live in its workdir, and a unix socket's path may not
     # pass 104 bytes (pytest's tmp_path under xdist, /tmp/pytest-of-root/pytest-NNN/popen-gwN/..., did).

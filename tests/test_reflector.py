@@ -1,6 +1,6 @@
 """praesto.reflector: its rules against a local fake stream of real-shaped watch events,
 and its edge (praesto.listwatch) through the real `kubernetes` client against the real API server,
-drops and expiries made on demand by the fault proxy in front of it (tests/support/kube_faults.py)."""
+drops and expiries made on demand by the fault proxy in front of it (testkit/kube_faults.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from kubernetes import client
 from praesto import reflector
 from praesto.listwatch import ListWatch
 from praesto.reflector import Backoff, Expired, Idle, Reflector
-from tests.support.controlplane import wait_for
-from tests.support.kube_real import RealKube
+from testkit.controlplane import wait_for
+from testkit.kube_real import RealKube
 
 Obj = dict[str, Any]
 DEADLINE = 10.0

@@ -31,8 +31,8 @@ from praesto.hooks.pvc_job import download_job
 from praesto.hooks.serving import server as hooks_server
 
 from praesto.spec import parse_spec
-from tests.hooks.factory import modelcache
-from tests.support.helm_chart import deep_merge, one, render_objects
+from testkit.helm_chart import deep_merge, one, render_objects
+from testkit.hook_objects import modelcache
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("praesto", "hooks", "agent", "csi")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helm_chart import ROOT
-from tests.support.installed_wheel import InstalledCommit, clean_env, installed_commit, pyproject
+from testkit.helm_chart import ROOT
+from testkit.installed_wheel import InstalledCommit, clean_env, installed_commit, pyproject
 
 # The layout design.md fixes: each top-level folder installs as this package.
 PACKAGES = {"praesto": "praesto", "hooks": "praesto.hooks", "agent": "praesto.agent", "csi": "praesto.csi"}

@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from praesto.hooks.admission.http import CONFIG_IMAGE, CONFIG_LOOKUPS, blueprint
 
 from praesto import names
-
-from .podkit import CACHES, IMAGE, K8S_VERSION, Obj, patch_of, review_body, static_lookups
+from testkit.admission_objects import CACHES, IMAGE, K8S_VERSION, Obj, patch_of, review_body, static_lookups
 
 CACHE_NAMES = [c["metadata"]["name"] for c in CACHES]
 DNS = st.from_regex(r"\A[a-z]([a-z0-9-]{0,10}[a-z0-9])?\Z")

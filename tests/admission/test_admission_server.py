@@ -20,12 +20,21 @@ from typing import Any
 import pytest
 
 from praesto import names, rbac
-from tests.support.controlplane import ControlPlane
-from tests.support.kube_real import RealKube, proxied
-from tests.support.pki import CertificateAuthority
-from tests.support.server import CertifiedClient, RunningServer, hooks_server, post_json
-
-from .podkit import CACHES, IMAGE, NS, Obj, apply_and_validate, modelcache, mounts, pod, review_body
+from testkit.admission_objects import (
+    CACHES,
+    IMAGE,
+    NS,
+    Obj,
+    apply_and_validate,
+    modelcache,
+    mounts,
+    pod,
+    review_body,
+)
+from testkit.controlplane import ControlPlane
+from testkit.kube_real import RealKube, proxied
+from testkit.pki import CertificateAuthority
+from testkit.server import CertifiedClient, RunningServer, hooks_server, post_json
 
 MUTATE = "/admission/mutate-pod"
 VALIDATE = "/admission/validate-modelcache"

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from praesto import names
-from tests.support.controlplane import ControlPlane
-from tests.support.kube_real import RealKube, proxied
-from tests.support.pki import CertificateAuthority
-from tests.support.server import CertifiedClient, RunningServer, hooks_server, post_json
+from testkit.admission_objects import Obj, modelcache, mounts, pod, review_body
+from testkit.controlplane import ControlPlane
+from testkit.kube_real import RealKube, proxied
+from testkit.pki import CertificateAuthority
+from testkit.server import CertifiedClient, RunningServer, hooks_server, post_json
 
-from .podkit import Obj, modelcache, mounts, pod, review_body
 from .test_admission_server import MUTATE, VALIDATE, hooks_token, server_env
 
 VICTIM = "victim"

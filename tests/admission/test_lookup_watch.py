@@ -13,9 +13,8 @@ from praesto.hooks.admission import lookup as lookup_module
 from praesto.hooks.admission.lookup import LookupUnavailable, WatchedLookups
 
 from praesto import names, rbac
-from tests.support.kube_real import RealKube
-
-from .podkit import CACHES, NS, modelcache
+from testkit.admission_objects import CACHES, NS, modelcache
+from testkit.kube_real import RealKube
 
 DEADLINE = 10.0
 MC = f"{names.MODELCACHE_PLURAL}.{names.GROUP}"

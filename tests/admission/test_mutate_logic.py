@@ -13,8 +13,7 @@ from praesto.hooks.admission.lookup import StaticLookups
 from praesto.hooks.admission.mutate import mutate
 
 from praesto import names
-
-from .podkit import (
+from testkit.admission_objects import (
     IMAGE,
     NS,
     Obj,

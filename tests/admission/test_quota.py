@@ -16,8 +16,7 @@ from praesto.hooks.admission.validate import validate
 
 from praesto import names
 from praesto.quota import QuotaError, Quotas, parse_quotas
-
-from .podkit import NS
+from testkit.admission_objects import NS
 
 GiB = 2**30
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

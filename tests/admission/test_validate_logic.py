@@ -11,8 +11,7 @@ from praesto.hooks.admission.lookup import StaticLookups
 from praesto.hooks.admission.validate import changed_fields, validate
 
 from praesto import names
-
-from .podkit import NS, Obj, denial
+from testkit.admission_objects import NS, Obj, denial
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 LOOKUPS = StaticLookups(

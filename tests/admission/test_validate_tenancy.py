@@ -19,9 +19,9 @@ from praesto.hooks.config import HooksConfig
 from praesto.hooks.modelcache import HOOKS
 
 from praesto import names
-from tests.hooks.factory import sync_request
+from testkit.admission_objects import NS, Obj
+from testkit.hook_objects import sync_request
 
-from .podkit import NS, Obj
 from .test_validate_logic import cache, hf_spec
 
 CONFIG = HooksConfig(

@@ -18,8 +18,8 @@ from praesto.agent.settings import add_run_arguments, check_arguments
 
 from praesto import names
 from praesto.quantity import QuantityError
-from tests.agent.harness import env_context
-from tests.support.kube_real import RealKube
+from testkit.agent_harness import env_context
+from testkit.kube_real import RealKube
 
 GiB = 2**30
 

@@ -13,8 +13,8 @@ from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 from praesto.quantity import format_bytes
-from tests.agent.harness import Env, env_context, ready_condition, tree
-from tests.support.kube_real import RealKube
+from testkit.agent_harness import Env, env_context, ready_condition, tree
+from testkit.kube_real import RealKube
 
 SMALL = b'{"model_type": "tiny"}'
 KiB = 1024

@@ -24,8 +24,8 @@ from praesto import names, store
 from praesto.quantity import format_bytes
 from praesto.quota import Quotas
 from praesto.spec import parse_uri
-from tests.agent.harness import MCN, Env, env_context, ready_condition
-from tests.support.kube_real import RealKube
+from testkit.agent_harness import MCN, Env, env_context, ready_condition
+from testkit.kube_real import RealKube
 
 KiB = 1024
 SMALL = b'{"model_type": "tiny"}'

@@ -13,8 +13,8 @@ import pytest
 from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
-from tests.agent.harness import MCN, Env, env_context, ready_condition, tree
-from tests.support.kube_real import RealKube
+from testkit.agent_harness import MCN, Env, env_context, ready_condition, tree
+from testkit.kube_real import RealKube
 
 LFS = os.urandom(5000)
 SMALL = b'{"model_type": "tiny"}'
@@ -135,7 +135,7 @@ def test_waiting_for_secret_then_private_repo_with_token(env: Env) -> None:
     assert tree(env.layout.cache_dir("team-a", "private"))["w.bin"] == LFS
     secret_reads = [r for r in env.kube.requests if r.resource == "secrets"]
     assert {(r.verb, r.namespace, r.name) for r in secret_reads} == {("get", "team-a", "hf-token")}
-    from tests.agent.harness import dump_api
+    from testkit.agent_harness import dump_api
 
     assert token not in dump_api(env.kube)
     assert token not in env.log.getvalue()
@@ -230,7 +230,7 @@ def test_deletion_waits_for_mounts_to_end(env: Env) -> None:
 def test_agent_calls_only_what_rbac_grants(env: Env) -> None:
     from kubernetes import client
 
-    from tests.agent.harness import rbac_violations
+    from testkit.agent_harness import rbac_violations
 
     env.hub.tokens.add("hf_tok")
     env.hub.add_repo("org/private", {"config.json": SMALL}, private=True)

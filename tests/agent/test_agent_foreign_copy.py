@@ -20,8 +20,8 @@ import pytest
 from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
-from tests.agent.harness import MCN, NODE, Env, env_context, tree
-from tests.support.kube_real import RealKube
+from testkit.agent_harness import MCN, NODE, Env, env_context, tree
+from testkit.kube_real import RealKube
 
 CACHE = "model"
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from testkit.kube_real import RealKube
 from tests.chart.test_chart_agent_metrics import fetch, own_address
-from tests.support.kube_real import RealKube
 
 
 def free_port() -> int:

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from praesto import names
-from tests.agent.harness import MCN, Env, dump_api, env_context, tree
-from tests.support.kube_real import RealKube
-from tests.support.s3server import S3Server, private_bucket_endpoint
+from testkit.agent_harness import MCN, Env, dump_api, env_context, tree
+from testkit.kube_real import RealKube
+from testkit.s3server import S3Server, private_bucket_endpoint
 
 FILES = {"config.json": b'{"a": 1}', "w.bin": os.urandom(3 << 20)}
 

@@ -24,8 +24,8 @@ from praesto.agent.node_agent import Agent
 from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
-from tests.agent.harness import NODE, Env, env_context
-from tests.support.kube_real import RealKube
+from testkit.agent_harness import NODE, Env, env_context
+from testkit.kube_real import RealKube
 
 HOLDER = textwrap.dedent(
     """

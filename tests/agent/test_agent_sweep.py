@@ -15,9 +15,9 @@ import pytest
 from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
-from tests.agent.harness import MCN, Env, env_context
-from tests.support.csi_driver import make_cache
-from tests.support.kube_real import RealKube
+from testkit.agent_harness import MCN, Env, env_context
+from testkit.csi_driver import make_cache
+from testkit.kube_real import RealKube
 
 
 @pytest.fixture

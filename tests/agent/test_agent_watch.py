@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from praesto import names
-from tests.agent.harness import Env, env_context
-from tests.support.kube_real import RealKube
+from testkit.agent_harness import Env, env_context
+from testkit.kube_real import RealKube
 
 SMALL = b'{"model_type": "tiny"}'
 

@@ -22,7 +22,7 @@ from praesto.agent.coldstart_reporter import PodStartMetrics
 from praesto.agent.metrics import AgentMetrics, is_local
 from praesto.agent.settings import AgentSettings
 
-from tests.support.helm_chart import RELEASE, one, render, render_objects
+from testkit.helm_chart import RELEASE, one, render, render_objects
 
 POLICY = f"{RELEASE}-node-agent"
 TENANT = {"namespace": "team-secret", "model_cache": "unreleased-model"}

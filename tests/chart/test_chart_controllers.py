@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.support.helm_chart import ROOT, crd_documents, crd_schemas, find, render_objects
+from testkit.helm_chart import ROOT, crd_documents, crd_schemas, find, render_objects
 
 DATA = Path(__file__).parent / "data"
 MANIFESTS = ROOT / "metacontroller"

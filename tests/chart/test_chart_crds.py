@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from praesto import names
-from tests.support.helm_chart import CRD_DIR, ROOT, crd_documents, crd_schemas
+from testkit.helm_chart import CRD_DIR, ROOT, crd_documents, crd_schemas
 
 DATA = Path(__file__).parent / "data"
 

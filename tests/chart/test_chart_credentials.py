@@ -18,9 +18,9 @@ from praesto.hooks.config import HooksConfig
 
 from praesto import rbac
 from praesto.credscope import CredentialScope
+from testkit.helm_chart import find, one, render, render_objects
 from tests.chart.test_chart_rbac import bound_roles, declared, granted
 from tests.chart.test_chart_render import validate_object
-from tests.support.helm_chart import find, one, render, render_objects
 
 AZURE = {"azure.workload.identity/client-id": "00000000-0000-0000-0000-000000000000"}
 AZURE_LABEL = {"azure.workload.identity/use": "true"}

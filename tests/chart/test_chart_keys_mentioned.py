@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from tests.support.helm_chart import CHART_DIR, ROOT, value_key_exists
+from testkit.helm_chart import CHART_DIR, ROOT, value_key_exists
 
 SCHEMA = json.loads((CHART_DIR / "values.schema.json").read_text())
 TOP_LEVEL = sorted(SCHEMA["properties"], key=len, reverse=True)

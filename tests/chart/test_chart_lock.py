@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.helm_chart import CHART_DIR
+from testkit.helm_chart import CHART_DIR
 
 BUILD = "import sys, helm_python; helm_python.dependency_build(sys.argv[1], skip_refresh=True)"
 

@@ -10,9 +10,9 @@ import pytest
 from praesto.agent.budget.config import add_budget_arguments, check_budget_arguments
 
 from praesto import names, rbac
+from testkit.helm_chart import NAMESPACE, find, one, render, render_objects
 from tests.chart.test_chart_rbac import bound_roles, declared, granted
 from tests.chart.test_chart_render import validate_object
-from tests.support.helm_chart import NAMESPACE, find, one, render, render_objects
 
 ON = {"originBudget": {"enabled": True, "maxNodes": 2, "perHost": 1, "bytesPerSecond": "1Gi"}}
 

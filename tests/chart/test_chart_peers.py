@@ -16,7 +16,7 @@ from praesto.agent.settings import AgentSettings, SettingsError
 
 from praesto import names, rbac
 from praesto.store import StoreLayout
-from tests.support.helm_chart import NAMESPACE, RELEASE, find, one, render, render_objects
+from testkit.helm_chart import NAMESPACE, RELEASE, find, one, render, render_objects
 
 PEER = f"{RELEASE}-node-agent-peer"
 ENV_VALUES = {"NODE_NAME": "w1", "POD_IP": "127.0.0.1", "POD_NAME": "a", "POD_UID": "u"}

@@ -9,7 +9,7 @@ import pytest
 from praesto.hooks.config import HooksConfig
 
 from praesto import quota
-from tests.support.helm_chart import one, render, render_objects
+from testkit.helm_chart import one, render, render_objects
 
 GiB = 2**30
 

@@ -1,10 +1,10 @@
 """RBAC: the chart grants each component exactly the API calls praesto/rbac.py declares, nothing more.
 
 praesto/rbac.py is the list each component's own tests hold its code to (through
-the fault proxy's request log, tests/support/kube_faults.py); here the rendered ClusterRoles are compared
+the fault proxy's request log, testkit/kube_faults.py); here the rendered ClusterRoles are compared
 with it as sets of (apiGroup, resource, verb). Metacontroller's ClusterRole
 comes from its own chart's template, fed by our values: rendered through the
-test-only stand-in (see tests/support/helm_chart.py).
+test-only stand-in (see testkit/helm_chart.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import helm_python as helm
 
 from praesto import rbac
-from tests.support.helm_chart import (
+from testkit.helm_chart import (
     chart_with_metacontroller_standin,
     find,
     one,

@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 
 from praesto import names
-from tests.support.helm_chart import (
+from testkit.helm_chart import (
     CHART_DIR,
     chart_with_metacontroller_standin,
     crd_documents,

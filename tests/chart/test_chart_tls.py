@@ -17,8 +17,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from tests.support.helm_chart import CHART_DIR, NAMESPACE, RELEASE, find, one, parse_manifests, render_objects
-from tests.support.kube_real import RealKube
+from testkit.helm_chart import CHART_DIR, NAMESPACE, RELEASE, find, one, parse_manifests, render_objects
+from testkit.kube_real import RealKube
 
 SELF_SIGNED = {"webhooks": {"certManager": {"enabled": False}}}
 TLS_SECRET = f"{RELEASE}-hooks-tls"  # the chart also renders the peer Secret

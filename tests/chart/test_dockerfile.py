@@ -7,9 +7,9 @@ import fnmatch
 import re
 import shlex
 
-from tests.support.dockerfile import build_args, stages
-from tests.support.helm_chart import ROOT
-from tests.support.installed_wheel import pyproject
+from testkit.dockerfile import build_args, stages
+from testkit.helm_chart import ROOT
+from testkit.installed_wheel import pyproject
 
 COMPILERS = re.compile(r"\b(gcc|g\+\+|clang|build-essential|make|python3-dev|libc6-dev|cargo|rustc)\b")
 # Modules a console script loads only for one subcommand or at serve time; the smoke step imports them too.

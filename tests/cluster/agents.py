@@ -16,16 +16,16 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
+from testkit.controlplane import Component
+from testkit.helm_chart import NAMESPACE
+from testkit.installed_wheel import installed_wheel
 from tests.cluster.installed import AGENT_SA, Installed
-from tests.support.controlplane import Component
-from tests.support.helm_chart import NAMESPACE
-from tests.support.installed_wheel import installed_wheel
 
 Obj = dict[str, Any]
 
 
 def agent_command() -> str:
-    """`praesto-agent` as the wheel installs it (tests/support/installed_wheel.py), not the editable tree."""
+    """`praesto-agent` as the wheel installs it (testkit/installed_wheel.py), not the editable tree."""
     return installed_wheel().script("praesto-agent")
 
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from testkit.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane
+from testkit.hub import LocalHub
+from testkit.installed_wheel import installed_wheel
+from testkit.kube_apply import Kube
 from tests.cluster.controllers import composite, decorator, running_metacontroller
 from tests.cluster.installed import METACONTROLLER_SA, Installed, install_chart
-from tests.support.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane
-from tests.support.hub import LocalHub
-from tests.support.installed_wheel import installed_wheel
-from tests.support.kube_apply import Kube
 
 __all__ = ["composite", "decorator", "running_metacontroller"]  # fixtures (tests/cluster/controllers.py)
 _VERSION: list[str] = []

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from testkit.kube_apply import Kube
+from testkit.metacontroller import CompositeController, DecoratorController, Metacontroller
 from tests.cluster.flows import hook_client
 from tests.cluster.installed import Installed
-from tests.support.kube_apply import Kube
-from tests.support.metacontroller import CompositeController, DecoratorController, Metacontroller
 
 WATCH_LAG = 0.2  # seconds between an API server's write and the controllers' cache seeing it
 

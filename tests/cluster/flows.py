@@ -12,15 +12,15 @@ from typing import Any
 from kubernetes.dynamic.exceptions import ApiException
 
 from praesto import names
+from testkit.chart_install import point_webhooks_at
+from testkit.controlplane import wait_for
+from testkit.hub import LocalHub
+from testkit.kube_apply import Kube
+from testkit.metacontroller import HookClient
+from testkit.s3server import free_port
 from tests.cluster.agents import AgentProcess
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache
-from tests.support.chart_install import point_webhooks_at
-from tests.support.controlplane import wait_for
-from tests.support.hub import LocalHub
-from tests.support.kube_apply import Kube
-from tests.support.metacontroller import HookClient
-from tests.support.s3server import free_port
 
 Obj = dict[str, Any]
 MCN_API = names.API_VERSION

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.chart_install import (
+from testkit.chart_install import (
     METACONTROLLER_CRDS,
     WEBHOOK_KINDS,
     apply_rendered,
@@ -18,11 +18,11 @@ from tests.support.chart_install import (
     install_crds,
     render_for_cluster,
 )
-from tests.support.controlplane import ControlPlane
-from tests.support.helm_chart import CRD_DIR, NAMESPACE, RELEASE, one
-from tests.support.installed_wheel import installed_wheel
-from tests.support.kube_apply import Kube
-from tests.support.server import RunningServer, hooks_server
+from testkit.controlplane import ControlPlane
+from testkit.helm_chart import CRD_DIR, NAMESPACE, RELEASE, one
+from testkit.installed_wheel import installed_wheel
+from testkit.kube_apply import Kube
+from testkit.server import RunningServer, hooks_server
 
 Obj = dict[str, Any]
 QUOTA_NAMESPACE = "quota-team"  # a namespace the tier's chart values give a quota (test_quota.py)

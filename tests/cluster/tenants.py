@@ -8,9 +8,9 @@ from typing import Any
 from kubernetes import client
 
 from praesto import names
-from tests.support.chart_install import ensure_namespace
-from tests.support.controlplane import wait_for
-from tests.support.kube_apply import Kube
+from testkit.chart_install import ensure_namespace
+from testkit.controlplane import wait_for
+from testkit.kube_apply import Kube
 
 Obj = dict[str, Any]
 

@@ -15,6 +15,10 @@ from kubernetes.client.rest import ApiException
 from praesto.hooks.admission.lookup import WatchedLookups
 
 from praesto import names
+from testkit.chart_install import ensure_namespace
+from testkit.helm_chart import NAMESPACE
+from testkit.kube_apply import Kube
+from testkit.server import post_json
 from tests.cluster.installed import HOOKS_SA, Installed
 from tests.cluster.tenants import (
     modelcache,
@@ -24,10 +28,6 @@ from tests.cluster.tenants import (
     unschedulable_message,
     wait_scheduled,
 )
-from tests.support.chart_install import ensure_namespace
-from tests.support.helm_chart import NAMESPACE
-from tests.support.kube_apply import Kube
-from tests.support.server import post_json
 
 POOL = "test.praesto.io/pool"
 

@@ -16,14 +16,14 @@ from kubernetes import client
 
 from praesto import names, rbac
 from praesto.store import StoreLayout
+from testkit.controlplane import wait_for
+from testkit.helm_chart import NAMESPACE
+from testkit.hub import LocalHub
+from testkit.metacontroller import CompositeController, gone
 from tests.cluster.agents import AgentProcess
 from tests.cluster.flows import modelcachenodes, phase_is, start_agents, wait_gone
 from tests.cluster.installed import AGENT_SA, Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
-from tests.support.controlplane import wait_for
-from tests.support.helm_chart import NAMESPACE
-from tests.support.hub import LocalHub
-from tests.support.metacontroller import CompositeController, gone
 
 NS = "agent-tests"
 NODE = "agent-node"

@@ -17,12 +17,12 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from praesto import names
+from testkit.chart_install import install_crds, point_webhooks_at
+from testkit.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane
+from testkit.helm_chart import CHART_DIR, CRD_DIR, find, render_objects
+from testkit.kube_apply import Kube
+from testkit.pki import CertificateAuthority
 from tests.cluster.test_install import readme_modelcaches
-from tests.support.chart_install import install_crds, point_webhooks_at
-from tests.support.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane
-from tests.support.helm_chart import CHART_DIR, CRD_DIR, find, render_objects
-from tests.support.kube_apply import Kube
-from tests.support.pki import CertificateAuthority
 
 MODULE = "tests/cluster/compat-1.30"
 

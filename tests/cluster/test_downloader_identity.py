@@ -25,11 +25,11 @@ from praesto.hooks.pvc_job import download_job
 from praesto import names
 from praesto.credscope import CredentialScope
 from praesto.spec import parse_spec
+from testkit.chart_install import ensure_namespace
+from testkit.controlplane import wait_for
+from testkit.helm_chart import render_objects
+from testkit.kube_apply import Kube
 from tests.cluster.installed import METACONTROLLER_SA, Installed
-from tests.support.chart_install import ensure_namespace
-from tests.support.controlplane import wait_for
-from tests.support.helm_chart import render_objects
-from tests.support.kube_apply import Kube
 
 Obj = dict[str, Any]
 TENANT = "identity-tenant"

@@ -19,8 +19,8 @@ from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_job import download_job
 
 from praesto.spec import InvalidSpec, parse_spec
+from testkit.chart_install import ensure_namespace
 from tests.cluster.installed import Installed
-from tests.support.chart_install import ensure_namespace
 
 RESTRICTED = "restricted-downloads"
 BASE = {"source": {"uri": "s3://models/llama"}, "storage": {"size": "1Gi", "storageClassName": "rwx"}}

@@ -20,9 +20,9 @@ from contextlib import contextmanager
 
 from kubernetes import client
 
+from testkit.server import RunningServer, half_client_hello
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, pod
-from tests.support.server import RunningServer, half_client_hello
 
 SLOW_CLIENTS = 50
 REVIEWS = 200

@@ -12,10 +12,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from praesto import names, rbac
+from testkit.chart_install import ensure_namespace
+from testkit.controlplane import ControlPlane
+from testkit.helm_chart import NAMESPACE, ROOT
 from tests.cluster.installed import AGENT_SA, HOOKS_SA, METACONTROLLER_SA, WARM_NAMESPACE, Installed
-from tests.support.chart_install import ensure_namespace
-from tests.support.controlplane import ControlPlane
-from tests.support.helm_chart import NAMESPACE, ROOT
 
 MC = names.MODELCACHE_KIND
 

@@ -15,14 +15,10 @@ from kubernetes import client
 
 from praesto import names
 from praesto.store import StoreLayout
-from tests.cluster.agents import AgentProcess
-from tests.cluster.flows import heartbeat, merge_patch, modelcachenodes, phase_is, start_agents
-from tests.cluster.installed import Installed
-from tests.cluster.tenants import modelcache, opted_in_namespace, pod, ready_node
-from tests.support.chart_install import ensure_namespace
-from tests.support.controlplane import wait_for
-from tests.support.hub import LocalHub
-from tests.support.metacontroller import (
+from testkit.chart_install import ensure_namespace
+from testkit.controlplane import wait_for
+from testkit.hub import LocalHub
+from testkit.metacontroller import (
     CONTROLLER_UID,
     LAST_APPLIED,
     CompositeController,
@@ -30,7 +26,11 @@ from tests.support.metacontroller import (
     decorator_key,
     gone,
 )
-from tests.support.metacontroller_base import Pass
+from testkit.metacontroller_base import Pass
+from tests.cluster.agents import AgentProcess
+from tests.cluster.flows import heartbeat, merge_patch, modelcachenodes, phase_is, start_agents
+from tests.cluster.installed import Installed
+from tests.cluster.tenants import modelcache, opted_in_namespace, pod, ready_node
 
 POOL = "test.praesto.io/pool"
 NS = "local-mode"

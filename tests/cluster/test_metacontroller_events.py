@@ -14,18 +14,18 @@ import pytest
 from kubernetes.dynamic.exceptions import ForbiddenError
 
 from praesto import names
-from tests.cluster.flows import heartbeat, merge_patch, modelcachenodes, phase_is, wait_gone
-from tests.cluster.installed import Installed
-from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
-from tests.support.controlplane import wait_for
-from tests.support.metacontroller import (
+from testkit.controlplane import wait_for
+from testkit.metacontroller import (
     CompositeController,
     DecoratorController,
     Metacontroller,
     decorator_key,
     gone,
 )
-from tests.support.metacontroller_base import CACHE_FLUSH_INTERVAL, Pass
+from testkit.metacontroller_base import CACHE_FLUSH_INTERVAL, Pass
+from tests.cluster.flows import heartbeat, merge_patch, modelcachenodes, phase_is, wait_gone
+from tests.cluster.installed import Installed
+from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 
 NS = "mc-events"
 POOL = "test.praesto.io/mc-pool"

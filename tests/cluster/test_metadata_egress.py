@@ -18,9 +18,9 @@ from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc import sync_pvc
 
 from praesto.spec import parse_spec
+from testkit.chart_install import ensure_namespace
+from testkit.helm_chart import one, render_objects
 from tests.cluster.installed import METACONTROLLER_SA, Installed
-from tests.support.chart_install import ensure_namespace
-from tests.support.helm_chart import one, render_objects
 
 TENANT = "egress-tenant"
 

@@ -20,12 +20,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from praesto import names
+from testkit.controlplane import wait_for
+from testkit.helm_chart import NAMESPACE
+from testkit.objects import modelcachenode
 from tests.cluster.agents import agent_pod, bound_to, remove_agent_pod
 from tests.cluster.installed import AGENT_SA, Installed
 from tests.cluster.tenants import ready_node
-from tests.support.controlplane import wait_for
-from tests.support.helm_chart import NAMESPACE
-from tests.support.objects import modelcachenode
 
 Obj = dict[str, Any]
 TENANT = "confined"

@@ -12,11 +12,11 @@ from contextlib import ExitStack
 from kubernetes import client
 
 from praesto import names
+from testkit.hub import LocalHub
+from testkit.metacontroller import CompositeController, gone
 from tests.cluster.flows import modelcachenodes, phase_is, start_agents
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
-from tests.support.hub import LocalHub
-from tests.support.metacontroller import CompositeController, gone
 
 NS = "node-gone"
 NODE = "gone-node"

@@ -25,15 +25,15 @@ from kubernetes.client.rest import ApiException
 from praesto.agent.budget import slots
 
 from praesto import names
+from testkit.chart_install import render_for_cluster
+from testkit.controlplane import wait_for
+from testkit.helm_chart import NAMESPACE
+from testkit.hub import LocalHub, Span
+from testkit.metacontroller import CompositeController, gone
 from tests.cluster.agents import AgentProcess, agent_pod, bound_to, remove_agent_pod
 from tests.cluster.flows import modelcachenodes, phase_is
 from tests.cluster.installed import AGENT_SA, Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
-from tests.support.chart_install import render_for_cluster
-from tests.support.controlplane import wait_for
-from tests.support.helm_chart import NAMESPACE
-from tests.support.hub import LocalHub, Span
-from tests.support.metacontroller import CompositeController, gone
 
 Obj = dict[str, Any]
 NS = "origin-budget"

@@ -30,12 +30,12 @@ from praesto.agent.peers.server import PeerServer, file_path
 
 from praesto import names
 from praesto.store import StoreLayout
+from testkit.helm_chart import NAMESPACE
+from testkit.objects import modelcachenode
 from tests.cluster.agents import agent_pod, bound_to, remove_agent_pod
 from tests.cluster.installed import AGENT_SA, HOOKS_SA, Installed
 from tests.cluster.tenants import ready_node
 from tests.peers.test_peer_server import REV, make_cache
-from tests.support.helm_chart import NAMESPACE
-from tests.support.objects import modelcachenode
 
 Obj = dict[str, Any]
 TENANT = "peer-tenant"

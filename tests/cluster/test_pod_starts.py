@@ -23,14 +23,14 @@ from kubernetes import client
 from praesto.agent.coldstart_reporter import REASON_HIT, REASON_MISS
 
 from praesto import names
+from testkit.controlplane import wait_for
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request, unmount_all_under
+from testkit.hub import LocalHub
+from testkit.metacontroller import CompositeController
 from tests.cluster.agents import AgentProcess, agent_metric
 from tests.cluster.flows import modelcachenodes, phase_is
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
-from tests.support.controlplane import wait_for
-from tests.support.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request, unmount_all_under
-from tests.support.hub import LocalHub
-from tests.support.metacontroller import CompositeController
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
 

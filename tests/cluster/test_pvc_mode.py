@@ -17,13 +17,13 @@ from typing import Any
 from kubernetes import client
 
 from praesto import names
+from testkit.controlplane import wait_for
+from testkit.hub import LocalHub
+from testkit.metacontroller import CompositeController, gone
 from tests.cluster.agents import agent_command
 from tests.cluster.flows import merge_patch, phase_is, wait_gone
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace
-from tests.support.controlplane import wait_for
-from tests.support.hub import LocalHub
-from tests.support.metacontroller import CompositeController, gone
 
 NS = "pvc-mode"
 CLASS = "pvc-rwx"

@@ -13,9 +13,9 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic.exceptions import ApiException as DynamicApiException
 
 from praesto import names
+from testkit.chart_install import ensure_namespace
 from tests.cluster.installed import QUOTA_NAMESPACE, Installed
 from tests.cluster.tenants import modelcache
-from tests.support.chart_install import ensure_namespace
 
 GiB = 2**30
 

@@ -13,12 +13,12 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from praesto import names
+from testkit.chart_install import ensure_namespace
+from testkit.controlplane import wait_for
+from testkit.kube_apply import Kube
 from tests.cluster.flows import validator_down
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache
-from tests.support.chart_install import ensure_namespace
-from tests.support.controlplane import wait_for
-from tests.support.kube_apply import Kube
 
 TENANT = "secret-access"
 AUTHOR = "model-author"

@@ -14,13 +14,13 @@ from functools import partial
 from typing import Any
 
 from praesto import names
+from testkit.chart_install import ensure_namespace
+from testkit.controlplane import wait_for
+from testkit.kube_apply import Kube
+from testkit.metacontroller import CompositeController
 from tests.cluster.flows import modelcachenodes, validator_down
 from tests.cluster.installed import ORDER_NAMESPACE, Installed
 from tests.cluster.tenants import modelcache, ready_node
-from tests.support.chart_install import ensure_namespace
-from tests.support.controlplane import wait_for
-from tests.support.kube_apply import Kube
-from tests.support.metacontroller import CompositeController
 
 NODE = "order-node"
 SELECT = {"praesto.io/test-pool": "order"}

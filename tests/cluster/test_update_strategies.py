@@ -8,10 +8,10 @@ OnDelete (the PVC and the download Job): never updated; deleting one by hand is 
 from __future__ import annotations
 
 from praesto import names
+from testkit.controlplane import wait_for
+from testkit.metacontroller import CompositeController
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
-from tests.support.controlplane import wait_for
-from tests.support.metacontroller import CompositeController
 
 NS = "strategies"
 RBAC = "rbac.authorization.k8s.io/v1"

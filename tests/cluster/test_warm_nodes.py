@@ -24,14 +24,14 @@ from praesto.agent.startup_taint import REASON_DEADLINE, REASON_WAITING, REASON_
 
 from praesto import names
 from praesto.store import StoreLayout
+from testkit.chart_install import ensure_namespace
+from testkit.controlplane import wait_for
+from testkit.hub import LocalHub
+from testkit.metacontroller import CompositeController
 from tests.cluster.agents import AgentProcess
 from tests.cluster.flows import modelcachenodes, phase_is
 from tests.cluster.installed import WARM_NAMESPACE, Installed
 from tests.cluster.tenants import modelcache, ready_node, unschedulable_message, wait_scheduled
-from tests.support.chart_install import ensure_namespace
-from tests.support.controlplane import wait_for
-from tests.support.hub import LocalHub
-from tests.support.metacontroller import CompositeController
 
 NS = WARM_NAMESPACE
 OTHER = "warm-not-listed"  # a tenant namespace the admin did not list in startupTaint.namespaces

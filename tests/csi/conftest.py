@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from praesto import store
-from tests.support.csi_driver import InProcessDriver, unmount_all_under
+from testkit.csi_driver import InProcessDriver, unmount_all_under
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ import grpc
 import pytest
 
 from praesto import coldstart_record, names, store
-from tests.support.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request, rpc_error
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request, rpc_error
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
-UID = "0b6a2d4e-1111-2222-3333-444455556666"  # what tests.support.csi_driver.publish_request sends
+UID = "0b6a2d4e-1111-2222-3333-444455556666"  # what testkit.csi_driver.publish_request sends
 
 
 def records(layout: store.StoreLayout) -> list[coldstart_record.PodStart]:

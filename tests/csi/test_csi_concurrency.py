@@ -12,7 +12,7 @@ import pytest
 from praesto.csi import mounts
 
 from praesto import store
-from tests.support.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
 THREADS = 16

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from praesto import names, store
-from tests.support.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request, rpc_error
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request, rpc_error
 
 GiB = 1024**3
 

@@ -15,7 +15,7 @@ from praesto.csi.sockets import EndpointError
 
 import praesto
 from praesto import names, store
-from tests.support.csi_driver import NODE, Client, InProcessDriver, rpc_error, short_socket_dir
+from testkit.csi_driver import NODE, Client, InProcessDriver, rpc_error, short_socket_dir
 
 
 def test_plugin_info_and_node_only_capabilities(driver: InProcessDriver) -> None:

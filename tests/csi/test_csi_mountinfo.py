@@ -9,7 +9,7 @@ import pytest
 from praesto.csi import mounts
 from praesto.csi.recovery import CacheLocator
 
-from tests.support.csi_driver import NEEDS_ROOT
+from testkit.csi_driver import NEEDS_ROOT
 
 SAMPLE = """\
 27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw

@@ -20,7 +20,7 @@ from praesto.agent import eviction
 from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
-from tests.support.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, mounts_under, publish_request
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, mounts_under, publish_request
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
 NS, CACHE = "default", "tinyllama"

@@ -14,7 +14,7 @@ from praesto.csi.recovery import recovered_volume_id
 from praesto.csi.storefs import CsiStore
 
 from praesto import store
-from tests.support.csi_driver import NEEDS_ROOT, cli_driver, make_cache, publish_request, short_socket_dir
+from testkit.csi_driver import NEEDS_ROOT, cli_driver, make_cache, publish_request, short_socket_dir
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
 

@@ -10,7 +10,7 @@ import pytest
 from praesto.csi import mounts
 
 from praesto import names, store
-from tests.support.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request, rpc_error
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request, rpc_error
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
 

@@ -24,7 +24,7 @@ from praesto.csi import mounts
 from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
-from tests.support.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request, rpc_error
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, make_cache, publish_request, rpc_error
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
 AGENT_UID = 65532

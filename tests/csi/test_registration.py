@@ -27,7 +27,7 @@ import pytest
 from praesto.csi.proto import csi_pb2, csi_pb2_grpc, pluginregistration_pb2, pluginregistration_pb2_grpc
 
 from praesto import names
-from tests.support.csi_driver import NODE, CliDriver, cli_driver, short_socket_dir
+from testkit.csi_driver import NODE, CliDriver, cli_driver, short_socket_dir
 
 REGISTRATION_SOCKET = "csi.praesto.io-reg.sock"  # node-driver-registrar's "<driver name>-reg.sock"
 KUBELET_GET_INFO_TIMEOUT = 1.0  # operation_generator.go: context.WithTimeout(ctx, time.Second)

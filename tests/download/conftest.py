@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from praesto.agent.download import Options
 
-from tests.support.hub import LocalHub
+from testkit.hub import LocalHub
 
 MiB = 1 << 20
 

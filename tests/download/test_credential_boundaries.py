@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from praesto.agent.download.objcreds import ENV_IDENTITY, store_config
 
+from testkit.objstore_checks import run_cli, write_secret_dir
 from tests.download.test_objstore_gcs import service_account_key
-from tests.support.objstore_checks import run_cli, write_secret_dir
 
 
 class Recorder(ThreadingHTTPServer):

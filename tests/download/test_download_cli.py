@@ -17,8 +17,8 @@ from praesto.agent.download.crashpoints import COMPLETE_WRITTEN, FILE_READ_ONLY,
 from praesto.agent.download.publish import STAGING_IN_DEST
 
 from praesto import names
+from testkit.hub import LocalHub
 from tests.download.conftest import MiB, sample_files, tree_of
-from tests.support.hub import LocalHub
 
 TOKEN = "hf_sEcReTtOkEn1234567890"
 

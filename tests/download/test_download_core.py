@@ -14,8 +14,8 @@ from praesto.agent.download.api import Result
 
 from praesto import names
 from praesto.spec import Source
+from testkit.hub import LocalHub
 from tests.download.conftest import MiB, options_for, sample_files, tree_of
-from tests.support.hub import LocalHub
 
 
 def _src(repo: str = "org/model", revision: str = "main", **kw: tuple[str, ...]) -> Source:

@@ -28,8 +28,8 @@ from praesto.agent.download.engine import Engine
 from praesto.agent.download.publish import publish, staging_for
 
 from praesto.spec import Source
+from testkit.hub import LocalHub
 from tests.download.conftest import MiB, options_for, tree_of
-from tests.support.hub import LocalHub
 
 
 class Clock:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from praesto.agent.download.http import Transport, proxy_for
 
-from tests.support.connect_proxy import connect_proxy
-from tests.support.hub import LocalHub
+from testkit.connect_proxy import connect_proxy
+from testkit.hub import LocalHub
 
 
 def test_fetch_goes_through_the_proxy_unless_no_proxy_spares_the_host(

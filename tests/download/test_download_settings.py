@@ -13,7 +13,7 @@ import pytest
 from praesto.agent.download.http import Transient, Transport
 from praesto.agent.download.settings import DownloadSettings
 
-from tests.support.pki import CertificateAuthority
+from testkit.pki import CertificateAuthority
 
 
 def test_settings_read_the_variables_the_job_sets() -> None:

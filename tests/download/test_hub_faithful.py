@@ -8,8 +8,8 @@ import pytest
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
+from testkit.hub import LocalHub
 from tests.download.conftest import sample_files, tree_of
-from tests.support.hub import LocalHub
 
 
 def test_snapshot_download_and_metadata_through_the_real_client(tmp_path: Path) -> None:

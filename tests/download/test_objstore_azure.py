@@ -18,9 +18,8 @@ import pytest
 from praesto.agent.download import DownloadError, plan
 
 from praesto import names
-from tests.download.conftest import tree_of
-from tests.support.azurite import ACCOUNT_KEY, Azurite, skip_reason
-from tests.support.objstore_checks import (
+from testkit.azurite import ACCOUNT_KEY, Azurite, skip_reason
+from testkit.objstore_checks import (
     check_prefix_download,
     options,
     run_cli,
@@ -28,6 +27,7 @@ from tests.support.objstore_checks import (
     source,
     write_secret_dir,
 )
+from tests.download.conftest import tree_of
 
 CONTAINER = "models"
 SKIP = skip_reason()

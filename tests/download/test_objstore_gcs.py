@@ -20,9 +20,8 @@ from praesto.agent.download import DownloadError, TemporaryDownloadError, downlo
 from praesto.agent.download.objcreds import GCS_KEY_FILE
 
 from praesto import names
-from tests.download.conftest import tree_of
-from tests.support.gcs_emulator import SKIP_REASON, GCSEmulator, binary
-from tests.support.objstore_checks import (
+from testkit.gcs_emulator import SKIP_REASON, GCSEmulator, binary
+from testkit.objstore_checks import (
     check_prefix_download,
     options,
     run_cli,
@@ -30,6 +29,7 @@ from tests.support.objstore_checks import (
     source,
     write_secret_dir,
 )
+from tests.download.conftest import tree_of
 
 BUCKET = "models"
 pytestmark = pytest.mark.skipif(binary() is None, reason=SKIP_REASON)

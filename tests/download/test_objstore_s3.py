@@ -22,8 +22,8 @@ from praesto.agent.download.objplan import revision_of
 
 from praesto import names
 from praesto.spec import Source, parse_uri
+from testkit.s3server import S3Server, private_bucket_endpoint
 from tests.download.conftest import tree_of
-from tests.support.s3server import S3Server, private_bucket_endpoint
 
 MiB = 1 << 20
 BUCKET = "models"

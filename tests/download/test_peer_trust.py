@@ -21,8 +21,8 @@ from praesto.agent.download.digests import StoreDigest
 
 from praesto import names
 from praesto.spec import Source
+from testkit.hub import LocalHub
 from tests.download.conftest import MiB, options_for, tree_of
-from tests.support.hub import LocalHub
 
 
 class RecordingPeer:

@@ -29,11 +29,11 @@ from praesto.agent.download.objcreds import GCS_KEY_FILE
 from praesto.agent.download.storesums import _pick
 
 from praesto import names
+from testkit import azurite, gcs_emulator
+from testkit.objstore_checks import MiB, source
+from testkit.s3server import S3Server
 from tests.download.conftest import tree_of
 from tests.download.test_objstore_gcs import service_account_key
-from tests.support import azurite, gcs_emulator
-from tests.support.objstore_checks import MiB, source
-from tests.support.s3server import S3Server
 
 BUCKET = "digests"
 SMALL = os.urandom(3000)

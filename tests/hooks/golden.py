@@ -15,7 +15,7 @@ from praesto.hooks.common import format_time
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.modelcache import HOOKS
 
-from tests.hooks.factory import NOW
+from testkit.hook_objects import NOW
 from tests.hooks.scenarios import SCENARIOS
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

@@ -6,7 +6,7 @@ import copy
 from collections.abc import Callable
 
 from praesto import names
-from tests.hooks.factory import (
+from testkit.hook_objects import (
     COMMIT,
     SEED_LOCAL_SPEC,
     SEED_PVC_SPEC,

@@ -10,8 +10,8 @@ from praesto.hooks import coldstart_summary
 from praesto.hooks.modelcache import HOOKS
 
 from praesto.spec import InvalidSpec, parse_spec
+from testkit.hook_objects import NOW, SEED_LOCAL_SPEC, cache_node, mcn, modelcache, node_status, sync_request
 from tests.hooks import golden
-from tests.hooks.factory import NOW, SEED_LOCAL_SPEC, cache_node, mcn, modelcache, node_status, sync_request
 from tests.hooks.schemas import crd, crd_errors
 
 

@@ -12,8 +12,8 @@ from praesto.hooks.admission.lookup import StaticLookups
 from praesto.hooks.admission.validate import validate
 from praesto.hooks.pvc_job import _security_context
 
-from tests.hooks.factory import NOW, SEED_PVC_SPEC, sync_request
-from tests.hooks.factory import modelcache as mc
+from testkit.hook_objects import NOW, SEED_PVC_SPEC, sync_request
+from testkit.hook_objects import modelcache as mc
 from tests.hooks.golden import CONFIG
 
 RAISING = [

@@ -9,8 +9,8 @@ from praesto.hooks import hook_protocol
 from praesto.hooks.modelcache import HOOKS
 
 from praesto import names
+from testkit.hook_objects import COMMIT, NOW
 from tests.hooks import golden
-from tests.hooks.factory import COMMIT, NOW
 from tests.hooks.scenarios import SCENARIOS
 
 

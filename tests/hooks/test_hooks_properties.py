@@ -12,8 +12,8 @@ from praesto.hooks import hook_protocol
 from praesto.hooks.serving.app import create_app
 
 from praesto import names
+from testkit.hook_objects import NOW, cache_node, consumer, mcn, modelcache, node_status, sync_request
 from tests.hooks import golden
-from tests.hooks.factory import NOW, cache_node, consumer, mcn, modelcache, node_status, sync_request
 from tests.hooks.schemas import validate_child
 
 json_leaf = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=12)

@@ -10,9 +10,9 @@ import pytest
 from praesto.hooks import hook_protocol
 from praesto.hooks.modelcache import HOOKS
 
+from testkit.server import RunningServer, get_text, hooks_server, post_json
 from tests.hooks import golden
 from tests.hooks.scenarios import SCENARIOS
-from tests.support.server import RunningServer, get_text, hooks_server, post_json
 
 ENV = {
     "PRAESTO_DOWNLOADER_IMAGE": golden.CONFIG.downloader_image,

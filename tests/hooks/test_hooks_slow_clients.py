@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from praesto.hooks.whole_request_worker import Refused, body_length
 
-from tests.support.server import RunningServer, half_client_hello, hooks_server, post_json
+from testkit.server import RunningServer, half_client_hello, hooks_server, post_json
 
 REQUEST_TIMEOUT = 2.0
 SERVE_DEADLINE = 1.0

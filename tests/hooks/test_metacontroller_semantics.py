@@ -13,8 +13,8 @@ from praesto.hooks import hook_protocol, modelcache
 from praesto.hooks.common import Obj
 
 from praesto import names
-from tests.hooks.factory import NOW, consumer, customize_request, node, sync_request
-from tests.hooks.factory import modelcache as mc
+from testkit.hook_objects import NOW, consumer, customize_request, node, sync_request
+from testkit.hook_objects import modelcache as mc
 from tests.hooks.golden import CONFIG
 
 

@@ -12,8 +12,8 @@ from praesto.hooks import orphans
 from praesto.hooks.serving.server import gunicorn_options, parse_args
 
 from praesto import names, rbac
-from tests.support.kube_real import RealKube
-from tests.support.objects import modelcachenode
+from testkit.kube_real import RealKube
+from testkit.objects import modelcachenode
 
 
 def copy(

@@ -12,7 +12,7 @@ from praesto.hooks.pvc_job import CA_FILE, CREDENTIALS_DIR, download_job
 
 from praesto import names
 from praesto.spec import parse_spec
-from tests.hooks.factory import NOW, modelcache
+from testkit.hook_objects import NOW, modelcache
 from tests.hooks.schemas import validate_child
 
 S3_SPEC = {

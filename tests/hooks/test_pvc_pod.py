@@ -11,7 +11,7 @@ from praesto.hooks.pvc_pod import JOB_NAME_LABEL
 
 from praesto import names
 from praesto.credscope import CredentialScope
-from tests.hooks.factory import NOW, consumer, customize_request, job, pvc, sync_request
+from testkit.hook_objects import NOW, consumer, customize_request, job, pvc, sync_request
 from tests.hooks.golden import CONFIG
 from tests.hooks.scenarios import RWX, _pvc_parent
 

@@ -11,7 +11,7 @@ from praesto.hooks.config import ConfigError, HooksConfig
 from praesto.hooks.modelcache import HOOKS
 
 from praesto import names
-from tests.hooks.factory import SEED_LOCAL_SPEC, SEED_PVC_SPEC
+from testkit.hook_objects import SEED_LOCAL_SPEC, SEED_PVC_SPEC
 from tests.hooks.schemas import ROOT, validate_child
 
 SEEDS = f"""

@@ -18,9 +18,9 @@ from praesto.hooks import hook_protocol, modelcache, nodes
 from praesto.hooks.common import Obj
 
 from praesto import names
+from testkit.hook_objects import COMMIT, NOW, cache_node, mcn, node_status, sync_request
+from testkit.hook_objects import modelcache as mc
 from tests.hooks import golden
-from tests.hooks.factory import COMMIT, NOW, cache_node, mcn, node_status, sync_request
-from tests.hooks.factory import modelcache as mc
 from tests.hooks.scenarios import SCENARIOS
 
 SYNC_SCENARIOS = sorted(name for name, (hook, _) in SCENARIOS.items() if hook in ("sync", "finalize"))

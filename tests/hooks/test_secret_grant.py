@@ -16,7 +16,7 @@ import pytest
 from praesto.hooks.modelcache import sync
 
 from praesto import names
-from tests.hooks.factory import NOW, cache_node, mcn, modelcache, node_status, sync_request
+from testkit.hook_objects import NOW, cache_node, mcn, modelcache, node_status, sync_request
 from tests.hooks.golden import CONFIG
 
 CACHE = "private"

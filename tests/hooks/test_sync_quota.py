@@ -16,7 +16,7 @@ from praesto.hooks import modelcache as hooks
 
 from praesto import names
 from praesto.quota import Quotas
-from tests.hooks.factory import NOW, customize_request, modelcache, node, sync_request
+from testkit.hook_objects import NOW, customize_request, modelcache, node, sync_request
 from tests.hooks.golden import CONFIG
 
 GiB = 1 << 30

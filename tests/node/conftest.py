@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
+from testkit.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane
+from testkit.hub import LocalHub
+from testkit.kube_apply import Kube
+from testkit.metacontroller import Metacontroller
+from testkit.node_host import NODE_IP
+from testkit.real_node import RealNode, real_node
 from tests.cluster.controllers import running_metacontroller
 from tests.cluster.installed import METACONTROLLER_SA, Installed, install_chart
 from tests.node.node_daemons import NodeDaemons, chart_values
-from tests.support.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane
-from tests.support.hub import LocalHub
-from tests.support.kube_apply import Kube
-from tests.support.metacontroller import Metacontroller
-from tests.support.node_host import NODE_IP
-from tests.support.real_node import RealNode, real_node
 
 __all__ = ["running_metacontroller"]  # a fixture (tests/cluster/controllers.py)
 NODE = "node-tier-1"
@@ -96,7 +96,7 @@ def controllers(running_metacontroller: Metacontroller) -> Metacontroller:
     """Metacontroller's CompositeController and DecoratorController, event-driven, for the session.
 
     Metacontroller cannot be installed from a registry here; this stand-in does what its
-    v4.17.2 source does, triggered as it is (tests/support/metacontroller.py). On a real
+    v4.17.2 source does, triggered as it is (testkit/metacontroller.py). On a real
     cluster the chart brings the real one.
     """
     return running_metacontroller

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.node_images import BUSYBOX_IMAGE
+from testkit.node_images import BUSYBOX_IMAGE
 
 Obj = dict[str, Any]
 VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")

@@ -8,7 +8,7 @@ that reads it at /models, prints what to try next, and waits; Ctrl-C tears every
 and checks the machine is left as it was.
 
 Metacontroller cannot be installed from a registry here: its part is played by the
-project's stand-in (tests/support/metacontroller.py), which does what Metacontroller
+project's stand-in (testkit/metacontroller.py), which does what Metacontroller
 v4.17.2's source does. On a real cluster the chart brings the real Metacontroller.
 Needs root (the kubelet, containerd and bind mounts).
 """
@@ -25,17 +25,17 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from praesto import names
+from testkit.controlplane import start_control_plane, wait_for
+from testkit.hub import LocalHub
+from testkit.metacontroller import Metacontroller
+from testkit.node_host import NODE_IP
+from testkit.real_node import node_binaries, real_node
 from tests.cluster.controllers import WATCH_LAG
 from tests.cluster.flows import hook_client
 from tests.cluster.installed import METACONTROLLER_SA, install_chart
 from tests.cluster.tenants import modelcache, opted_in_namespace
 from tests.node.node_daemons import NodeDaemons, chart_values
 from tests.node.pods import busybox_pod, wait_phase
-from tests.support.controlplane import start_control_plane, wait_for
-from tests.support.hub import LocalHub
-from tests.support.metacontroller import Metacontroller
-from tests.support.node_host import NODE_IP
-from tests.support.real_node import node_binaries, real_node
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKDIR = ROOT / "build" / "run"

@@ -18,15 +18,15 @@ from kubernetes import client
 from praesto.csi.proto import csi_pb2, csi_pb2_grpc
 
 from praesto import names
+from testkit.controlplane import Component, wait_for
+from testkit.helm_chart import NAMESPACE
+from testkit.hub import LocalHub
+from testkit.installed_wheel import installed_wheel
+from testkit.praesto_image import PRAESTO_IMAGE
+from testkit.real_node import RealNode
 from tests.cluster.agents import bound_to, remove_agent_pod
 from tests.cluster.installed import AGENT_SA, Installed
 from tests.node.daemonset import HostPaths, host_argv, placeholder_pod, rendered_env
-from tests.support.controlplane import Component, wait_for
-from tests.support.helm_chart import NAMESPACE
-from tests.support.hub import LocalHub
-from tests.support.installed_wheel import installed_wheel
-from tests.support.praesto_image import PRAESTO_IMAGE
-from tests.support.real_node import RealNode
 
 Obj = dict[str, Any]
 REGISTRATION_DEADLINE = 60.0
@@ -36,7 +36,7 @@ def chart_values(hub: LocalHub) -> Obj:
     """What the node tier (and `make run`) sets on top of the chart's defaults.
 
     One node: no peers to share with. The origin is the local hub. Praesto's image is the one
-    built here (tests/support/praesto_image.py), imported into the node's containerd: the
+    built here (testkit/praesto_image.py), imported into the node's containerd: the
     shared-PVC download Job runs it."""
     return {
         "nodeAgent": {"peers": {"enabled": False}},

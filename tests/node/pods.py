@@ -9,9 +9,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from praesto import names
-from tests.support.controlplane import wait_for
-from tests.support.kube_apply import Kube
-from tests.support.node_images import BUSYBOX_IMAGE
+from testkit.controlplane import wait_for
+from testkit.kube_apply import Kube
+from testkit.node_images import BUSYBOX_IMAGE
 
 Obj = dict[str, Any]
 RESTRICTED = {

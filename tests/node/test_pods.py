@@ -15,6 +15,10 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from praesto import names
+from testkit.controlplane import wait_for
+from testkit.hub import LocalHub
+from testkit.metacontroller import Metacontroller
+from testkit.real_node import RealNode
 from tests.cluster.agents import agent_metric
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace
@@ -28,10 +32,6 @@ from tests.node.pods import (
     pod_log,
     wait_phase,
 )
-from tests.support.controlplane import wait_for
-from tests.support.hub import LocalHub
-from tests.support.metacontroller import Metacontroller
-from tests.support.real_node import RealNode
 
 NS = "team-a"
 OTHER_NS = "team-b"

@@ -15,15 +15,15 @@ from kubernetes.client.rest import ApiException
 from praesto.csi.proto import csi_pb2, csi_pb2_grpc
 
 from praesto import names
+from testkit.controlplane import wait_for
+from testkit.hub import LocalHub
+from testkit.metacontroller import Metacontroller
+from testkit.real_node import RealNode
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import opted_in_namespace
 from tests.node.node_daemons import NodeDaemons
 from tests.node.pods import busybox_pod, core, delete_pod, mount_points_of, pod_log, wait_phase
 from tests.node.test_pods import FILES, NS, WEIGHTS, create_cache, wait_cache
-from tests.support.controlplane import wait_for
-from tests.support.hub import LocalHub
-from tests.support.metacontroller import Metacontroller
-from tests.support.real_node import RealNode
 
 DIGEST = hashlib.sha256(WEIGHTS).hexdigest()
 LOOP = "while true; do sha256sum /models/model.safetensors; sleep 0.5; done"

@@ -3,7 +3,7 @@
 The path: the sync hook creates the PVC and the download Job; the PV controller binds the
 PVC to a static PV (a hostPath directory standing in for NFS: what matters is that a real
 kubelet mounts it); the Job controller makes the Pod; the kubelet runs our image
-(tests/support/praesto_image.py, imported into the node's containerd as a pulled image
+(testkit/praesto_image.py, imported into the node's containerd as a pulled image
 would be) as uid 65532 on a read-only root, and `praesto-agent download` fetches the model
 from the tier's hub over the Pod network; the cache becomes Ready; a Pod annotated for it
 gets the PVC from the webhook and reads the model read-only.
@@ -21,16 +21,16 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from praesto import names
+from testkit.controlplane import wait_for
+from testkit.hub import LocalHub
+from testkit.metacontroller import Metacontroller
+from testkit.praesto_image import NONROOT, praesto_image
+from testkit.real_node import RealNode
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace
 from tests.node.node_daemons import NodeDaemons
 from tests.node.pods import busybox_pod, core, delete_pod, pod_log, wait_phase
 from tests.node.test_pods import FILES, NS, READ, WEIGHTS, wait_cache
-from tests.support.controlplane import wait_for
-from tests.support.hub import LocalHub
-from tests.support.metacontroller import Metacontroller
-from tests.support.praesto_image import NONROOT, praesto_image
-from tests.support.real_node import RealNode
 
 CLASS = "praesto-node-rwx"
 PV = "praesto-node-shared"

@@ -10,15 +10,15 @@ from __future__ import annotations
 import hashlib
 
 from praesto import names
+from testkit.controlplane import wait_for
+from testkit.hub import LocalHub
+from testkit.metacontroller import Metacontroller
+from testkit.real_node import RealNode
 from tests.cluster.installed import WARM_NAMESPACE, Installed
 from tests.cluster.tenants import opted_in_namespace
 from tests.node.node_daemons import NodeDaemons
 from tests.node.pods import busybox_pod, core, delete_pod, pod_log, wait_phase
 from tests.node.test_pods import FILES, WEIGHTS, create_cache
-from tests.support.controlplane import wait_for
-from tests.support.hub import LocalHub
-from tests.support.metacontroller import Metacontroller
-from tests.support.real_node import RealNode
 
 STARTUP_TAINT = "praesto.io/warming"
 NS = WARM_NAMESPACE  # a namespace the chart lets hold new nodes (nodeAgent.startupTaint.namespaces)

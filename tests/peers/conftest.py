@@ -16,9 +16,9 @@ from praesto.agent.peers import auth
 from praesto.agent.peers.identity import Identities, PeerAuthorizer
 
 from praesto import names
-from tests.support.kube_real import RealKube
-from tests.support.objects import modelcachenode
-from tests.support.peer_cluster import AGENT_SERVICE_ACCOUNT, MCN, agent_client, agent_pod, peer_token
+from testkit.kube_real import RealKube
+from testkit.objects import modelcachenode
+from testkit.peer_cluster import AGENT_SERVICE_ACCOUNT, MCN, agent_client, agent_pod, peer_token
 
 ASKER = "node-b"
 SERVER = "node-a"

@@ -25,9 +25,9 @@ from praesto.agent.peers.server import NOT_YET, WRITTEN_HEADER
 from praesto.agent.peers.source import PeerSource, Tuning
 
 from praesto.spec import Source
+from testkit.hub import LocalHub
 from tests.download.conftest import MiB, hub, options_for, tree_of
 from tests.peers.conftest import SERVER, Peers
-from tests.support.hub import LocalHub
 
 FILES = {"model.safetensors": os.urandom(3 * MiB + 123)}  # LFS: sha256, so peers are asked
 __all__ = ["hub"]  # the local hub fixture, shared with the download tests

@@ -16,9 +16,9 @@ from praesto.agent.peers.server import Limits
 from praesto.agent.peers.source import Tuning
 
 from praesto import names
-from tests.agent.harness import rbac_violations
-from tests.support.kube_real import RealKube
-from tests.support.peer_cluster import Cluster, cluster
+from testkit.agent_harness import rbac_violations
+from testkit.kube_real import RealKube
+from testkit.peer_cluster import Cluster, cluster
 
 NODES = ["node-a", "node-b", "node-c", "node-d"]
 FILES = {

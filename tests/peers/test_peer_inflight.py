@@ -27,10 +27,10 @@ from praesto.agent.peers.source import PeerSource, Tuning
 from praesto import names
 from praesto.spec import Source
 from praesto.store import StoreLayout
-from tests.agent.harness import rbac_violations
+from testkit.agent_harness import rbac_violations
+from testkit.kube_real import RealKube
+from testkit.peer_cluster import Cluster, cluster
 from tests.peers.conftest import SERVER, Peers
-from tests.support.kube_real import RealKube
-from tests.support.peer_cluster import Cluster, cluster
 
 REV = "b" * 40
 PART = 1 << 16

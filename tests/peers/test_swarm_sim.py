@@ -8,31 +8,18 @@ while the star (every copy from the seeder) grows linearly with N.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
+from bench.swarm_sim import Setup, simulate
 
 
-def _bench_module() -> ModuleType:
-    """bench/ is not a package pytest puts on sys.path (import-mode importlib): load the file."""
-    path = Path(__file__).parents[2] / "bench" / "swarm_sim.py"
-    spec = importlib.util.spec_from_file_location("bench_swarm_sim", path)
-    assert spec is not None and spec.loader is not None
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-sim = _bench_module()
-Setup, simulate = sim.Setup, sim.simulate
-SMALL = {"parts": 16, "part_bytes": 16 << 20}  # 256 MiB, twice the parts in flight per node
+def small(nodes: int, swarm: bool = True) -> Setup:
+    """256 MiB in 16 parts: twice the parts in flight per node."""
+    return Setup(nodes=nodes, swarm=swarm, parts=16, part_bytes=16 << 20)
 
 
 def test_swarm_time_stays_flat_to_1024_nodes_while_the_star_grows_linearly() -> None:
-    alone = simulate(Setup(nodes=1, **SMALL))
+    alone = simulate(small(1))
     runs = {
-        (n, swarm): simulate(Setup(nodes=n, swarm=swarm, **SMALL))
+        (n, swarm): simulate(small(n, swarm))
         for n, swarm in [(16, True), (1024, True), (16, False), (256, False)]
     }
     for out in [alone, *runs.values()]:

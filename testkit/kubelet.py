@@ -30,9 +30,9 @@ from typing import Any
 
 import yaml
 
-from tests.support.controlplane import Component, ControlPlane, write_kubeconfig
-from tests.support.pki import KeyPair
-from tests.support.s3server import free_port
+from testkit.controlplane import Component, ControlPlane, write_kubeconfig
+from testkit.pki import KeyPair
+from testkit.s3server import free_port
 
 KUBELET_PORT = 10250
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
-from tests.support.kube_apply import Kube
-from tests.support.metacontroller_base import (
+from testkit.kube_apply import Kube
+from testkit.metacontroller_base import (
     Controller,
     HookClient,
     InformerFactory,
@@ -30,7 +30,7 @@ from tests.support.metacontroller_base import (
     selector_matches,
     status_only,
 )
-from tests.support.metacontroller_customize import CustomizeManager
+from testkit.metacontroller_customize import CustomizeManager
 
 DECORATOR_RESPONSE_KEYS = frozenset(
     {"labels", "annotations", "status", "attachments", "resyncAfterSeconds", "finalized"}

@@ -43,11 +43,11 @@ from kubernetes.client.rest import ApiException
 
 from praesto import names
 from praesto.rbac import Permission
-from tests.support.chart_install import install_crds
-from tests.support.controlplane import ROOT, ControlPlane, ControlPlaneUnavailable, wait_for
-from tests.support.helm_chart import CRD_DIR
-from tests.support.kube_apply import Kube
-from tests.support.kube_faults import FaultProxy, RequestRecord
+from testkit.chart_install import install_crds
+from testkit.controlplane import ROOT, ControlPlane, ControlPlaneUnavailable, wait_for
+from testkit.helm_chart import CRD_DIR
+from testkit.kube_apply import Kube
+from testkit.kube_faults import FaultProxy, RequestRecord
 
 __all__ = ["RealKube", "RequestRecord", "proxied", "running_plane", "session_plane"]
 Obj = dict[str, Any]

@@ -10,7 +10,7 @@ import re
 import shutil
 from pathlib import Path
 
-from tests.support.helm_chart import ROOT
+from testkit.helm_chart import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
 

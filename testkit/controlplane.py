@@ -37,10 +37,10 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
-from tests.support.pki import CertificateAuthority, KeyPair, signing_key
-from tests.support.s3server import free_port
+from testkit.pki import CertificateAuthority, KeyPair, signing_key
+from testkit.s3server import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = ROOT / "scripts" / "build_cluster.sh"
 STARTUP_DEADLINE = 120.0
 STOP_DEADLINE = 20.0
@@ -164,7 +164,7 @@ class ControlPlane:
     workdir: Path
     binaries: Path
     with_kubelets: bool = False
-    with_controllers: bool = True  # False: etcd and kube-apiserver alone (tests/support/kube_real.py)
+    with_controllers: bool = True  # False: etcd and kube-apiserver alone (testkit/kube_real.py)
     components: dict[str, Component] = field(default_factory=dict)
     server: str = ""
 

@@ -5,7 +5,7 @@
 * a small **busybox** image from Debian's static busybox (`busybox-static`), with a link per
   applet, for test Pods (`sh`, `sha256sum`, `cat`, `sleep`, ...).
 
-Each is written as an OCI image layout archive (`tests/support/oci_archive.py`, one
+Each is written as an OCI image layout archive (`testkit/oci_archive.py`, one
 uncompressed layer, reproducible), and imported by containerd's own client (`ctr images import`), so
 containerd unpacks and stores it as it would a pulled image. Pods use them with
 `imagePullPolicy: Never`.
@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support.oci_archive import LayerFile, write_oci_archive
+from testkit.oci_archive import LayerFile, write_oci_archive
 
 PAUSE_IMAGE = "praesto.test/pause:3.10"
 BUSYBOX_IMAGE = "praesto.test/busybox:1"

@@ -23,11 +23,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.support import node_host
-from tests.support.controlplane import ControlPlane, build_binaries, wait_for
-from tests.support.kubelet import Kubelet
-from tests.support.node_images import PAUSE_IMAGE, build_images
-from tests.support.node_runtime import BRIDGE, Containerd
+from testkit import node_host
+from testkit.controlplane import ControlPlane, build_binaries, wait_for
+from testkit.kubelet import Kubelet
+from testkit.node_images import PAUSE_IMAGE, build_images
+from testkit.node_runtime import BRIDGE, Containerd
 
 NODE_MODULE = "tests/node"
 READY_DEADLINE = 120.0
@@ -41,7 +41,7 @@ def node_binaries() -> Path:
 
 def kubernetes_module_dir() -> Path:
     """The k8s.io/kubernetes sources the node module builds from (Go's module cache)."""
-    root = Path(__file__).resolve().parents[2] / NODE_MODULE
+    root = Path(__file__).resolve().parents[1] / NODE_MODULE
     out = subprocess.run(
         ["go", "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes"],
         cwd=root,

@@ -16,9 +16,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.support import loopback_process
+from testkit import loopback_process
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "build" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
 ACCOUNT = "devstoreaccount1"
 # Azurite's published development key (docs: "Well-known storage account and key"); not a secret.

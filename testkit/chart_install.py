@@ -24,12 +24,14 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.support.controlplane import wait_for
-from tests.support.helm_chart import NAMESPACE, chart_with_metacontroller_standin, render_objects
-from tests.support.kube_apply import Kube
+from testkit.controlplane import wait_for
+from testkit.helm_chart import NAMESPACE, chart_with_metacontroller_standin, render_objects
+from testkit.kube_apply import Kube
 
 Obj = dict[str, Any]
-METACONTROLLER_CRDS = Path(__file__).resolve().parents[1] / "chart" / "data" / "metacontroller-crds.yaml"
+METACONTROLLER_CRDS = (
+    Path(__file__).resolve().parents[1] / "tests" / "chart" / "data" / "metacontroller-crds.yaml"
+)
 DRY_RUN_KINDS = frozenset({"Deployment", "DaemonSet"})
 WEBHOOK_KINDS = frozenset({"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"})
 FIRST = ("Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Role")

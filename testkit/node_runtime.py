@@ -25,8 +25,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.controlplane import Component, wait_for
-from tests.support.node_host import NODE_IP
+from testkit.controlplane import Component, wait_for
+from testkit.node_host import NODE_IP
 
 STARTUP_DEADLINE = 60.0
 CNI_BIN_DIR = "/usr/lib/cni"

@@ -1,8 +1,8 @@
 """A fault-injecting proxy in front of the real kube-apiserver: what the real server cannot do on demand.
 
-This is what remains of the in-memory API emulator (tests/support/kube.py and its store,
+This is what remains of the in-memory API emulator (testkit/kube.py and its store,
 selector and discovery modules, ~1,100 lines, deleted in #23 item 7): every test that
-talked to it now talks to the real kube-apiserver (tests/support/kube_real.py); object
+talked to it now talks to the real kube-apiserver (testkit/kube_real.py); object
 semantics, selectors, watches, discovery, TokenRequest/TokenReview and RBAC are the
 real server's. Only the faults stay ours, because no real server makes them happen at an
 exact moment of a test.
@@ -337,7 +337,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else None
         fault = self.owner.record(record)
         if fault is not None:
-            payload = status_body(fault, "InternalError", "injected fault (tests/support/kube_faults.py)")
+            payload = status_body(fault, "InternalError", "injected fault (testkit/kube_faults.py)")
             self._send(fault, json.dumps(payload).encode(), "application/json")
             return
         if self.owner.too_old(record):

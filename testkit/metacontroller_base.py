@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
-from tests.support.informer import Informer
-from tests.support.kube_apply import Kube
-from tests.support.workqueue import ShutDown, WorkQueue
+from testkit.informer import Informer
+from testkit.kube_apply import Kube
+from testkit.workqueue import ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

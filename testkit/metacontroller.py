@@ -40,9 +40,9 @@ from collections.abc import Callable
 from kubernetes import client
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
-from tests.support.kube_apply import Kube
-from tests.support.metacontroller_apply import LAST_APPLIED
-from tests.support.metacontroller_base import (
+from testkit.kube_apply import Kube
+from testkit.metacontroller_apply import LAST_APPLIED
+from testkit.metacontroller_base import (
     CACHE_FLUSH_INTERVAL,
     Controller,
     HookClient,
@@ -57,9 +57,9 @@ from tests.support.metacontroller_base import (
     selector_matches,
     status_only,
 )
-from tests.support.metacontroller_children import CONTROLLER_UID, ChildWriter
-from tests.support.metacontroller_customize import CustomizeManager
-from tests.support.metacontroller_decorator import DecoratorController, decorator_key
+from testkit.metacontroller_children import CONTROLLER_UID, ChildWriter
+from testkit.metacontroller_customize import CustomizeManager
+from testkit.metacontroller_decorator import DecoratorController, decorator_key
 
 __all__ = [
     "CONTROLLER_UID",

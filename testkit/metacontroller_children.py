@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
-from tests.support.kube_apply import Kube
-from tests.support.metacontroller_apply import LAST_APPLIED, apply_update, encode
-from tests.support.metacontroller_base import Obj, Pass, atomic_update, group_key, meta, object_key
+from testkit.kube_apply import Kube
+from testkit.metacontroller_apply import LAST_APPLIED, apply_update, encode
+from testkit.metacontroller_base import Obj, Pass, atomic_update, group_key, meta, object_key
 
 CONTROLLER_UID = "controller-uid"
 

@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.dockerfile import copy_build_context
-from tests.support.helm_chart import ROOT
+from testkit.dockerfile import copy_build_context
+from testkit.helm_chart import ROOT
 
 WHEEL_DIR = ROOT / "build" / "wheel"
 SESSIONS = WHEEL_DIR / "sessions"

@@ -24,7 +24,7 @@ from typing import Any
 import helm_python as helm
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CHART_DIR = ROOT / "charts" / "praesto"
 CRD_DIR = CHART_DIR / "crds"
 RELEASE = "praesto"

@@ -1,7 +1,7 @@
 """A running node agent wired to the real API server (through the fault proxy) and the local hub.
 
 Everything is real: the agent's `kubernetes` client talks HTTP to the fault proxy in
-front of the real kube-apiserver (tests/support/kube_real.py, the `kube` fixture)
+front of the real kube-apiserver (testkit/kube_real.py, the `kube` fixture)
 as the agent's ServiceAccount, so the real RBAC decides its calls (and the request log
 holds them to `praesto.rbac`'s narrower list: `rbac_violations`), the downloader talks HTTP to the local hub, bytes land in a temp base path.
 Timings are shrunk (tick 0.1 s, retries from 0.2 s) and the wall clock the
@@ -30,11 +30,11 @@ from praesto.agent.reconcile import AgentConfig
 from praesto import names, rbac
 from praesto.reflector import Backoff
 from praesto.store import StoreLayout
-from tests.support.hub import LocalHub
-from tests.support.kube_faults import RequestRecord
-from tests.support.kube_real import RealKube
-from tests.support.objects import modelcachenode
-from tests.support.peer_cluster import agent_client
+from testkit.hub import LocalHub
+from testkit.kube_faults import RequestRecord
+from testkit.kube_real import RealKube
+from testkit.objects import modelcachenode
+from testkit.peer_cluster import agent_client
 
 NODE = "node-a"
 MCN = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"

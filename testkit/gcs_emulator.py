@@ -22,7 +22,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tests.support import loopback_process
+from testkit import loopback_process
 
 
 def binary() -> Path | None:

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tests.support.informer import Informer
-from tests.support.metacontroller_base import (
+from testkit.informer import Informer
+from testkit.metacontroller_base import (
     HookClient,
     HookError,
     InformerFactory,

@@ -21,7 +21,7 @@ the installed wheel. It is built the way the Dockerfile's runtime stage lays it 
 * the config (Env, User, WorkingDir, Cmd, Entrypoint, Labels) read from the Dockerfile's
   runtime stage, on top of what its base image (python:slim) sets.
 
-Written with tests/support/oci_archive.py as `praesto.test/praesto:dev`, cached under
+Written with testkit/oci_archive.py as `praesto.test/praesto:dev`, cached under
 build/images/ by the wheel's contents, the interpreter, the dependency venv and this
 builder's own sources; one build serves every process (made under an exclusive lock,
 used under a shared one, archives of other keys pruned when no process holds them).
@@ -47,10 +47,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support import dockerfile
-from tests.support.helm_chart import ROOT
-from tests.support.installed_wheel import _HELD, InstalledWheel, _lock, _unused, installed_wheel
-from tests.support.oci_archive import ImageConfig, LayerFile, write_oci_archive
+from testkit import dockerfile
+from testkit.helm_chart import ROOT
+from testkit.installed_wheel import _HELD, InstalledWheel, _lock, _unused, installed_wheel
+from testkit.oci_archive import ImageConfig, LayerFile, write_oci_archive
 
 PRAESTO_IMAGE = "praesto.test/praesto:dev"
 IMAGE_DIR = ROOT / "build" / "images"
@@ -306,7 +306,7 @@ def _wheel_digest(wheel: Path) -> str:
 
 
 def cache_key(install: InstalledWheel, interpreter: Interpreter) -> str:
-    builder = [Path(__file__), ROOT / "tests" / "support" / "oci_archive.py", dockerfile.DOCKERFILE]
+    builder = [Path(__file__), ROOT / "testkit" / "oci_archive.py", dockerfile.DOCKERFILE]
     identity = [
         _wheel_digest(install.wheel),
         interpreter.executable,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.pki import CertificateAuthority
+from testkit.pki import CertificateAuthority
 
 STARTUP_DEADLINE = 30.0
 STOP_DEADLINE = 15.0

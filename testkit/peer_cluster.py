@@ -1,5 +1,5 @@
 """Several full node agents on one machine, sharing the real API server (through the fault proxy,
-tests/support/kube_real.py) and one local hub.
+testkit/kube_real.py) and one local hub.
 
 Each node has its own base path, its own `kubernetes` client and its own peer
 server on its own loopback address (127.0.0.2, .3, ...), so agents find each
@@ -29,16 +29,16 @@ from praesto.agent.reconcile import AgentConfig
 from praesto import names, rbac
 from praesto.reflector import Backoff
 from praesto.store import StoreLayout
-from tests.support.hub import LocalHub
-from tests.support.kube_real import RealKube
-from tests.support.objects import modelcachenode
+from testkit.hub import LocalHub
+from testkit.kube_real import RealKube
+from testkit.objects import modelcachenode
 
 MCN = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
 NAMESPACE = "team-a"
 AGENT_SERVICE_ACCOUNT = "praesto-system/praesto-node-agent"
 # What the chart grants the agent anywhere, here cluster-wide: the per-namespace Roles (Secrets by
 # name, warm caches, origin-budget Leases, its own tokens) stand in as cluster grants; the tests'
-# request-log checks (tests/agent/harness.py `rbac_violations`) hold the code to the narrower list.
+# request-log checks (testkit/agent_harness.py `rbac_violations`) hold the code to the narrower list.
 AGENT_GRANTS = (
     *rbac.AGENT,
     *rbac.AGENT_PEERS,

@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from tests.support.s3server import free_port
+from testkit.s3server import free_port
 
 STARTUP_DEADLINE = 30.0
 
