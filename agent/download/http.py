@@ -198,8 +198,11 @@ class Transport:
         except (OSError, http.client.HTTPException) as error:
             raise Transient(f"reading {redact(target.url)}: {type(error).__name__}") from None
         finally:
-            if not resp.isclosed() and resp.length:
-                self._drop(target.url)  # unread body: the connection cannot be reused
+            if not resp.isclosed():
+                if resp.length == 0:  # read to the end by read1 (peers' deadline reader), which leaves it open
+                    resp.close()  # closed, the keep-alive connection takes the next request
+                else:
+                    self._drop(target.url)  # unread body: the connection cannot be reused
 
 
 def tls_context(extra: str | None = None) -> ssl.SSLContext:
