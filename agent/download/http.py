@@ -199,7 +199,9 @@ class Transport:
             raise Transient(f"reading {redact(target.url)}: {type(error).__name__}") from None
         finally:
             if not resp.isclosed():
-                if resp.length == 0:  # read to the end by read1 (peers' deadline reader), which leaves it open
+                if (
+                    resp.length == 0
+                ):  # read to the end by read1 (peers' deadline reader), which leaves it open
                     resp.close()  # closed, the keep-alive connection takes the next request
                 else:
                     self._drop(target.url)  # unread body: the connection cannot be reused
