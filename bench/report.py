@@ -144,7 +144,13 @@ def write_page(results: list[Result], out_dir: Path, where: str | None = None) -
     measured = _measured_swarm(results)
     for i, result in enumerate(results):
         name = f"{i:02d}-{_slug(result['command'] + ' ' + result['title'])}.png"
-        lines += [f"## {result['title']}", "", f"`{result['command']}` — {_date(result)} — {where}", ""]
+        title = result["title"].strip()
+        lines += [f"## {title}", "", f"`{result['command']}` — {_date(result)} — {where}", ""]
+        if result["kind"] == "field":
+            lines += ["| " + " | ".join(result["columns"]) + " |", "|---" * len(result["columns"]) + "|"]
+            lines += ["| " + " | ".join(row) + " |" for row in result["rows"]]
+            lines += ["", result["note"], ""]
+            continue
         if result["kind"] == "series":
             swarm_figure(result, measured, figures / name, where)
             alone = float(result["alone"])

@@ -18,6 +18,8 @@ print_table("seconds incl. sync, 3 interleaved rounds", {"praesto": [4.1, 4.0, 4
 print_table("seconds to all Ready (incl. sync)", {"1 node": [26.0, 27.0, 26.5], "8 nodes": [28.0, 29.0, 28.5]})
 record("series", "seconds until every node holds a 2 GiB model (simulated)",
        {"x": [16, 1024], "alone": 5.4, "series": {"swarm": [6.0, 6.8], "star": [30.0, 1757.8]}})
+record("field", "field shape: 140 GB", {"columns": ["N", "swarm"], "rows": [["64", "6.0 min"]],
+       "note": "What others publish: ..."})
 """
 
 
@@ -31,7 +33,7 @@ def test_recorded_tables_become_a_page_with_plots(tmp_path: Path) -> None:
     recorded = _python(["-c", RECORD], {"PRAESTO_BENCH_RESULTS": str(results)})
     assert recorded.returncode == 0, recorded.stderr
     lines = [json.loads(line) for line in results.read_text().splitlines()]
-    assert [r["kind"] for r in lines] == ["table", "table", "series"]
+    assert [r["kind"] for r in lines] == ["table", "table", "series", "field"]
     assert lines[0]["samples"]["aria2c"] == [6.2, 6.0, 6.9] and lines[0]["unit"] == "s"
 
     drawn = _python(["-m", "bench.report", "--results", str(results), "--out", str(tmp_path / "docs")], {})
@@ -45,6 +47,7 @@ def test_recorded_tables_become_a_page_with_plots(tmp_path: Path) -> None:
     assert "| aria2c | 6.2 s [6-6.9] | 3 |" in text
     assert "`python -c` — " in text and " CPUs" in text  # the command, the date, the machine
     assert "| 1024 | 6.8 s (1.26x) | 1757.8 s (325.52x) |" in text
+    assert "| N | swarm |\n|---|---|\n| 64 | 6.0 min |\n\nWhat others publish: ..." in text  # a table, no plot
 
 
 def test_without_a_results_file_nothing_is_recorded_and_the_report_says_why(tmp_path: Path) -> None:
