@@ -43,6 +43,7 @@ from praesto.agent.download import (
     DownloadError,
     Options,
     TemporaryDownloadError,
+    crashpoints,
     download,
     plan,
 )
@@ -306,6 +307,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     """The process edge: the environment is taken here, once (`env` stands in for it in tests)."""
     argv = sys.argv[1:] if argv is None else argv
     env = dict(os.environ) if env is None else env
+    crashpoints.arm(env.get(crashpoints.ENV))  # tests only: die at a named step of a download
     parser = build_parser(_command(argv) == "run", env)
     args = parser.parse_args(argv)
     logging.basicConfig(

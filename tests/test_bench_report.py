@@ -47,7 +47,9 @@ def test_recorded_tables_become_a_page_with_plots(tmp_path: Path) -> None:
     assert "| aria2c | 6.2 s [6-6.9] | 3 |" in text
     assert "`python -c` — " in text and " CPUs" in text  # the command, the date, the machine
     assert "| 1024 | 6.8 s (1.26x) | 1757.8 s (325.52x) |" in text
-    assert "| N | swarm |\n|---|---|\n| 64 | 6.0 min |\n\nWhat others publish: ..." in text  # a table, no plot
+    assert (
+        "| N | swarm |\n|---|---|\n| 64 | 6.0 min |\n\nWhat others publish: ..." in text
+    )  # a table, no plot
 
 
 def test_without_a_results_file_nothing_is_recorded_and_the_report_says_why(tmp_path: Path) -> None:

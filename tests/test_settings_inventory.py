@@ -1,8 +1,8 @@
 """The settings inventory (#23 item 3): who reads the environment, and whether the chart agrees.
 
 (a) Only the settings modules (each process's edge: where flags and environment become one
-settings object) read `os.environ`; every other reader is on `AT_USE` with its reason, and the
-list only shrinks (a stale entry fails too). Each settings field has its docstring.
+settings object) read `os.environ`; nothing below them does (the proxies and the test-only crash
+point once did, at the point of use). Each settings field has its docstring.
 (b) Every variable the chart sets on the hooks Deployment, the node DaemonSet's containers and
 the PVC-mode downloader Job is read by that process's settings, and every variable a settings
 object reads is set by the chart or listed in `OPTIONAL` with why not; every flag the chart
@@ -48,14 +48,8 @@ SETTINGS_MODULES = {
 # The settings objects of the processes: a docstring for every field.
 SETTINGS_TREES = {"agent/settings.py": ["MetricsSettings", "StartupTaintSettings", "AgentSettings"],
                   "csi/settings.py": ["CsiSettings"]}  # fmt: skip
-# Modules that still read the environment at the point of use, and why. Shrink it; never grow it.
-AT_USE = {
-    "agent/download/http.py": "the proxy variables (urllib), per connection, as the metadata client (httpx) "
-    "reads them too; tests/download/test_download_proxy.py sets them on the process",
-    "agent/download/crashpoints.py": "PRAESTO_CRASH_AT: a test-only crash point, never set by the chart",
-}
-
-# Variables the chart sets for libraries, not for our settings: urllib/httpx/obstore honour the
+# Variables the chart sets for libraries and read from the environment the edge handed in (the proxies:
+# download/proxies.py, from Options.store_env), not by name in a settings object: urllib/httpx/obstore honour the
 # proxies, OpenSSL and requests the CA files, and the Job's HOME/HF_HOME keep huggingface_hub's
 # caches in the writable /tmp.
 LIBRARY_ENV = {
@@ -107,10 +101,9 @@ def test_only_settings_modules_read_the_environment() -> None:
         lines = _reads_environment(ast.parse(path.read_text(), str(path)))
         if lines:
             readers[str(path.relative_to(ROOT))] = lines
-    unexpected = {k: v for k, v in readers.items() if k not in SETTINGS_MODULES and k not in AT_USE}
+    unexpected = {k: v for k, v in readers.items() if k not in SETTINGS_MODULES}
     assert not unexpected, f"read the environment outside the settings modules (file: lines): {unexpected}"
-    stale = sorted(set(AT_USE) - set(readers))
-    assert not stale, f"no longer read the environment: remove them from AT_USE: {stale}"
+    assert set(readers) == set(SETTINGS_MODULES), "a settings module that no longer reads it: update the list"
 
 
 def _fields_without_docstring(tree: ast.Module, classes: list[str]) -> list[str]:
@@ -209,7 +202,7 @@ def csi_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     return _recorded(monkeypatch, csi_settings)
 
 
-# Names still read at the point of use (the AT_USE modules), per process, until they move.
+# Names read below the settings objects, from the environment the edge handed in (not os.environ).
 # Read from Options.store_env (the environment each process takes at its edge) by
 # objcreds.store_config, with the store clients' own variables.
 DOWNLOAD_AT_USE = {"PRAESTO_WORKLOAD_IDENTITY"}

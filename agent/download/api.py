@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from praesto.agent.download.digests import ALGORITHMS, RunningDigest, StoreDigest
+from praesto.agent.download.proxies import proxies_from_env
 
 from praesto.spec import Source
 
@@ -244,6 +245,11 @@ class Options:
     # The owning ModelCache's UID, recorded in the manifest: the agent trusts a complete copy only
     # for that cache (praesto.store.copy_mismatch). Empty for `praesto-agent download` (pre-baking).
     cache_uid: str = ""
+
+    @property
+    def proxies(self) -> dict[str, str]:
+        """HTTP(S)_PROXY / NO_PROXY from `store_env`, the environment the process edge read."""
+        return proxies_from_env(self.store_env)
 
 
 Planner = Callable[[Source, Options], Plan]  # `plan()`, or a test's stand-in

@@ -3,7 +3,8 @@
 `PRAESTO_CRASH_AT=<name>` in the environment makes the process SIGKILL itself when
 it reaches `crash_point(<name>)`: the same end as an OOM kill, a kill after the
 grace period or a node losing power, but at an exact step instead of by chance.
-Unset (always, outside tests) it costs one dictionary lookup.
+The process edge reads the variable once and calls `arm` (agent/cli.py `main`); unarmed
+(always, outside tests) a point costs one comparison.
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ MARKER_POINTS = tuple(f"{WRITTEN_NOT_RENAMED}:{name}" for name in MARKER_FILES)
 POINTS = (STAGING_CREATED, PARTS_JOURNALED, FILE_READ_ONLY, *MARKER_POINTS, TREE_MOVED, COMPLETE_WRITTEN)
 
 
+_armed: str | None = None  # the point this process dies at, set once by its edge
+
+
+def arm(point: str | None) -> None:
+    """Die at `point` (PRAESTO_CRASH_AT, read by the process edge); None or "": never."""
+    global _armed
+    _armed = point or None
+
+
 def crash_point(name: str) -> None:
-    if os.environ.get(ENV) == name:
+    if _armed is not None and _armed == name:
         os.kill(os.getpid(), signal.SIGKILL)

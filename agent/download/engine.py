@@ -95,7 +95,7 @@ class Engine:
         self.endpoint = endpoint
         self.options = options
         self.transport: ByteSource = transport or Transport(
-            endpoint, options.token, ca_bundle=options.ca_bundle
+            endpoint, options.token, ca_bundle=options.ca_bundle, proxies=options.proxies
         )
         self.budget = MemoryBudget(options.memory_budget)
         self.concurrency = PartConcurrency(START_CONNECTIONS, options.concurrency, busy=OwnCpuMeter())

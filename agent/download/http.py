@@ -21,11 +21,11 @@ import random
 import ssl
 import threading
 import time
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from urllib.parse import urljoin, urlsplit
 
 from praesto.agent.download.api import DownloadCancelled, LastingDownloadError, Target
+from praesto.agent.download.proxies import proxy_for
 
 CHUNK = 1 << 20
 MAX_ATTEMPTS = 8
@@ -61,12 +61,19 @@ def origin(url: str) -> tuple[str, str]:
 
 class Transport:
     def __init__(
-        self, hub_endpoint: str, token: str | None, *, timeout: float = 60.0, ca_bundle: str | None = None
+        self,
+        hub_endpoint: str,
+        token: str | None,
+        *,
+        timeout: float = 60.0,
+        ca_bundle: str | None = None,
+        proxies: Mapping[str, str] | None = None,
     ) -> None:
         self.hub_origin = origin(hub_endpoint)
         self._token = token
         self.timeout = timeout
         self.ca_bundle = ca_bundle  # Options.ca_bundle: the process's PRAESTO_CA_BUNDLE
+        self.proxies: Mapping[str, str] = proxies or {}  # Options.proxies (download/proxies.py)
         self._local = threading.local()
 
     # ---- connections -----------------------------------------------------------
@@ -76,7 +83,7 @@ class Transport:
         conn = pool.get(key)
         if conn is None:
             scheme, netloc = key
-            proxy = proxy_for(scheme, netloc)
+            proxy = proxy_for(scheme, netloc, self.proxies)
             host = proxy or netloc  # through a proxy: connect to it, then CONNECT-tunnel to the origin
             if scheme == "https":
                 conn = http.client.HTTPSConnection(
@@ -213,20 +220,6 @@ def tls_context(extra: str | None = None) -> ssl.SSLContext:
     if extra and os.path.isfile(extra):
         context.load_verify_locations(cafile=extra)
     return context
-
-
-def proxy_for(scheme: str, netloc: str) -> str | None:
-    """host:port of the proxy HTTPS_PROXY/HTTP_PROXY name for this origin, unless NO_PROXY spares it.
-
-    http.client ignores these variables; byte fetches tunnel through the proxy with CONNECT
-    (for http:// origins too, which a proxy must then allow), the way the metadata client
-    (httpx2) reaches https origins through it.
-    """
-    proxies = urllib.request.getproxies_environment()
-    proxy = proxies.get(scheme) or proxies.get("https" if scheme == "http" else "http")
-    if not proxy or urllib.request.proxy_bypass(netloc.rsplit(":", 1)[0]):
-        return None
-    return urlsplit(proxy if "://" in proxy else f"http://{proxy}").netloc or None
 
 
 def redact(url: str) -> str:

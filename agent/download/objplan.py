@@ -158,7 +158,7 @@ def plan(source: Source, options: Options) -> Plan:
     if chosen and chosen[0][1].get("version") is None:
         chosen = _with_versions(store, chosen, source.uri, cfg)
     files = tuple(sorted((_remote(path, meta, cfg.etag_md5) for path, meta in chosen), key=lambda f: f.path))
-    files = with_store_digests(store, cfg, files, options.ca_bundle)
+    files = with_store_digests(store, cfg, files, options.ca_bundle, options.proxies)
     revision = revision_of(files)
     log.info("planned source=%s revision=%s files=%d", source.uri, revision, len(files))
     return Plan(source=source, revision=revision, files=files)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
@@ -51,9 +51,11 @@ def with_store_digests(
     cfg: StoreConfig,
     files: tuple[RemoteFile, ...],
     ca_bundle: str | None = None,
+    proxies: Mapping[str, str] | None = None,
 ) -> tuple[RemoteFile, ...]:
     """`files` with the store's checksum on each one that has no cryptographic digest yet.
-    `ca_bundle`: Options.ca_bundle, trusted by the HEAD requests besides the system roots."""
+    `ca_bundle`: Options.ca_bundle, trusted by the HEAD requests besides the system roots;
+    `proxies`: Options.proxies, which they go through."""
     wanted = [f for f in files if not f.cryptographically_verified and f.size > 0]
     if not wanted or cfg.client_options.get("allow_invalid_certificates"):
         return files  # a checksum from a server whose certificate is not checked vouches for nothing
@@ -62,7 +64,7 @@ def with_store_digests(
     except (ValueError, RuntimeError) as error:
         log.warning("no store checksums for %s: %s", cfg.bucket, error)
         return files
-    transport = Transport("", None, timeout=30.0, ca_bundle=ca_bundle)
+    transport = Transport("", None, timeout=30.0, ca_bundle=ca_bundle, proxies=proxies)
     missed: list[str] = []  # "path: why", for one warning at the end, not one per object
     signing_failed = threading.Event()  # signing fails alike for every object: stop asking
 

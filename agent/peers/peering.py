@@ -105,7 +105,7 @@ class Peering:
             ]
             ready = [a for a in ready if a]
             if ready:
-                options.peers = self._source(namespace, cache, plan, self._holders(others, plan), [])
+                options.peers = self._source(namespace, cache, plan, self._holders(others, plan), [], options)
                 log.info("fetching %s/%s from peers %s", namespace, cache, ",".join(ready))
                 return
             active = {
@@ -126,7 +126,7 @@ class Peering:
             ):
                 seeder = _address(active[leader])
                 holders = {seeder: leader, **self._holders(others, plan)}
-                options.peers = self._source(namespace, cache, plan, holders, [seeder])
+                options.peers = self._source(namespace, cache, plan, holders, [seeder], options)
                 log.info("copying %s/%s from node %s while it downloads", namespace, cache, leader)
                 return
             shows = (
@@ -151,7 +151,13 @@ class Peering:
                 raise DownloadCancelled()
 
     def _source(
-        self, namespace: str, cache: str, plan: Plan, addresses: dict[str, str], seeders: list[str]
+        self,
+        namespace: str,
+        cache: str,
+        plan: Plan,
+        addresses: dict[str, str],
+        seeders: list[str],
+        options: Options,
     ) -> PeerSource:
         tuning = dataclasses.replace(self.config.tuning, stall_seconds=self.config.stall_seconds)
         return PeerSource(
@@ -163,6 +169,7 @@ class Peering:
             tuning,
             seeders=seeders,
             discover=lambda: self._holders(self._others(namespace, cache), plan),
+            proxies=options.proxies,
         )
 
     @staticmethod

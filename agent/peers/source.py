@@ -29,7 +29,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -75,8 +75,14 @@ class _PeerTransport(Transport):
     audience (`node_of` maps a peer address to its node), and tells 425 "not yet" apart from
     every other refusal (which drops the peer)."""
 
-    def __init__(self, credentials: auth.Credentials, timeout: float, node_of: Callable[[str], str]) -> None:
-        super().__init__("http://peer.invalid", None, timeout=timeout)
+    def __init__(
+        self,
+        credentials: auth.Credentials,
+        timeout: float,
+        node_of: Callable[[str], str],
+        proxies: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__("http://peer.invalid", None, timeout=timeout, proxies=proxies)
         self.credentials = credentials
         self.node_of = node_of
         self._deadline = threading.local()  # of the range being fetched on this thread (fetch_by)
@@ -135,9 +141,12 @@ class PeerSource:
         *,
         seeders: list[str] | None = None,
         discover: Callable[[], dict[str, str]] | None = None,
+        proxies: Mapping[str, str] | None = None,
     ) -> None:
         """`peers` and what `discover` returns: address -> the node it serves (from its
-        ModelCacheNode, whose status only that node's agent may write): tokens are minted for it."""
+        ModelCacheNode, whose status only that node's agent may write): tokens are minted for it.
+        `proxies`: the download's Options.proxies (a NO_PROXY that leaves out the Pod network
+        sends peer requests through the proxy, as it sends the origin's)."""
         self.tuning = tuning or Tuning()
         self.node = credentials.node
         self.seeders = list(seeders or [])  # peers fetching from the origin: asked for parts nobody has
@@ -148,7 +157,9 @@ class PeerSource:
         self._polling = threading.Lock()
         self.prefix = (namespace, cache, revision)
         self.nodes = dict(peers)
-        self.transport = _PeerTransport(credentials, self.tuning.timeout, lambda address: self.nodes[address])
+        self.transport = _PeerTransport(
+            credentials, self.tuning.timeout, lambda address: self.nodes[address], proxies
+        )
         asked = neighbours(self.node, list(peers), self.tuning.max_peers)
         self.alive = list(dict.fromkeys([*self.seeders, *asked]))
         self.dropped: dict[str, str] = {}  # address -> why
