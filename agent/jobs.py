@@ -181,8 +181,9 @@ class JobRunner:
     def start(self, ref: CacheRef) -> Job:
         """Queue a download of `ref`; it runs once a pool thread is free."""
         options = dlapi.Options(
-            endpoint=self.endpoint, concurrency=self.concurrency, ca_bundle=self.ca_bundle
-        )
+            endpoint=self.endpoint, concurrency=self.concurrency, ca_bundle=self.ca_bundle,
+            store_env=self.store_env,  # the store clients' settings and the proxies, from the edge
+        )  # fmt: skip
         job = Job(
             ref, self.layout, self.kube, options, self.room, self._started, self.status.progress,
             self.planner, self.downloader, self.credentials,
