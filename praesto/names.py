@@ -73,6 +73,12 @@ MARKER_FILES = (OWNER_FILE, MANIFEST_FILE, COMPLETE_FILE)
 # a pre-baked copy from `praesto-agent download` has none): a cache re-created under the same name
 # never inherits the old one's copy (#21 item 9).
 MANIFEST_CACHE_UID = "cacheUID"
+# The manifest's key for how a signed model was verified (method, signer, trust fingerprint); absent
+# when the cache asked for no signature (agent/download/signature.py).
+MANIFEST_SIGNATURE = "signature"
+# Where a signed model keeps its OpenSSF model-signing bundle, relative to the model's root: the
+# model-signing library's own default (`model_signing sign --signature`, src/model_signing/_cli.py).
+DEFAULT_SIGNATURE_FILE = "model.sig"
 
 DEFAULT_BASE_PATH = "/var/praesto"
 DEFAULT_REVISION = "main"

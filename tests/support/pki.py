@@ -91,13 +91,16 @@ class CertificateAuthority:
         organizations: tuple[str, ...] = (),
         hosts: tuple[str, ...] = (),
         client: bool = False,
+        code_signing: bool = False,
     ) -> KeyPair:
-        """A leaf certificate: a server one for `hosts`, or a client one naming a user and groups."""
+        """A leaf certificate: a server one for `hosts`, a client one naming a user and groups, or
+        a code-signing one (signed models: tests/support/signed_models.py)."""
         now = dt.datetime.now(dt.UTC)
         key = ec.generate_private_key(ec.SECP256R1())
         subject = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
         subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
         usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
+        usage = ExtendedKeyUsageOID.CODE_SIGNING if code_signing else usage
         builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name(subject))
