@@ -137,6 +137,16 @@ class KubeApi:
             f"Secret {namespace}/{secret} has no key {wanted}; add the token under that key"
         )
 
+    def read_secret_value(self, namespace: str, secret: str, key: str, what: str) -> bytes:
+        """One key of one Secret (`what` it should hold, for messages); raises `SecretUnavailable`."""
+        obj = self._read_secret_object(namespace, secret, f"create it with {what} in key {key}")
+        data = obj.data or {}
+        if key not in data:
+            raise SecretUnavailable(
+                f"Secret {namespace}/{secret} has no key {key}; add {what} under that key"
+            )
+        return base64.b64decode(data[key])
+
     # ---- Events ------------------------------------------------------------
 
     def emit_event(self, obj: Obj, type_: str, reason: str, message: str) -> None:

@@ -80,6 +80,8 @@ def modelcachenode(parent: Mapping[str, Any], spec: ModelCacheSpec, node: str, s
         node_spec["unusedTTL"] = spec.unused_ttl
     if spec.prewarm:
         node_spec["prewarm"] = True
+    if spec.verification is not None:
+        node_spec["verification"] = spec.verification.to_node_dict()
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.MODELCACHENODE_KIND,
@@ -105,8 +107,15 @@ def copies_need_secret(node_names: Iterable[str], observed: Iterable[Mapping[str
     return any(phases.get(node) not in SETTLED_PHASES for node in node_names)
 
 
-def secret_grant(parent: Mapping[str, Any], secret_name: str, config: HooksConfig) -> list[Obj]:
-    """Role (get on that one Secret) + RoleBinding to the node agent's ServiceAccount."""
+def granted_secrets(spec: ModelCacheSpec) -> list[str]:
+    """The Secrets of the cache's namespace its node copies read: the source's token or credentials
+    Secret, and the Secret holding spec.verification's trust material (public key, CA certificates)."""
+    refs = [spec.source.secret_ref, spec.verification.secret_ref if spec.verification else None]
+    return sorted({ref.name for ref in refs if ref is not None})
+
+
+def secret_grant(parent: Mapping[str, Any], secret_names: list[str], config: HooksConfig) -> list[Obj]:
+    """Role (get on those named Secrets only) + RoleBinding to the node agent's ServiceAccount."""
     role_name = names.secret_reader_role_name(str(meta(parent)["name"]))
     rbac = "rbac.authorization.k8s.io"
     role = {
@@ -117,7 +126,7 @@ def secret_grant(parent: Mapping[str, Any], secret_name: str, config: HooksConfi
             {
                 "apiGroups": [AGENT_SECRET_GRANT.group],
                 "resources": [AGENT_SECRET_GRANT.resource],
-                "resourceNames": [secret_name],
+                "resourceNames": list(secret_names),
                 "verbs": list(AGENT_SECRET_GRANT.verbs),
             }
         ],
@@ -151,6 +160,7 @@ def sync_local(
     status = aggregate(parent, spec, node_names, len(demand), observed, now)
     source = pinned_source(spec, status).to_dict()
     children = [modelcachenode(parent, spec, node, source) for node in node_names]
-    if spec.source.secret_ref is not None and copies_need_secret(node_names, observed):
-        children.extend(secret_grant(parent, spec.source.secret_ref.name, config))
+    secrets = granted_secrets(spec)
+    if secrets and copies_need_secret(node_names, observed):
+        children.extend(secret_grant(parent, secrets, config))
     return {"status": status, "children": children}

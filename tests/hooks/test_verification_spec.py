@@ -1,0 +1,125 @@
+"""spec.verification (#25 part 3): what admission refuses (field, cause, fix), what the CRD's own
+schema and CEL rule refuse, what the sync hook hands each node copy (names, never material), and
+the per-cache Secret grant that covers the trust Secret only while a copy needs it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonschema
+import pytest
+from praesto.hooks.modelcache import sync
+
+from praesto import names
+from praesto.spec import InvalidSpec, parse_spec
+from praesto.verification import verification_from_node_spec
+from tests.hooks.factory import NOW, cache_node, mcn, modelcache, node_status, sync_request
+from tests.hooks.golden import CONFIG
+from tests.hooks.test_crds import _cel, _rules, _schema
+
+KEY = {"secretRef": {"name": "publisher-key", "key": "key.pub"}}
+
+
+def _spec(signature: Any, **extra: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "source": {"huggingface": {"repo": "org/signed"}},
+        "storage": {"size": "1Gi"},
+        "verification": {"signature": signature},
+    }
+    spec.update(extra)
+    return spec
+
+
+def test_each_method_parses_and_reaches_the_node_copy_as_names_only() -> None:
+    key = parse_spec(_spec({"publicKey": KEY})).verification
+    assert key is not None and key.method == "publicKey" and key.path == names.DEFAULT_SIGNATURE_FILE
+    assert key.to_node_dict() == {
+        "method": "publicKey",
+        "path": "model.sig",
+        "secretRef": {"name": "publisher-key", "key": "key.pub"},
+    }
+    cert = parse_spec(_spec({"certificate": KEY, "path": "sig/model.sig"})).verification
+    assert cert is not None and cert.method == "certificate" and cert.path == "sig/model.sig"
+    keyless = parse_spec(_spec({"sigstore": {"identity": "me@example.com", "oidcIssuer": "https://i"}}))
+    assert keyless.verification is not None
+    assert verification_from_node_spec(keyless.verification.to_node_dict()) == keyless.verification
+    assert parse_spec(_spec({"publicKey": KEY})).verification == verification_from_node_spec(
+        key.to_node_dict()
+    )
+
+
+@pytest.mark.parametrize(
+    ("signature", "extra", "field", "cause"),
+    [
+        ({}, {}, "spec.verification.signature", "no trust method"),
+        ({"publicKey": KEY, "certificate": KEY}, {}, "spec.verification.signature", "publicKey and certificate"),
+        ({"publicKey": {"secretRef": {"name": "k"}}}, {}, "spec.verification.signature.publicKey.secretRef",
+         "secretRef.name and secretRef.key"),
+        ({"publicKey": {"secretRef": {"name": "Bad_Name", "key": "k"}}}, {},
+         "spec.verification.signature.publicKey.secretRef.name", "not a valid Secret name"),
+        ({"publicKey": KEY, "path": "../model.sig"}, {}, "spec.verification.signature.path", "relative path"),
+        ({"publicKey": KEY, "path": ".praesto-manifest.json"}, {}, "spec.verification.signature.path",
+         "relative path"),
+        ({"sigstore": {"identity": "me@example.com"}}, {}, "spec.verification.signature.sigstore", "oidcIssuer"),
+        ({"publicKey": KEY}, {"storage": {"size": "1Gi", "storageClassName": "rwx"}}, "spec.verification",
+         "shared PVC mode"),
+    ],
+)  # fmt: skip
+def test_refusals_name_the_field_the_cause_and_the_fix(
+    signature: Any, extra: dict[str, Any], field: str, cause: str
+) -> None:
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(_spec(signature, **extra))
+    found = [e for e in info.value.errors if e.field == field]
+    assert found and cause in found[0].cause, info.value.errors
+    assert all(e.cause and e.fix for e in info.value.errors)
+
+
+def test_crd_schema_and_cel_rule_refuse_the_same() -> None:
+    schema = _schema(names.MODELCACHE_KIND)
+    good = modelcache("signed", spec=_spec({"publicKey": KEY}))
+    jsonschema.validate(good, schema)
+    typo = copy.deepcopy(good)
+    typo["spec"]["verification"]["signature"]["publicKey"] = {"secretRef": {"name": "k"}}  # no key
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(typo, schema)
+    rules = dict(_rules(schema))
+    one_method = rules[".spec.verification.signature"]
+    assert _cel(one_method, {"publicKey": KEY})
+    assert not _cel(one_method, {"publicKey": KEY, "certificate": KEY})
+    assert not _cel(one_method, {"path": "model.sig"})
+    node_schema = _schema(names.MODELCACHENODE_KIND)
+    node_copy = mcn("signed", "node-a")
+    node_copy["spec"]["verification"] = parse_spec(_spec({"publicKey": KEY})).verification.to_node_dict()  # type: ignore[union-attr]
+    jsonschema.validate(node_copy, node_schema)
+
+
+def _sync(spec: dict[str, Any], statuses: dict[str, str | None]) -> list[dict[str, Any]]:
+    parent = modelcache("signed", spec=spec)
+    copies = [mcn("signed", n, node_status(p) if p else None) for n, p in statuses.items()]
+    request = sync_request(parent, nodes=[cache_node("node-a"), cache_node("node-b")], children=copies)
+    children: list[dict[str, Any]] = sync(request, CONFIG, NOW)["children"]
+    return children
+
+
+def test_sync_gives_copies_the_verification_and_grants_the_trust_secret_while_needed() -> None:
+    spec = _spec({"publicKey": KEY})
+    spec["source"]["huggingface"]["token"] = {"secretRef": {"name": "hf-token", "key": "HF_TOKEN"}}
+    children = _sync(spec, {})
+    copies = [c for c in children if c["kind"] == names.MODELCACHENODE_KIND]
+    assert len(copies) == 2
+    assert all(c["spec"]["verification"]["secretRef"] == KEY["secretRef"] for c in copies)
+    role = next(c for c in children if c["kind"] == "Role")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["hf-token", "publisher-key"],
+         "verbs": ["get"]}
+    ]  # fmt: skip
+    # no token Secret: the trust Secret alone is granted, and only while a copy needs it
+    alone = _sync(_spec({"certificate": KEY}), {"node-a": names.PHASE_READY, "node-b": names.PHASE_FAILED})
+    role = next(c for c in alone if c["kind"] == "Role")
+    assert role["rules"][0]["resourceNames"] == ["publisher-key"]
+    settled = _sync(_spec({"certificate": KEY}), {"node-a": names.PHASE_READY, "node-b": names.PHASE_READY})
+    assert not [c for c in settled if c["kind"] in ("Role", "RoleBinding")]
+    keyless = _sync(_spec({"sigstore": {"identity": "me@example.com", "oidcIssuer": "https://i"}}), {})
+    assert not [c for c in keyless if c["kind"] in ("Role", "RoleBinding")]
