@@ -79,6 +79,9 @@ MANIFEST_SIGNATURE = "signature"
 # Where a signed model keeps its OpenSSF model-signing bundle, relative to the model's root: the
 # model-signing library's own default (`model_signing sign --signature`, src/model_signing/_cli.py).
 DEFAULT_SIGNATURE_FILE = "model.sig"
+# A copy's (and, when every failed copy says so, the ModelCache's) Ready reason when the model's
+# required signature is missing, invalid or does not match its files.
+REASON_SIGNATURE_INVALID = "SignatureInvalid"
 
 DEFAULT_BASE_PATH = "/var/praesto"
 DEFAULT_REVISION = "main"

@@ -16,6 +16,7 @@ from typing import ClassVar, Protocol
 
 from praesto.agent.download.digests import ALGORITHMS, RunningDigest, StoreDigest
 
+from praesto import names
 from praesto.spec import Source
 
 REASONS = (
@@ -29,7 +30,7 @@ REASONS = (
     "InvalidRepoFile",
     "WaitingForCredentials",  # the source refused anonymous access and no credential is configured
     "SizeExceedsRequest",  # --max-bytes: the source is larger than the volume it must fit (PVC mode)
-    "SignatureInvalid",  # a required model signature is missing, invalid or does not match the files
+    names.REASON_SIGNATURE_INVALID,  # a required model signature is missing, invalid or does not match
 )
 
 

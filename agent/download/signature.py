@@ -37,10 +37,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from praesto.agent.download.api import LastingDownloadError, SignaturePolicy
 from praesto.agent.download.hfplan import RESERVED_PREFIX
 
-from praesto.names import DEFAULT_SIGNATURE_FILE
+from praesto.names import DEFAULT_SIGNATURE_FILE, REASON_SIGNATURE_INVALID
 
 LIBRARY = "model-signing 1.1.1"
-REASON = "SignatureInvalid"
+REASON = REASON_SIGNATURE_INVALID
 _FIX = {
     "publicKey": "sign the model with the private key paired with this public key",
     "certificate": "sign the model with a certificate issued under the configured CA certificates",

@@ -123,3 +123,26 @@ def test_sync_gives_copies_the_verification_and_grants_the_trust_secret_while_ne
     assert not [c for c in settled if c["kind"] in ("Role", "RoleBinding")]
     keyless = _sync(_spec({"sigstore": {"identity": "me@example.com", "oidcIssuer": "https://i"}}), {})
     assert not [c for c in keyless if c["kind"] in ("Role", "RoleBinding")]
+
+
+def _failed(reason: str) -> dict[str, Any]:
+    message = f"{reason}: model.sig: the files do not match the signed manifest"
+    ready = {"type": "Ready", "status": "False", "reason": reason, "message": message}
+    return node_status(names.PHASE_FAILED, message=message, conditions=[ready])
+
+
+def test_cache_fails_with_signature_invalid_when_every_copy_refused_the_signature() -> None:
+    parent = modelcache("signed", spec=_spec({"publicKey": KEY}))
+    nodes = [cache_node("node-a"), cache_node("node-b")]
+
+    def ready_of(reasons: dict[str, str]) -> dict[str, Any]:
+        copies = [mcn("signed", n, _failed(r)) for n, r in reasons.items()]
+        status = sync(sync_request(parent, nodes=nodes, children=copies), CONFIG, NOW)["status"]
+        assert status["phase"] == names.PHASE_FAILED
+        return next(c for c in status["conditions"] if c["type"] == "Ready")  # type: ignore[no-any-return]
+
+    refused = ready_of({"node-a": "SignatureInvalid", "node-b": "SignatureInvalid"})
+    assert refused["reason"] == names.REASON_SIGNATURE_INVALID
+    assert "node-a: SignatureInvalid: " in refused["message"] and "model.sig" in refused["message"]
+    mixed = ready_of({"node-a": "SignatureInvalid", "node-b": "InsufficientDiskSpace"})
+    assert mixed["reason"] == "NodeFailed"  # unchanged when the copies fail for different reasons

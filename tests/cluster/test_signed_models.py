@@ -1,0 +1,116 @@
+"""Signed models on the real control plane (#25 part 3): spec.verification admitted by the real API
+server (CRD schema + CEL) and our webhook, carried to the node copy by the sync hook under
+Metacontroller, the trust Secret read by `praesto-agent run` through the per-cache grant only while a
+copy needs it; a signed model goes Ready, a tampered one leaves the cache Failed with reason
+SignatureInvalid and nothing published.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from praesto import names
+from praesto.store import StoreLayout
+from tests.cluster.agents import AgentProcess
+from tests.cluster.flows import phase_is, start_agents, wait_gone
+from tests.cluster.installed import Installed
+from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
+from tests.support.hub import LocalHub
+from tests.support.metacontroller import CompositeController, gone
+from tests.support.signed_models import key_pair, sign_with_key
+
+NS = "signed-models"
+NODE = "signing-node"
+POOL = "test.praesto.io/pool"
+FILES = {"config.json": b'{"model_type": "tiny"}', "model.safetensors": b"w" * 300_000}
+
+
+@pytest.fixture(scope="module")
+def agent(
+    installed: Installed, hub: LocalHub, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AgentProcess]:
+    opted_in_namespace(installed.admin, NS)
+    ready_node(installed.admin, NODE, {POOL: "signing"})
+    with ExitStack() as stack:
+        yield start_agents(stack, installed, hub, tmp_path_factory.mktemp("agent"), [NODE])[NODE]
+
+
+def _verification(secret: str) -> dict[str, object]:
+    return {"signature": {"publicKey": {"secretRef": {"name": secret, "key": "key.pub"}}}}
+
+
+def test_signed_model_ready_and_tampered_model_failed_with_signature_invalid(
+    installed: Installed,
+    hub: LocalHub,
+    agent: AgentProcess,
+    composite: CompositeController,
+    tmp_path: Path,
+) -> None:
+    publisher = key_pair(tmp_path / "publisher.key")
+    signed = sign_with_key(FILES, publisher)
+    hub.add_repo("org/signed", signed)
+    hub.add_repo("org/tampered", {**signed, "config.json": b'{"model_type": "evil"}'})
+    client.CoreV1Api(installed.admin.api).create_namespaced_secret(
+        NS,
+        {
+            "metadata": {"name": "publisher-key"},
+            "data": {"key.pub": base64.b64encode(publisher.cert_path.read_bytes()).decode()},
+        },
+    )
+    selector = {POOL: "signing"}
+    installed.admin.create(
+        modelcache(
+            "signed", NS, node_selector=selector, source={"huggingface": {"repo": "org/signed"}},
+            verification=_verification("publisher-key"),
+        )
+    )  # fmt: skip
+    installed.admin.create(
+        modelcache(
+            "tampered", NS, node_selector=selector, source={"huggingface": {"repo": "org/tampered"}},
+            verification=_verification("publisher-key"),
+        )
+    )  # fmt: skip
+    composite.wait_parent(NS, "signed", phase_is(names.PHASE_READY), deadline=90)
+    layout = StoreLayout(agent.base)
+    assert layout.is_complete(NS, "signed")
+    manifest = json.loads((layout.cache_dir(NS, "signed") / names.MANIFEST_FILE).read_text())
+    assert manifest[names.MANIFEST_SIGNATURE]["method"] == "publicKey"
+    assert manifest[names.MANIFEST_SIGNATURE]["signer"].startswith("key sha256:")
+
+    failed = composite.wait_parent(NS, "tampered", phase_is(names.PHASE_FAILED), deadline=90)
+    ready = next(c for c in (failed or {})["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == names.REASON_SIGNATURE_INVALID, ready
+    assert "model.sig" in ready["message"] and "config.json" in ready["message"]
+    assert not layout.cache_dir(NS, "tampered").exists()
+
+    # The signed cache's copy is on disk, so its grant goes; the tampered one still retries (Failed).
+    wait_gone(
+        installed.admin, "rbac.authorization.k8s.io/v1", "Role", names.secret_reader_role_name("signed"), NS
+    )
+
+    for cache in ("signed", "tampered"):
+        installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, cache, NS)
+        composite.wait_parent(NS, cache, gone, deadline=60)
+
+
+def test_admission_refuses_two_trust_methods_naming_the_field(installed: Installed) -> None:
+    key = {"secretRef": {"name": "k", "key": "key.pub"}}
+    both = {"signature": {"publicKey": key, "certificate": key}}
+    with pytest.raises(ApiException) as info:
+        installed.admin.create(modelcache("both", NS, verification=both))
+    assert info.value.status == 422 and "verification.signature" in str(info.value.body)
+    pvc_mode = modelcache(
+        "shared", NS, verification=_verification("k"), storage={"size": "1Gi", "storageClassName": "rwx"}
+    )
+    with pytest.raises(ApiException) as refused:  # the webhook's own rule (praesto/spec.py)
+        installed.admin.create(pvc_mode)
+    body = str(refused.value.body)
+    assert "spec.verification" in body and "shared PVC mode" in body
