@@ -139,7 +139,7 @@ def test_cache_fails_with_signature_invalid_when_every_copy_refused_the_signatur
         copies = [mcn("signed", n, _failed(r)) for n, r in reasons.items()]
         status = sync(sync_request(parent, nodes=nodes, children=copies), CONFIG, NOW)["status"]
         assert status["phase"] == names.PHASE_FAILED
-        return next(c for c in status["conditions"] if c["type"] == "Ready")  # type: ignore[no-any-return]
+        return next(c for c in status["conditions"] if c["type"] == "Ready")
 
     refused = ready_of({"node-a": "SignatureInvalid", "node-b": "SignatureInvalid"})
     assert refused["reason"] == names.REASON_SIGNATURE_INVALID
