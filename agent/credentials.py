@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from praesto.agent.copies import CacheRef
 from praesto.agent.download.api import SignaturePolicy
 from praesto.agent.download.objcreds import settings_from_secret
-from praesto.agent.kube import KubeApi
+from praesto.agent.kube import KubeApi, SecretUnavailable
 
 from praesto import credscope
 from praesto.verification import BASE as VERIFICATION_FIELD
@@ -96,7 +96,7 @@ def signature_policy(kube: KubeApi, ref: CacheRef) -> SignaturePolicy | None:
     wanted = ref.verification
     if wanted is None:
         return None
-    if wanted.secret_ref is None or wanted.secret_ref.key is None:  # sigstore: no material to read
+    if wanted.method == "sigstore":  # no material to read
         return SignaturePolicy(
             wanted.method,
             wanted.path,
@@ -104,10 +104,18 @@ def signature_policy(kube: KubeApi, ref: CacheRef) -> SignaturePolicy | None:
             identity=wanted.identity,
             oidc_issuer=wanted.oidc_issuer,
         )
-    name, key = wanted.secret_ref.name, wanted.secret_ref.key
     what = "the PEM public key" if wanted.method == "publicKey" else "the PEM CA certificates"
-    pem = kube.read_secret_value(ref.namespace, name, key, what)
-    origin = f"Secret {ref.namespace}/{name} key {key} ({VERIFICATION_FIELD}.{wanted.method})"
+    if wanted.secret_ref is not None:
+        name, key = wanted.secret_ref.name, str(wanted.secret_ref.key)
+        pem = kube.read_secret_value(ref.namespace, name, key, what)
+        origin = f"Secret {ref.namespace}/{name} key {key}"
+    elif wanted.config_map_ref is not None:
+        name, key = wanted.config_map_ref.name, str(wanted.config_map_ref.key)
+        pem = kube.read_config_map_value(ref.namespace, name, key, what)
+        origin = f"ConfigMap {ref.namespace}/{name} key {key}"
+    else:
+        raise SecretUnavailable(f"{VERIFICATION_FIELD}.{wanted.method} names no Secret or ConfigMap")
+    origin += f" ({VERIFICATION_FIELD}.{wanted.method})"
     if wanted.method == "publicKey":
         return SignaturePolicy(wanted.method, wanted.path, origin, public_key=pem)
     return SignaturePolicy(wanted.method, wanted.path, origin, certificates=(pem,))

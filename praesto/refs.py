@@ -33,13 +33,14 @@ class SecretRef:
     key: str | None = None
 
 
-def check_secret_name(name: Any, field_path: str) -> list[SpecError]:
+def check_secret_name(name: Any, field_path: str, kind: str = "Secret") -> list[SpecError]:
+    """A Secret's (or a ConfigMap's: the same DNS-subdomain rule) name."""
     if isinstance(name, str) and len(name) <= 253 and SECRET_NAME.match(name):
         return []
     return [
         SpecError(
             field_path,
-            "is not a valid Secret name",
+            f"is not a valid {kind} name",
             "use lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
             name,
         )

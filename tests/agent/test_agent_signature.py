@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from praesto import names
-from tests.agent.harness import NODE, Env, env_context, ready_condition
+from praesto import names, rbac
+from tests.agent.harness import NODE, Env, env_context, rbac_violations, ready_condition
 from tests.support.objects import modelcachenode
-from tests.support.signed_models import key_pair, sign_with_key
+from tests.support.pki import CertificateAuthority
+from tests.support.signed_models import key_pair, sign_with_certificate, sign_with_key
 
 FILES = {"config.json": b'{"model_type": "tiny"}', "model.safetensors": os.urandom(5000)}
 
@@ -83,3 +84,49 @@ def test_tampered_model_fails_with_signature_invalid_and_nothing_is_published(
     events = [e for e in env.kube.list("events", "team-a") if e["reason"] == "SignatureInvalid"]
     assert events and events[0]["type"] == "Warning"
     assert env.metric("praesto_agent_download_failures_total", reason="SignatureInvalid") >= 1
+
+
+def test_certificate_trust_from_a_config_map(env: Env, tmp_path: Path) -> None:
+    """The CA certificates in a ConfigMap of the cache's namespace; the signing certificate it issued
+    rides in the bundle. Only that ConfigMap is read, and no Secret."""
+    ca = CertificateAuthority(tmp_path / "pki", "publisher-ca")
+    env.hub.add_repo("org/certified", sign_with_certificate(FILES, ca, common_name="publisher.example"))
+    env.kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "publisher-ca", "namespace": "team-a"},
+            "data": {"ca.pem": ca.pem.decode()},
+        }
+    )
+    obj = modelcachenode(
+        "certified", NODE, "team-a", source={"uri": "hf://org/certified", "revision": "main"}
+    )
+    obj["spec"]["verification"] = {
+        "method": "certificate",
+        "path": names.DEFAULT_SIGNATURE_FILE,
+        "configMapRef": {"name": "publisher-ca", "key": "ca.pem"},
+    }
+    env.kube.create(obj)
+    env.start()
+    env.wait_phase("certified", names.PHASE_READY)
+    published = env.layout.cache_dir("team-a", "certified")
+    record = json.loads((published / names.MANIFEST_FILE).read_text())[names.MANIFEST_SIGNATURE]
+    assert record["method"] == "certificate" and record["signer"].startswith("CN=publisher.example")
+    assert record["trustFrom"].startswith("ConfigMap team-a/publisher-ca key ca.pem")
+    reads = {
+        (r.verb, r.resource, r.name) for r in env.kube.requests if r.resource in ("secrets", "configmaps")
+    }
+    assert reads == {("get", "configmaps", "publisher-ca")}
+    # The harness's RBAC check knows the per-cache Secret grant only: check the ConfigMap grant's
+    # rule (namespaced get by name, praesto.rbac.AGENT_CONFIGMAP_GRANT) here, every other call against
+    # the harness's own rule, and leave the harness a log without the ConfigMap reads.
+    assert env.agent is not None
+    env.agent.stop()
+    grant = rbac.AGENT_CONFIGMAP_GRANT
+    config_map_reads = [
+        r for r in env.kube.requests if (r.group, r.resource) == (grant.group, grant.resource)
+    ]
+    assert all(r.verb in grant.verbs and r.namespace == "team-a" and r.name for r in config_map_reads)
+    assert rbac_violations([r for r in env.kube.requests if r not in config_map_reads]) == []
+    env.kube.clear_requests()

@@ -135,3 +135,12 @@ def test_the_trust_secret_of_spec_verification_is_checked_and_named_too(author: 
         f"spec.verification.signature.publicKey.secretRef.name: system:serviceaccount:{TENANT}:{AUTHOR} "
         "may not get Secret 'someone-elses-key'" in body
     )
+
+    in_config_map = {"signature": {"certificate": {"configMapRef": {"name": "team-ca", "key": "ca.pem"}}}}
+    with pytest.raises(ApiException) as refused:
+        author.create(modelcache("exfil-ca", TENANT, verification=in_config_map))
+    assert refused.value.status == 403
+    assert (
+        f"spec.verification.signature.certificate.configMapRef.name: system:serviceaccount:{TENANT}:{AUTHOR} "
+        "may not get ConfigMap 'team-ca'" in str(refused.value.body)
+    )

@@ -25,7 +25,8 @@ from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 from tests.support.hub import LocalHub
 from tests.support.metacontroller import CompositeController, gone
-from tests.support.signed_models import key_pair, sign_with_key
+from tests.support.pki import CertificateAuthority
+from tests.support.signed_models import key_pair, sign_with_certificate, sign_with_key
 
 NS = "signed-models"
 NODE = "signing-node"
@@ -78,7 +79,20 @@ def test_signed_model_ready_and_tampered_model_failed_with_signature_invalid(
             verification=_verification("publisher-key"),
         )
     )  # fmt: skip
+    # the certificate method, its CA in a ConfigMap (Metacontroller grants get on that one ConfigMap)
+    ca = CertificateAuthority(tmp_path / "pki", "publisher-ca")
+    hub.add_repo("org/certified", sign_with_certificate(FILES, ca, common_name="publisher.example"))
+    client.CoreV1Api(installed.admin.api).create_namespaced_config_map(
+        NS, {"metadata": {"name": "publisher-ca"}, "data": {"ca.pem": ca.pem.decode()}}
+    )
+    installed.admin.create(
+        modelcache(
+            "certified", NS, node_selector=selector, source={"huggingface": {"repo": "org/certified"}},
+            verification={"signature": {"certificate": {"configMapRef": {"name": "publisher-ca", "key": "ca.pem"}}}},
+        )
+    )  # fmt: skip
     composite.wait_parent(NS, "signed", phase_is(names.PHASE_READY), deadline=90)
+    composite.wait_parent(NS, "certified", phase_is(names.PHASE_READY), deadline=90)
     layout = StoreLayout(agent.base)
     assert layout.is_complete(NS, "signed")
     manifest = json.loads((layout.cache_dir(NS, "signed") / names.MANIFEST_FILE).read_text())
@@ -96,7 +110,9 @@ def test_signed_model_ready_and_tampered_model_failed_with_signature_invalid(
         installed.admin, "rbac.authorization.k8s.io/v1", "Role", names.secret_reader_role_name("signed"), NS
     )
 
-    for cache in ("signed", "tampered"):
+    certified = json.loads((layout.cache_dir(NS, "certified") / names.MANIFEST_FILE).read_text())
+    assert certified[names.MANIFEST_SIGNATURE]["signer"].startswith("CN=publisher.example")
+    for cache in ("signed", "tampered", "certified"):
         installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, cache, NS)
         composite.wait_parent(NS, cache, gone, deadline=60)
 

@@ -39,6 +39,10 @@ def test_each_method_parses_and_reaches_the_node_copy_as_names_only() -> None:
         "path": "model.sig",
         "secretRef": {"name": "publisher-key", "key": "key.pub"},
     }
+    cm = parse_spec(_spec({"publicKey": {"configMapRef": {"name": "keys", "key": "key.pub"}}})).verification
+    assert cm is not None and cm.secret_ref is None and cm.config_map_ref is not None
+    assert verification_from_node_spec(cm.to_node_dict()) == cm
+    assert cm.to_node_dict()["configMapRef"] == {"name": "keys", "key": "key.pub"}
     cert = parse_spec(_spec({"certificate": KEY, "path": "sig/model.sig"})).verification
     assert cert is not None and cert.method == "certificate" and cert.path == "sig/model.sig"
     keyless = parse_spec(_spec({"sigstore": {"identity": "me@example.com", "oidcIssuer": "https://i"}}))
@@ -56,6 +60,11 @@ def test_each_method_parses_and_reaches_the_node_copy_as_names_only() -> None:
         ({"publicKey": KEY, "certificate": KEY}, {}, "spec.verification.signature", "publicKey and certificate"),
         ({"publicKey": {"secretRef": {"name": "k"}}}, {}, "spec.verification.signature.publicKey.secretRef",
          "secretRef.name and secretRef.key"),
+        ({"publicKey": {}}, {}, "spec.verification.signature.publicKey", "secretRef or configMapRef"),
+        ({"certificate": {**KEY, "configMapRef": {"name": "c", "key": "ca.pem"}}}, {},
+         "spec.verification.signature.certificate", "exactly one of secretRef and configMapRef"),
+        ({"publicKey": {"configMapRef": {"name": "Bad_Name", "key": "k"}}}, {},
+         "spec.verification.signature.publicKey.configMapRef.name", "not a valid ConfigMap name"),
         ({"publicKey": {"secretRef": {"name": "Bad_Name", "key": "k"}}}, {},
          "spec.verification.signature.publicKey.secretRef.name", "not a valid Secret name"),
         ({"publicKey": KEY, "path": "../model.sig"}, {}, "spec.verification.signature.path", "relative path"),
@@ -89,6 +98,9 @@ def test_crd_schema_and_cel_rule_refuse_the_same() -> None:
     assert _cel(one_method, {"publicKey": KEY})
     assert not _cel(one_method, {"publicKey": KEY, "certificate": KEY})
     assert not _cel(one_method, {"path": "model.sig"})
+    one_ref = rules[".spec.verification.signature.publicKey"]
+    assert _cel(one_ref, KEY) and _cel(one_ref, {"configMapRef": {"name": "k", "key": "k"}})
+    assert not _cel(one_ref, {**KEY, "configMapRef": {"name": "k", "key": "k"}}) and not _cel(one_ref, {})
     node_schema = _schema(names.MODELCACHENODE_KIND)
     node_copy = mcn("signed", "node-a")
     node_copy["spec"]["verification"] = parse_spec(_spec({"publicKey": KEY})).verification.to_node_dict()  # type: ignore[union-attr]
@@ -121,6 +133,11 @@ def test_sync_gives_copies_the_verification_and_grants_the_trust_secret_while_ne
     assert role["rules"][0]["resourceNames"] == ["publisher-key"]
     settled = _sync(_spec({"certificate": KEY}), {"node-a": names.PHASE_READY, "node-b": names.PHASE_READY})
     assert not [c for c in settled if c["kind"] in ("Role", "RoleBinding")]
+    from_config_map = _sync(_spec({"publicKey": {"configMapRef": {"name": "keys", "key": "key.pub"}}}), {})
+    role = next(c for c in from_config_map if c["kind"] == "Role")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["keys"], "verbs": ["get"]}
+    ]
     keyless = _sync(_spec({"sigstore": {"identity": "me@example.com", "oidcIssuer": "https://i"}}), {})
     assert not [c for c in keyless if c["kind"] in ("Role", "RoleBinding")]
 

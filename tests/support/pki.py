@@ -114,6 +114,15 @@ class CertificateAuthority:
         )
         if hosts:
             builder = builder.add_extension(_subject_alt_names(hosts), critical=False)
+        if code_signing:  # what a model-signing verifier looks for (sign_certificate.py)
+            usage_bits = dict.fromkeys(
+                ("content_commitment", "key_encipherment", "data_encipherment", "key_agreement",
+                 "key_cert_sign", "crl_sign", "encipher_only", "decipher_only"),
+                False,
+            )  # fmt: skip
+            builder = builder.add_extension(
+                x509.KeyUsage(digital_signature=True, **usage_bits), critical=True
+            )
         cert = builder.sign(self._key, hashes.SHA256())
         pair = KeyPair(self.directory / f"{name}.crt", self.directory / f"{name}.key")
         pair.cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
