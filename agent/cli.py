@@ -13,7 +13,8 @@ Exit codes (download): 0 published (or already complete); 1 failed for good (the
 reason says why: RepoNotFound, Unauthorized, GatedRepo, RevisionNotFound,
 ChecksumMismatch, InsufficientDiskSpace, InvalidRepoFile, WaitingForCredentials,
 SizeExceedsRequest, SignatureInvalid, SourceUnavailable); 2 bad
-usage; 3 larger than --max-bytes (SizeExceedsRequest), nothing written; 75 temporary failure, run again to resume; 130 interrupted (SIGINT/SIGTERM),
+usage; 3 larger than --max-bytes (SizeExceedsRequest), nothing written; 4 the required
+signature (--signature-*) is missing, invalid or does not match (SignatureInvalid), nothing published; 75 temporary failure, run again to resume; 130 interrupted (SIGINT/SIGTERM),
 staging kept for resume. wait: 0 complete, 1 timed out, 2 bad usage.
 
 The token comes from --token-file or HF_TOKEN, is held in memory only, and is never
@@ -58,6 +59,7 @@ from praesto.spec import parse_uri
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TEMPFAIL, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
 EXIT_TOO_LARGE = names.DOWNLOAD_EXIT_TOO_LARGE  # SizeExceedsRequest: the PVC Job fails at once on it
+EXIT_SIGNATURE_INVALID = names.DOWNLOAD_EXIT_SIGNATURE_INVALID  # likewise for SignatureInvalid
 
 
 class _Scrub(logging.Filter):
@@ -185,6 +187,8 @@ def _download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         _say(f"error: {error.reason}: {error.message}", token)
         if error.reason == "SizeExceedsRequest":
             return EXIT_TOO_LARGE
+        if error.reason == names.REASON_SIGNATURE_INVALID:
+            return EXIT_SIGNATURE_INVALID
         return EXIT_TEMPFAIL if isinstance(error, TemporaryDownloadError) else EXIT_FAILED
     _report(settings.termination_log, resolved.revision, result.plan.total_bytes)
     _say(

@@ -194,6 +194,8 @@ DEFAULT_LOG_LEVEL = "INFO"
 # `praesto-agent download` exit code for SizeExceedsRequest; the PVC-mode Job's podFailurePolicy
 # fails the Job on it at once and the sync hook reports it (issue 7).
 DOWNLOAD_EXIT_TOO_LARGE = 3
+# ... and for SignatureInvalid (spec.verification): retrying the same bytes cannot help either.
+DOWNLOAD_EXIT_SIGNATURE_INVALID = 4
 
 # Cluster-wide origin budget (agent/budget): Leases in the release namespace. Each node claims a
 # place in a group's queue with a Lease of its own, `praesto-origin-<group>.<node>` (<group>: `all`

@@ -373,14 +373,6 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
         )
 
     verification = parse_verification(spec.get("verification"), errors)
-    if verification is not None and storage_class:
-        errors.append(
-            SpecError(
-                "spec.verification",
-                "signature verification is not supported in shared PVC mode (storage.storageClassName) yet",
-                "remove storage.storageClassName to verify on every node, or remove verification",
-            )
-        )
 
     if errors or source is None:
         raise InvalidSpec(

@@ -23,6 +23,8 @@ from tests.cluster.agents import AgentProcess
 from tests.cluster.flows import phase_is, start_agents, wait_gone
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
+from tests.cluster.test_pvc_mode import CLASS, job_pod, pvc_namespace, run_like_the_kubelet
+from tests.cluster.test_pvc_mode import NS as PVC_NS
 from tests.support.hub import LocalHub
 from tests.support.metacontroller import CompositeController, gone
 from tests.support.pki import CertificateAuthority
@@ -123,10 +125,56 @@ def test_admission_refuses_two_trust_methods_naming_the_field(installed: Install
     with pytest.raises(ApiException) as info:
         installed.admin.create(modelcache("both", NS, verification=both))
     assert info.value.status == 422 and "verification.signature" in str(info.value.body)
-    pvc_mode = modelcache(
-        "shared", NS, verification=_verification("k"), storage={"size": "1Gi", "storageClassName": "rwx"}
+
+
+def test_pvc_mode_job_refuses_a_tampered_model_and_the_cache_fails_with_signature_invalid(
+    installed: Installed, hub: LocalHub, composite: CompositeController, tmp_path: Path
+) -> None:
+    """Shared PVC mode: the downloader Job mounts the trust ConfigMap; run as the kubelet would, it
+    exits 4 on the tampered model, the Job controller's podFailurePolicy fails the Job at once, and
+    the cache goes Failed with reason SignatureInvalid; nothing was published in the volume."""
+    pvc_namespace(installed)
+    publisher = key_pair(tmp_path / "publisher.key")
+    hub.add_repo("org/shared-tampered", {**sign_with_key(FILES, publisher), "extra.bin": b"unsigned"})
+    core = client.CoreV1Api(installed.admin.api)
+    core.create_namespaced_config_map(
+        PVC_NS, {"metadata": {"name": "publisher-key"}, "data": {"key.pub": publisher.cert_path.read_text()}}
     )
-    with pytest.raises(ApiException) as refused:  # the webhook's own rule (praesto/spec.py)
-        installed.admin.create(pvc_mode)
-    body = str(refused.value.body)
-    assert "spec.verification" in body and "shared PVC mode" in body
+    installed.admin.create(
+        modelcache(
+            "shared-signed", PVC_NS, source={"huggingface": {"repo": "org/shared-tampered"}},
+            storage={"size": "1Gi", "storageClassName": CLASS},
+            verification={"signature": {"publicKey": {"configMapRef": {"name": "publisher-key", "key": "key.pub"}}}},
+        )
+    )  # fmt: skip
+    composite.wait_parent(PVC_NS, "shared-signed", phase_is(names.PHASE_PENDING, names.PHASE_DOWNLOADING), 30)
+    pod = job_pod(core, names.download_job_name("shared-signed"))
+    trust = next(v for v in pod.spec.volumes if v.name == "trust")
+    assert trust.config_map.name == "publisher-key"
+    # what the kubelet would project from the ConfigMap into the trust volume
+    (tmp_path / "volumes" / "trust").mkdir(parents=True)
+    (tmp_path / "volumes" / "trust" / "trust.pem").write_bytes(publisher.cert_path.read_bytes())
+    ran = run_like_the_kubelet(pod, tmp_path / "volumes", hub.endpoint)
+    assert ran.returncode == names.DOWNLOAD_EXIT_SIGNATURE_INVALID, ran.stderr[-2000:]
+    assert "error: SignatureInvalid: model.sig: " in ran.stderr and "extra.bin" in ran.stderr
+    assert not (tmp_path / "volumes" / "cache" / names.COMPLETE_FILE).exists()
+    terminated = {"exitCode": ran.returncode, "reason": "Error", "message": ran.stderr[-1000:]}
+    container = pod.spec.containers[0]
+    core.patch_namespaced_pod_status(
+        pod.metadata.name,
+        PVC_NS,
+        {
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {"name": container.name, "image": container.image, "imageID": "", "ready": False,
+                     "restartCount": 0, "state": {"terminated": terminated}}
+                ],
+            }
+        },
+    )  # fmt: skip
+    failed = composite.wait_parent(PVC_NS, "shared-signed", phase_is(names.PHASE_FAILED), deadline=60)
+    ready = next(c for c in (failed or {})["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == names.REASON_SIGNATURE_INVALID, ready
+    installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "shared-signed", PVC_NS)
+    composite.wait_parent(PVC_NS, "shared-signed", gone, deadline=30)

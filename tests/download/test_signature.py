@@ -43,8 +43,8 @@ def _download(hub: LocalHub, repo: str, dest: Path, *trust: str) -> subprocess.C
 
 
 def _assert_refused(done: subprocess.CompletedProcess[str], dest: Path, *cause: str) -> None:
-    """Exit 1, one `error: SignatureInvalid: model.sig: ...` line naming the cause; nothing published."""
-    assert done.returncode == 1, done.stderr
+    """Exit 4, one `error: SignatureInvalid: model.sig: ...` line naming the cause; nothing published."""
+    assert done.returncode == names.DOWNLOAD_EXIT_SIGNATURE_INVALID, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, done.stderr
     assert errors[0].startswith(f"error: SignatureInvalid: {names.DEFAULT_SIGNATURE_FILE}: "), errors

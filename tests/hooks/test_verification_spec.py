@@ -71,8 +71,6 @@ def test_each_method_parses_and_reaches_the_node_copy_as_names_only() -> None:
         ({"publicKey": KEY, "path": ".praesto-manifest.json"}, {}, "spec.verification.signature.path",
          "relative path"),
         ({"sigstore": {"identity": "me@example.com"}}, {}, "spec.verification.signature.sigstore", "oidcIssuer"),
-        ({"publicKey": KEY}, {"storage": {"size": "1Gi", "storageClassName": "rwx"}}, "spec.verification",
-         "shared PVC mode"),
     ],
 )  # fmt: skip
 def test_refusals_name_the_field_the_cause_and_the_fix(
@@ -163,3 +161,54 @@ def test_cache_fails_with_signature_invalid_when_every_copy_refused_the_signatur
     assert "node-a: SignatureInvalid: " in refused["message"] and "model.sig" in refused["message"]
     mixed = ready_of({"node-a": "SignatureInvalid", "node-b": "InsufficientDiskSpace"})
     assert mixed["reason"] == "NodeFailed"  # unchanged when the copies fail for different reasons
+
+
+def test_pvc_mode_job_verifies_with_the_trust_material_mounted_as_a_file() -> None:
+    """Shared PVC mode runs the same `praesto-agent download`: the trust Secret or ConfigMap is
+    mounted (the kubelet reads it; no grant), the flags name the file, and SignatureInvalid (exit 4)
+    fails the Job at once through its podFailurePolicy."""
+    from praesto.hooks.pvc_job import TRUST_DIR, TRUST_FILE, download_job
+
+    pvc = {"size": "1Gi", "storageClassName": "rwx"}
+    spec = parse_spec(_spec({"publicKey": {"configMapRef": {"name": "keys", "key": "key.pub"}}}, storage=pvc))
+    job = download_job(modelcache("shared", spec=_spec({}, storage=pvc)), spec, CONFIG)
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    args = container["args"]
+    assert args[args.index("--signature-public-key") + 1] == TRUST_FILE
+    assert args[args.index("--signature-path") + 1] == names.DEFAULT_SIGNATURE_FILE
+    trust = next(v for v in pod["volumes"] if v["name"] == "trust")
+    assert trust["configMap"] == {"name": "keys", "items": [{"key": "key.pub", "path": "trust.pem"}]}
+    assert {"name": "trust", "mountPath": TRUST_DIR, "readOnly": True} in container["volumeMounts"]
+    rules = [r["onExitCodes"]["values"] for r in job["spec"]["podFailurePolicy"]["rules"]]
+    assert rules == [[names.DOWNLOAD_EXIT_TOO_LARGE], [names.DOWNLOAD_EXIT_SIGNATURE_INVALID]]
+    certificate = parse_spec(_spec({"certificate": KEY}, storage=pvc))
+    cert_job = download_job(modelcache("shared", spec=_spec({}, storage=pvc)), certificate, CONFIG)
+    cert_pod = cert_job["spec"]["template"]["spec"]
+    assert "--signature-certificate" in cert_pod["containers"][0]["args"]
+    assert (
+        next(v for v in cert_pod["volumes"] if v["name"] == "trust")["secret"]["secretName"]
+        == "publisher-key"
+    )
+    unsigned = download_job(modelcache("shared", spec=_spec({}, storage=pvc)), parse_spec(
+        {"source": {"huggingface": {"repo": "org/x"}}, "storage": pvc}), CONFIG)  # fmt: skip
+    assert not any(
+        a.startswith("--signature") for a in unsigned["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    assert len(unsigned["spec"]["podFailurePolicy"]["rules"]) == 1  # unchanged without verification
+
+
+def test_pvc_mode_signature_refusal_fails_the_cache_with_signature_invalid() -> None:
+    from praesto.hooks.pvc import _job_state
+
+    job = {
+        "status": {
+            "conditions": [
+                {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+                 "message": "Container download for pod pvc/x failed with exit code 4 matching FailJob rule at index 0"}
+            ]
+        }
+    }  # fmt: skip
+    phase, reason, message = _job_state(job)
+    assert (phase, reason) == (names.PHASE_FAILED, names.REASON_SIGNATURE_INVALID)
+    assert "spec.verification" in message and "Pod log" in message
