@@ -130,3 +130,31 @@ def test_certificate_trust_from_a_config_map(env: Env, tmp_path: Path) -> None:
     assert all(r.verb in grant.verbs and r.namespace == "team-a" and r.name for r in config_map_reads)
     assert rbac_violations([r for r in env.kube.requests if r not in config_map_reads]) == []
     env.kube.clear_requests()
+
+
+def test_an_unsigned_prebaked_copy_does_not_stand_in_for_a_cache_that_verifies(
+    env: Env, tmp_path: Path
+) -> None:
+    """A copy pre-baked by `praesto-agent download` without --signature-* (no cache UID, no signature
+    record) would be adopted by a cache of its source; with spec.verification it is discarded and
+    the model downloaded again, verified (store.copy_mismatch)."""
+    from praesto.agent.download import Options, download, plan
+
+    from praesto.spec import parse_uri
+
+    publisher = key_pair(tmp_path / "keys" / "publisher.key")
+    env.hub.add_repo("org/prebaked", sign_with_key(FILES, publisher))
+    source, _ = parse_uri("hf://org/prebaked")
+    assert source is not None
+    options = Options(endpoint=env.hub.endpoint)
+    download(plan(source, options), env.layout.cache_dir("team-a", "prebaked"), options)
+    assert names.MANIFEST_SIGNATURE not in json.loads(
+        (env.layout.cache_dir("team-a", "prebaked") / names.MANIFEST_FILE).read_text()
+    )
+    _create_key_secret(env, "publisher-key", publisher.cert_path.read_bytes())
+    _create_signed_cache(env, "prebaked")
+    env.start()
+    env.wait_phase("prebaked", names.PHASE_READY)
+    manifest = json.loads((env.layout.cache_dir("team-a", "prebaked") / names.MANIFEST_FILE).read_text())
+    assert manifest[names.MANIFEST_SIGNATURE]["method"] == "publicKey"
+    assert "discarded a copy that is not this cache's" in env.log.getvalue()
