@@ -34,7 +34,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from praesto.agent.download.api import LastingDownloadError, SignaturePolicy
+from praesto.agent.download.api import LastingDownloadError, SignaturePolicy, TemporaryDownloadError
 from praesto.agent.download.hfplan import RESERVED_PREFIX
 
 from praesto.names import DEFAULT_SIGNATURE_FILE, REASON_SIGNATURE_INVALID
@@ -169,6 +169,13 @@ def verify_tree(tree: Path, policy: SignaturePolicy) -> dict[str, str]:
             else:
                 raise ValueError(f"unknown method {policy.method!r}")
         except Exception as error:  # the library raises what its parsers raise
+            if policy.method == "sigstore":  # keyless: the trust root comes from Sigstore's services
+                raise TemporaryDownloadError(
+                    "SourceUnavailable",
+                    f"{policy.path}: keyless Sigstore verification could not load Sigstore's trust root "
+                    f"({type(error).__name__}: {error}); the node needs to reach Sigstore's public "
+                    "services, or use verification.signature.publicKey or .certificate",
+                ) from None
             raise _refuse(
                 policy,
                 f"cannot use the {policy.method} trust material from {policy.origin}: "

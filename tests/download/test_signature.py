@@ -142,3 +142,20 @@ def test_signature_flags_misuse_is_a_usage_error(tmp_path: Path, publisher: KeyP
     escaping = _cli("download", "hf://org/x", "--dest", str(tmp_path / "d"), "--signature-public-key", str(key),
                     "--signature-path", "../model.sig")  # fmt: skip
     assert escaping.returncode == 2 and "relative to the model's root" in escaping.stderr
+
+
+def test_keyless_sigstore_is_configured_and_says_so_when_sigstore_is_unreachable(
+    hub: LocalHub, tmp_path: Path, publisher: KeyPair
+) -> None:
+    """Keyless Sigstore needs Sigstore's public services, which this machine cannot reach: the
+    download stops before publishing with a temporary error (exit 75) that says what is missing."""
+    hub.add_repo("org/keyless", sign_with_key(_model(), publisher))
+    dest = tmp_path / "out"
+    done = _download(hub, "org/keyless", dest, "--signature-identity", "publisher@example.com",
+                     "--signature-oidc-issuer", "https://accounts.example.com")  # fmt: skip
+    if done.returncode == names.DOWNLOAD_EXIT_SIGNATURE_INVALID:  # reached Sigstore: a key bundle is refused
+        assert "error: SignatureInvalid: model.sig: " in done.stderr
+    else:
+        assert done.returncode == 75, done.stderr
+        assert "error: SourceUnavailable: model.sig: keyless Sigstore verification" in done.stderr
+    assert not dest.exists()
