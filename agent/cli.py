@@ -2,7 +2,9 @@
 
     praesto-agent download hf://org/name[:rev] --dest DIR [--revision R] [--token-file F]
                   [--endpoint URL] [--concurrency N] [--allow GLOB]... [--ignore GLOB]...
-                  [--max-bytes QUANTITY]
+                  [--max-bytes QUANTITY] [--signature-public-key FILE | --signature-certificate FILE
+                  [--signature-certificate-chain FILE]... | --signature-identity ID --signature-oidc-issuer URL]
+                  [--signature-path model.sig]
     praesto-agent download s3://bucket/prefix --dest DIR [--credentials-dir D]   (also gs://, az://)
     praesto-agent wait --path DIR [--timeout SECONDS]
     praesto-agent run ...            (the DaemonSet process; see `praesto-agent run --help`)
@@ -10,8 +12,9 @@
 Exit codes (download): 0 published (or already complete); 1 failed for good (the
 reason says why: RepoNotFound, Unauthorized, GatedRepo, RevisionNotFound,
 ChecksumMismatch, InsufficientDiskSpace, InvalidRepoFile, WaitingForCredentials,
-SizeExceedsRequest, SourceUnavailable); 2 bad
-usage; 3 larger than --max-bytes (SizeExceedsRequest), nothing written; 75 temporary failure, run again to resume; 130 interrupted (SIGINT/SIGTERM),
+SizeExceedsRequest, SignatureInvalid, SourceUnavailable); 2 bad
+usage; 3 larger than --max-bytes (SizeExceedsRequest), nothing written; 4 the required
+signature (--signature-*) is missing, invalid or does not match (SignatureInvalid), nothing published; 75 temporary failure, run again to resume; 130 interrupted (SIGINT/SIGTERM),
 staging kept for resume. wait: 0 complete, 1 timed out, 2 bad usage.
 
 The token comes from --token-file or HF_TOKEN, is held in memory only, and is never
@@ -49,6 +52,7 @@ from praesto.agent.download import (
 )
 from praesto.agent.download.objcreds import settings_from_env
 from praesto.agent.download.settings import DownloadSettings
+from praesto.agent.download.signature import policy_from_files
 
 from praesto import names
 from praesto.quantity import QuantityError, format_bytes, parse_quantity
@@ -56,6 +60,7 @@ from praesto.spec import parse_uri
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TEMPFAIL, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
 EXIT_TOO_LARGE = names.DOWNLOAD_EXIT_TOO_LARGE  # SizeExceedsRequest: the PVC Job fails at once on it
+EXIT_SIGNATURE_INVALID = names.DOWNLOAD_EXIT_SIGNATURE_INVALID  # likewise for SignatureInvalid
 
 
 class _Scrub(logging.Filter):
@@ -121,6 +126,14 @@ def _download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         )
     try:
         token = _read_token(args, settings)
+        signature = policy_from_files(
+            public_key=args.signature_public_key,
+            certificate=args.signature_certificate,
+            chain=tuple(args.signature_certificate_chain),
+            identity=args.signature_identity,
+            oidc_issuer=args.signature_oidc_issuer,
+            path=args.signature_path,
+        )
     except ValueError as error:
         _say(f"error: {error}", None)
         return EXIT_USAGE
@@ -158,6 +171,7 @@ def _download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         # a mounted Secret (the PVC Job mounts the cache's own) is the only credential then
         identity_allowed=credentials_dir is None,
         max_bytes=max_bytes,
+        signature=signature,
     )
     try:
         resolved = plan(source, options)
@@ -174,6 +188,8 @@ def _download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         _say(f"error: {error.reason}: {error.message}", token)
         if error.reason == "SizeExceedsRequest":
             return EXIT_TOO_LARGE
+        if error.reason == names.REASON_SIGNATURE_INVALID:
+            return EXIT_SIGNATURE_INVALID
         return EXIT_TEMPFAIL if isinstance(error, TemporaryDownloadError) else EXIT_FAILED
     _report(settings.termination_log, resolved.revision, result.plan.total_bytes)
     _say(
@@ -265,6 +281,33 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
     dl.add_argument("--staging-dir", help="where to stage (same filesystem as --dest)")
     dl.add_argument("--part-size", type=_positive, default=Options.part_size >> 20, help="MiB per byte range")
     dl.add_argument("--quiet", action="store_true", help="no progress lines")
+    sig = dl.add_argument_group(
+        "signed models (OpenSSF model signing; the bundle is checked before publishing)"
+    )
+    sig.add_argument(
+        "--signature-public-key", metavar="FILE", help="PEM public key the model must be signed with"
+    )
+    sig.add_argument(
+        "--signature-certificate",
+        metavar="FILE",
+        help="PEM CA certificate the signing certificate must chain to",
+    )
+    sig.add_argument(
+        "--signature-certificate-chain",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="PEM intermediate certificates between that CA and the signing certificate (repeatable)",
+    )
+    sig.add_argument(
+        "--signature-identity", help="keyless Sigstore: the signer's identity (needs Sigstore's services)"
+    )
+    sig.add_argument("--signature-oidc-issuer", help="keyless Sigstore: the OIDC issuer of that identity")
+    sig.add_argument(
+        "--signature-path",
+        metavar="PATH",
+        help=f"the bundle, relative to the model root (default {names.DEFAULT_SIGNATURE_FILE})",
+    )
     dl.set_defaults(func=_download)
 
     wait = sub.add_parser("wait", parents=[common], help="wait until a directory holds a complete download")

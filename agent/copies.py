@@ -22,6 +22,7 @@ from praesto.agent.reservations import StoreKey
 from praesto import names, store
 from praesto.quantity import parse_duration, parse_quantity
 from praesto.spec import Source, source_from_node_spec
+from praesto.verification import Verification, verification_from_node_spec
 
 Obj = dict[str, Any]
 CopyKey = tuple[str, str]  # (namespace, ModelCacheNode name): one copy
@@ -38,6 +39,7 @@ class CacheRef:
     size_bytes: int | None  # spec.size
     ttl: float | None  # spec.unusedTTL in seconds
     cache_uid: str = ""  # the owning ModelCache's UID (the controller ownerReference); "" when none
+    verification: Verification | None = None  # spec.verification: the signature the model must carry
 
     @property
     def key(self) -> CopyKey:
@@ -93,7 +95,8 @@ def ref_of(obj: Obj) -> CacheRef:
     source = source_from_node_spec(spec.get("source") or {})
     size = parse_quantity(spec["size"]) if spec.get("size") else None
     ttl = parse_duration(spec["unusedTTL"]) if spec.get("unusedTTL") else None
-    return CacheRef(ns, name, cache, source, size, ttl, owner_uid(obj))
+    verification = verification_from_node_spec(spec.get("verification"))
+    return CacheRef(ns, name, cache, source, size, ttl, owner_uid(obj), verification)
 
 
 def owner_uid(obj: Obj) -> str:

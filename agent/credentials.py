@@ -15,10 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from praesto.agent.copies import CacheRef
+from praesto.agent.download.api import SignaturePolicy
 from praesto.agent.download.objcreds import settings_from_secret
-from praesto.agent.kube import KubeApi
+from praesto.agent.kube import KubeApi, SecretUnavailable
 
 from praesto import credscope
+from praesto.verification import BASE as VERIFICATION_FIELD
 
 CLUSTER_SECRET_ENV = "PRAESTO_CREDENTIALS_SECRET"  # noqa: S105 - chart credentials.secretRef: "namespace/name"
 # chart credentials.namespaces, comma-separated: who may use the cluster's credentials at all
@@ -86,3 +88,34 @@ class CredentialPolicy:
         if source.scheme == "hf":
             return settings.get("HF_TOKEN") or None, None, where
         return None, settings, where
+
+
+def signature_policy(kube: KubeApi, ref: CacheRef) -> SignaturePolicy | None:
+    """The signature this copy's model must carry, its trust material read now from the cache's own
+    Secret (the per-cache grant, hooks/local.py), held in memory for this attempt only."""
+    wanted = ref.verification
+    if wanted is None:
+        return None
+    if wanted.method == "sigstore":  # no material to read
+        return SignaturePolicy(
+            wanted.method,
+            wanted.path,
+            f"{VERIFICATION_FIELD}.sigstore",
+            identity=wanted.identity,
+            oidc_issuer=wanted.oidc_issuer,
+        )
+    what = "the PEM public key" if wanted.method == "publicKey" else "the PEM CA certificates"
+    if wanted.secret_ref is not None:
+        name, key = wanted.secret_ref.name, str(wanted.secret_ref.key)
+        pem = kube.read_secret_value(ref.namespace, name, key, what)
+        origin = f"Secret {ref.namespace}/{name} key {key}"
+    elif wanted.config_map_ref is not None:
+        name, key = wanted.config_map_ref.name, str(wanted.config_map_ref.key)
+        pem = kube.read_config_map_value(ref.namespace, name, key, what)
+        origin = f"ConfigMap {ref.namespace}/{name} key {key}"
+    else:
+        raise SecretUnavailable(f"{VERIFICATION_FIELD}.{wanted.method} names no Secret or ConfigMap")
+    origin += f" ({VERIFICATION_FIELD}.{wanted.method})"
+    if wanted.method == "publicKey":
+        return SignaturePolicy(wanted.method, wanted.path, origin, public_key=pem)
+    return SignaturePolicy(wanted.method, wanted.path, origin, certificates=(pem,))

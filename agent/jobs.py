@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from praesto.agent import logs
 from praesto.agent.budget.origin_budget import OriginBudget
 from praesto.agent.copies import CacheRef, Outcome
-from praesto.agent.credentials import CredentialPolicy
+from praesto.agent.credentials import CredentialPolicy, signature_policy
 from praesto.agent.download import api as dlapi
 from praesto.agent.kube import KubeApi, SecretUnavailable
 from praesto.agent.metrics import AgentMetrics
@@ -83,6 +83,7 @@ class Job:
         out = Outcome(self.ref)
         try:
             token, credentials, where = self.credentials.credentials(self.kube, self.ref)
+            signature = signature_policy(self.kube, self.ref)
             options = dlapi.Options(
                 endpoint=self.options.endpoint,
                 ca_bundle=self.options.ca_bundle,
@@ -98,6 +99,7 @@ class Job:
                 progress=lambda done, total: self.on_progress(self.ref, done, total),
                 cancel=self.options.cancel,
                 cache_uid=self.ref.cache_uid,
+                signature=signature,
             )
             plan = self.planner(self.ref.source, options)
             self.log.info(

@@ -137,6 +137,36 @@ class KubeApi:
             f"Secret {namespace}/{secret} has no key {wanted}; add the token under that key"
         )
 
+    def read_secret_value(self, namespace: str, secret: str, key: str, what: str) -> bytes:
+        """One key of one Secret (`what` it should hold, for messages); raises `SecretUnavailable`."""
+        obj = self._read_secret_object(namespace, secret, f"create it with {what} in key {key}")
+        data = obj.data or {}
+        if key not in data:
+            raise SecretUnavailable(
+                f"Secret {namespace}/{secret} has no key {key}; add {what} under that key"
+            )
+        return base64.b64decode(data[key])
+
+    def read_config_map_value(self, namespace: str, config_map: str, key: str, what: str) -> bytes:
+        """One key of one ConfigMap (spec.verification trust material); raises `SecretUnavailable`,
+        which the agent reports as WaitingForSecret, the same as for a Secret."""
+        where = f"ConfigMap {namespace}/{config_map}"
+        try:
+            obj = self.core.read_namespaced_config_map(config_map, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                raise SecretUnavailable(f"{where} not found; create it with {what} in key {key}") from None
+            if err.status == 403:
+                raise SecretUnavailable(
+                    f"the node agent may not read {where} yet; the ModelCache grants it through Role "
+                    "praesto-secret-reader-<cache> (check the ModelCache's events if this persists)"
+                ) from None
+            raise SecretUnavailable(f"reading {where} failed with HTTP {err.status}; retrying") from None
+        data = obj.data or {}
+        if key not in data:
+            raise SecretUnavailable(f"{where} has no key {key}; add {what} under that key")
+        return str(data[key]).encode()
+
     # ---- Events ------------------------------------------------------------
 
     def emit_event(self, obj: Obj, type_: str, reason: str, message: str) -> None:

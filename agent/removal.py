@@ -55,6 +55,7 @@ class Removal:
             allow_patterns=source.allow_patterns,
             ignore_patterns=source.ignore_patterns,
             cache_uid=ref.cache_uid,
+            signature=(ref.verification.method, ref.verification.path) if ref.verification else None,
         )
         if why is None:
             state.matching_manifest = signature

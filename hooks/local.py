@@ -17,7 +17,7 @@ from praesto.hooks.config import HooksConfig
 from praesto.hooks.local_status import aggregate
 
 from praesto import names
-from praesto.rbac import AGENT_SECRET_GRANT
+from praesto.rbac import AGENT_CONFIGMAP_GRANT, AGENT_SECRET_GRANT, Permission
 from praesto.spec import COMMIT_PATTERN, ModelCacheSpec, Source
 
 
@@ -80,6 +80,8 @@ def modelcachenode(parent: Mapping[str, Any], spec: ModelCacheSpec, node: str, s
         node_spec["unusedTTL"] = spec.unused_ttl
     if spec.prewarm:
         node_spec["prewarm"] = True
+    if spec.verification is not None:
+        node_spec["verification"] = spec.verification.to_node_dict()
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.MODELCACHENODE_KIND,
@@ -105,8 +107,23 @@ def copies_need_secret(node_names: Iterable[str], observed: Iterable[Mapping[str
     return any(phases.get(node) not in SETTLED_PHASES for node in node_names)
 
 
-def secret_grant(parent: Mapping[str, Any], secret_name: str, config: HooksConfig) -> list[Obj]:
-    """Role (get on that one Secret) + RoleBinding to the node agent's ServiceAccount."""
+def granted_objects(spec: ModelCacheSpec) -> dict[Permission, list[str]]:
+    """What the cache's node copies read in its namespace, by kind: the source's token or credentials
+    Secret, and the Secret or ConfigMap holding spec.verification's trust material."""
+    verification = spec.verification
+    wanted = {
+        AGENT_SECRET_GRANT: [spec.source.secret_ref, verification.secret_ref if verification else None],
+        AGENT_CONFIGMAP_GRANT: [verification.config_map_ref if verification else None],
+    }
+    out = {grant: sorted({r.name for r in refs if r is not None}) for grant, refs in wanted.items()}
+    return {grant: objects for grant, objects in out.items() if objects}
+
+
+def secret_grant(
+    parent: Mapping[str, Any], objects: dict[Permission, list[str]], config: HooksConfig
+) -> list[Obj]:
+    """Role (get on those named Secrets and ConfigMaps only) + RoleBinding to the node agent's
+    ServiceAccount."""
     role_name = names.secret_reader_role_name(str(meta(parent)["name"]))
     rbac = "rbac.authorization.k8s.io"
     role = {
@@ -115,11 +132,12 @@ def secret_grant(parent: Mapping[str, Any], secret_name: str, config: HooksConfi
         "metadata": child_metadata(parent, role_name),
         "rules": [
             {
-                "apiGroups": [AGENT_SECRET_GRANT.group],
-                "resources": [AGENT_SECRET_GRANT.resource],
-                "resourceNames": [secret_name],
-                "verbs": list(AGENT_SECRET_GRANT.verbs),
+                "apiGroups": [grant.group],
+                "resources": [grant.resource],
+                "resourceNames": list(object_names),
+                "verbs": list(grant.verbs),
             }
+            for grant, object_names in objects.items()
         ],
     }
     binding = {
@@ -151,6 +169,7 @@ def sync_local(
     status = aggregate(parent, spec, node_names, len(demand), observed, now)
     source = pinned_source(spec, status).to_dict()
     children = [modelcachenode(parent, spec, node, source) for node in node_names]
-    if spec.source.secret_ref is not None and copies_need_secret(node_names, observed):
-        children.extend(secret_grant(parent, spec.source.secret_ref.name, config))
+    granted = granted_objects(spec)
+    if granted and copies_need_secret(node_names, observed):
+        children.extend(secret_grant(parent, granted, config))
     return {"status": status, "children": children}

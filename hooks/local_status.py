@@ -109,6 +109,7 @@ def aggregate(
     counts: Counter[str] = Counter()
     revisions: Counter[str] = Counter()
     failures: list[str] = []
+    failure_reasons: set[str] = set()
     failed_copies: list[str] = []
     spec_cache = str((parent.get("metadata") or {}).get("name", ""))
     size = 0
@@ -121,6 +122,7 @@ def aggregate(
         statuses.append((phase, status))
         if phase == names.PHASE_FAILED:
             failures.append(_failure_text(node, status))
+            failure_reasons.add(str(_ready_condition(status).get("reason") or ""))
             failed_copies.append(names.modelcachenode_name(spec_cache, node))
         revision = status.get("resolvedRevision")
         if isinstance(revision, str) and revision:
@@ -190,6 +192,8 @@ def aggregate(
     reason, message = _ready_reason(
         spec, phase, out, failures, demand_count, counts[names.PHASE_EVICTED], _waiting(statuses)
     )
+    if phase == names.PHASE_FAILED and failure_reasons == {names.REASON_SIGNATURE_INVALID}:
+        reason = names.REASON_SIGNATURE_INVALID  # the model itself is refused, the same on every node
     gen = out["observedGeneration"]
     out["conditions"] = [condition(before, READY, phase == names.PHASE_READY, reason, message, now, gen)]
     if count:

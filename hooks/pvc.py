@@ -32,6 +32,7 @@ from praesto.hooks.common import (
 )
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_job import (
+    EXIT_SIGNATURE_INVALID,
     EXIT_TOO_LARGE,
     download_job,
     image_not_allowed,
@@ -78,6 +79,14 @@ def _job_state(job: Mapping[str, Any] | None) -> tuple[str, str, str]:
                     "the source is larger than spec.storage.size, so the downloader refused before writing "
                     "(the PVC is not overfilled; its Pod log states both sizes); raise storage.size to at "
                     "least the model's size and recreate the ModelCache",
+                )
+            if reason == "PodFailurePolicy" and f"exit code {EXIT_SIGNATURE_INVALID}" in message:
+                return (
+                    names.PHASE_FAILED,
+                    names.REASON_SIGNATURE_INVALID,
+                    "the model's signature is missing, invalid or does not match its files "
+                    "(spec.verification), so the downloader published nothing; its Pod log names the file "
+                    "and the cause; fix the model or the trust material, then delete the Job to retry",
                 )
             return (
                 names.PHASE_FAILED,

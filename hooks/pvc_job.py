@@ -9,6 +9,8 @@ read-only as files (`--credentials-dir`: keys such as gcloud-application-credent
 are not environment variable names). No credential is ever in the Job spec, its args or
 any status. The chart's proxies/identity env, workload-identity ServiceAccount and pod
 labels, and the extra CA bundle (an optional ConfigMap in the cache's namespace) apply.
+spec.verification's trust Secret or ConfigMap is mounted read-only as one file (`TRUST_FILE`) that
+the `--signature-*` flags name; the check is the node agent's own (agent/download/signature.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ DEST = "/cache"
 CONTAINER_NAME = "download"
 NON_ROOT_UID = 65532  # distroless "nonroot"
 EXIT_TOO_LARGE = names.DOWNLOAD_EXIT_TOO_LARGE
+EXIT_SIGNATURE_INVALID = names.DOWNLOAD_EXIT_SIGNATURE_INVALID
+TRUST_DIR = "/etc/praesto/trust"  # spec.verification's trust material (a public key or CA certificates)
+TRUST_FILE = f"{TRUST_DIR}/trust.pem"
 CREDENTIALS_DIR = "/var/run/secrets/praesto/credentials"
 CA_DIR = "/etc/praesto/ca"
 CA_FILE = f"{CA_DIR}/ca.crt"
@@ -65,7 +70,20 @@ def download_args(spec: ModelCacheSpec) -> list[str]:
         args += ["--allow-pattern", pattern]
     for pattern in source.ignore_patterns:
         args += ["--ignore-pattern", pattern]
-    return args
+    return args + signature_args(spec)
+
+
+def signature_args(spec: ModelCacheSpec) -> list[str]:
+    """spec.verification as `praesto-agent download` flags; the trust material is a mounted file."""
+    wanted = spec.verification
+    if wanted is None:
+        return []
+    args = ["--signature-path", wanted.path]
+    if wanted.method == "publicKey":
+        return [*args, "--signature-public-key", TRUST_FILE]
+    if wanted.method == "certificate":
+        return [*args, "--signature-certificate", TRUST_FILE]
+    return [*args, "--signature-identity", wanted.identity, "--signature-oidc-issuer", wanted.oidc_issuer]
 
 
 def _env(spec: ModelCacheSpec, config: HooksConfig, identity: bool) -> tuple[list[Obj], list[Obj]]:
@@ -110,6 +128,17 @@ def _volumes(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list
     if ref is not None and spec.source.scheme != "hf":
         volumes.append({"name": "credentials", "secret": {"secretName": ref.name, "defaultMode": 0o440}})
         mounts.append({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True})
+    trust = spec.verification
+    if trust is not None and (trust.secret_ref or trust.config_map_ref):
+        if trust.secret_ref is not None:
+            items = [{"key": str(trust.secret_ref.key), "path": "trust.pem"}]
+            volumes.append({"name": "trust", "secret": {"secretName": trust.secret_ref.name, "items": items}})
+        elif trust.config_map_ref is not None:
+            items = [{"key": str(trust.config_map_ref.key), "path": "trust.pem"}]
+            volumes.append(
+                {"name": "trust", "configMap": {"name": trust.config_map_ref.name, "items": items}}
+            )
+        mounts.append({"name": "trust", "mountPath": TRUST_DIR, "readOnly": True})
     if config.ca_bundle_configmap is not None:
         name, key = config.ca_bundle_configmap
         items = [{"key": key, "path": "ca.crt"}]
@@ -182,6 +211,19 @@ def metadata_egress_policy(
     }
 
 
+def _fail_at_once(spec: ModelCacheSpec) -> list[Obj]:
+    """Exits that fail the same way every time: a too-large source, and (with spec.verification) a
+    refused signature. Each is its own FailJob rule; the second only for a cache that verifies."""
+    codes = [EXIT_TOO_LARGE, *([EXIT_SIGNATURE_INVALID] if spec.verification is not None else [])]
+    return [
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "In", "values": [code]},
+        }
+        for code in codes
+    ]
+
+
 def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksConfig) -> Obj:
     cache = str(meta(parent)["name"])
     overrides = spec.downloader
@@ -228,18 +270,7 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
         "metadata": child_metadata(parent, names.download_job_name(cache)),
         "spec": {
             "backoffLimit": config.job_backoff_limit,
-            "podFailurePolicy": {  # a too-large source fails the same way every time: do not retry
-                "rules": [
-                    {
-                        "action": "FailJob",
-                        "onExitCodes": {
-                            "containerName": CONTAINER_NAME,
-                            "operator": "In",
-                            "values": [EXIT_TOO_LARGE],
-                        },
-                    }
-                ]
-            },
+            "podFailurePolicy": {"rules": _fail_at_once(spec)},
             "activeDeadlineSeconds": config.job_active_deadline_seconds,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },

@@ -73,6 +73,15 @@ MARKER_FILES = (OWNER_FILE, MANIFEST_FILE, COMPLETE_FILE)
 # a pre-baked copy from `praesto-agent download` has none): a cache re-created under the same name
 # never inherits the old one's copy (#21 item 9).
 MANIFEST_CACHE_UID = "cacheUID"
+# The manifest's key for how a signed model was verified (method, signer, trust fingerprint); absent
+# when the cache asked for no signature (agent/download/signature.py).
+MANIFEST_SIGNATURE = "signature"
+# Where a signed model keeps its OpenSSF model-signing bundle, relative to the model's root: the
+# model-signing library's own default (`model_signing sign --signature`, src/model_signing/_cli.py).
+DEFAULT_SIGNATURE_FILE = "model.sig"
+# A copy's (and, when every failed copy says so, the ModelCache's) Ready reason when the model's
+# required signature is missing, invalid or does not match its files.
+REASON_SIGNATURE_INVALID = "SignatureInvalid"
 
 DEFAULT_BASE_PATH = "/var/praesto"
 DEFAULT_REVISION = "main"
@@ -185,6 +194,8 @@ DEFAULT_LOG_LEVEL = "INFO"
 # `praesto-agent download` exit code for SizeExceedsRequest; the PVC-mode Job's podFailurePolicy
 # fails the Job on it at once and the sync hook reports it (issue 7).
 DOWNLOAD_EXIT_TOO_LARGE = 3
+# ... and for SignatureInvalid (spec.verification): retrying the same bytes cannot help either.
+DOWNLOAD_EXIT_SIGNATURE_INVALID = 4
 
 # Cluster-wide origin budget (agent/budget): Leases in the release namespace. Each node claims a
 # place in a group's queue with a Lease of its own, `praesto-origin-<group>.<node>` (<group>: `all`

@@ -43,6 +43,8 @@ AGENT_WARM: tuple[Permission, ...] = (Permission(names.GROUP, names.MODELCACHE_P
 
 # Per-cache grant returned by the sync hook (Role in the cache's namespace, resourceNames = the Secret).
 AGENT_SECRET_GRANT = Permission("", "secrets", ("get",))
+# ... and, when spec.verification's trust material is in a ConfigMap, get on that one ConfigMap.
+AGENT_CONFIGMAP_GRANT = Permission("", "configmaps", ("get",))
 
 # Peers (agent/peers/auth.py, chart nodeAgent.peers.enabled): a Role in the release namespace lets the
 # agent ServiceAccount request tokens for itself only (resourceNames); the chart's
@@ -90,6 +92,7 @@ METACONTROLLER: tuple[Permission, ...] = (
     Permission("rbac.authorization.k8s.io", "rolebindings", READ + WRITE),
     # Granting `get` on a Secret through a Role requires holding it (RBAC escalation check).
     Permission("", "secrets", ("get",)),
+    Permission("", "configmaps", ("get",)),  # likewise for a trust ConfigMap (spec.verification)
     Permission("", "events", ("create", "patch")),
     Permission("apiextensions.k8s.io", "customresourcedefinitions", READ, namespaced=False),
     Permission("metacontroller.k8s.io", "compositecontrollers", READ, namespaced=False),

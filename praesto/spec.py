@@ -15,37 +15,18 @@ from typing import Any
 from praesto import names
 from praesto.privileges import privilege_errors
 from praesto.quantity import QuantityError, parse_duration, parse_quantity
+from praesto.refs import SECRET_KEY as _SECRET_KEY
+from praesto.refs import SecretRef as SecretRef
+from praesto.refs import SpecError as SpecError
+from praesto.refs import check_secret_name as _check_secret_name
+from praesto.verification import Verification, parse_verification
 
 HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
 _HF_REPO = re.compile(HF_REPO_PATTERN)
-_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,253}[a-z0-9]$")
 _LABEL_KEY_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 URI_SCHEMES = ("hf", "s3", "gs", "az")
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
-
-
-@dataclass(frozen=True)
-class SpecError:
-    """One refusal: which field, what is wrong, how to fix it."""
-
-    field: str
-    cause: str
-    fix: str
-    value: Any = None
-
-    def __str__(self) -> str:
-        shown = f": Invalid value: {self.value!r}" if self.value is not None else ""
-        return f"{self.field}{shown}: {self.cause}; {self.fix}"
-
-
-@dataclass(frozen=True)
-class SecretRef:
-    """A Secret in the cache's namespace; `key` is None for credential Secrets with standard keys."""
-
-    name: str
-    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +80,7 @@ class ModelCacheSpec:
     downloader: dict[str, Any] = field(default_factory=dict)
     prewarm: bool = False  # spec.prewarm: read the copy into the page cache when a Pod mounts it
     warm_new_nodes: bool = False  # spec.warmNewNodes: new nodes stay tainted until this copy is Ready
+    verification: Verification | None = None  # spec.verification: the signature the model must carry
 
     @property
     def mode(self) -> str:
@@ -181,19 +163,6 @@ def _check_patterns(value: Any, field_path: str) -> tuple[tuple[str, ...], list[
             )
         ]
     return tuple(value), []
-
-
-def _check_secret_name(name: Any, field_path: str) -> list[SpecError]:
-    if isinstance(name, str) and len(name) <= 253 and _SECRET_NAME.match(name):
-        return []
-    return [
-        SpecError(
-            field_path,
-            "is not a valid Secret name",
-            "use lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
-            name,
-        )
-    ]
 
 
 def _parse_huggingface(hf: Any, errors: list[SpecError]) -> Source | None:
@@ -403,6 +372,8 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
             )
         )
 
+    verification = parse_verification(spec.get("verification"), errors)
+
     if errors or source is None:
         raise InvalidSpec(
             errors or [SpecError("spec.source", "Required value", "set source.huggingface.repo")]
@@ -418,6 +389,7 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
         downloader=dict(downloader),
         prewarm=prewarm is True,
         warm_new_nodes=warm is True,
+        verification=verification,
     )
 
 

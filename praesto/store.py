@@ -128,6 +128,7 @@ def copy_mismatch(
     allow_patterns: tuple[str, ...],
     ignore_patterns: tuple[str, ...],
     cache_uid: str,
+    signature: tuple[str, str] | None = None,
 ) -> str | None:
     """Why a complete copy's manifest is not a copy of this cache (None when it is).
 
@@ -136,7 +137,9 @@ def copy_mismatch(
     path: its completion marker proves only that it was complete for someone. `revision` may be
     the requested one (a branch) or the commit it resolved to; both are in the manifest. A copy
     without a cache UID (pre-baked by `praesto-agent download`) belongs to whichever cache has
-    its source and revision.
+    its source and revision. `signature` is the (method, path) spec.verification requires, if any:
+    a copy must then have been verified that way (its manifest's signature record), so no unsigned
+    copy, pre-baked or older, stands in for a cache that verifies.
     """
     if manifest.get("source") != source:
         return f"it holds source {manifest.get('source')!r}, not {source}"
@@ -148,6 +151,11 @@ def copy_mismatch(
     owner = manifest.get(names.MANIFEST_CACHE_UID)
     if cache_uid and owner and owner != cache_uid:
         return f"it belongs to an earlier ModelCache of this name (UID {owner}, not {cache_uid})"
+    record = manifest.get(names.MANIFEST_SIGNATURE)
+    if signature is not None and (
+        not isinstance(record, dict) or (record.get("method"), record.get("path")) != signature
+    ):
+        return f"it was not verified by the {signature[0]} signature {signature[1]} that spec.verification requires"
     return None
 
 

@@ -160,12 +160,14 @@ def ready_condition(status: Obj) -> Obj:
 
 
 def rbac_violations(requests: list[RequestRecord]) -> list[RequestRecord]:
-    """Calls outside `praesto.rbac.AGENT` and `AGENT_PEERS` (Secrets: namespaced `get` by name only)."""
+    """Calls outside `praesto.rbac.AGENT` and `AGENT_PEERS` (the per-cache grants, Secrets and a
+    verification ConfigMap: namespaced `get` by name only)."""
     allowed = {(p.group, p.resource, verb) for p in rbac.AGENT + rbac.AGENT_PEERS for verb in p.verbs}
-    grant = rbac.AGENT_SECRET_GRANT
+    grants = {(g.group, g.resource): g for g in (rbac.AGENT_SECRET_GRANT, rbac.AGENT_CONFIGMAP_GRANT)}
     bad = []
     for r in requests:
-        if (r.group, r.resource) == (grant.group, grant.resource):
+        grant = grants.get((r.group, r.resource))
+        if grant is not None:
             if not (r.verb in grant.verbs and r.namespace and r.name):
                 bad.append(r)
         elif (r.group, r.resource, r.verb) not in allowed:

@@ -45,6 +45,7 @@ AGENT_GRANTS = (
     *rbac.AGENT_WARM,
     *rbac.AGENT_ORIGIN_BUDGET,
     rbac.AGENT_SECRET_GRANT,
+    rbac.AGENT_CONFIGMAP_GRANT,
 )
 Obj = dict[str, Any]
 

@@ -91,13 +91,16 @@ class CertificateAuthority:
         organizations: tuple[str, ...] = (),
         hosts: tuple[str, ...] = (),
         client: bool = False,
+        code_signing: bool = False,
     ) -> KeyPair:
-        """A leaf certificate: a server one for `hosts`, or a client one naming a user and groups."""
+        """A leaf certificate: a server one for `hosts`, a client one naming a user and groups, or
+        a code-signing one (signed models: testkit/signed_models.py)."""
         now = dt.datetime.now(dt.UTC)
         key = ec.generate_private_key(ec.SECP256R1())
         subject = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
         subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
         usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
+        usage = ExtendedKeyUsageOID.CODE_SIGNING if code_signing else usage
         builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name(subject))
@@ -111,6 +114,15 @@ class CertificateAuthority:
         )
         if hosts:
             builder = builder.add_extension(_subject_alt_names(hosts), critical=False)
+        if code_signing:  # what a model-signing verifier looks for (sign_certificate.py)
+            usage_bits = dict.fromkeys(
+                ("content_commitment", "key_encipherment", "data_encipherment", "key_agreement",
+                 "key_cert_sign", "crl_sign", "encipher_only", "decipher_only"),
+                False,
+            )  # fmt: skip
+            builder = builder.add_extension(
+                x509.KeyUsage(digital_signature=True, **usage_bits), critical=True
+            )
         cert = builder.sign(self._key, hashes.SHA256())
         pair = KeyPair(self.directory / f"{name}.crt", self.directory / f"{name}.key")
         pair.cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))

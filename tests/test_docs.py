@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from praesto.agent.cli import build_parser
 from praesto.hooks.admission.annotations import parse_annotations
 
 from praesto import names
@@ -101,7 +102,7 @@ def _check_kubectl(argv: list[str]) -> None:
         assert rest[0] == "-f"
     elif verb == "create":
         assert rest[:2] == ["secret", "generic"] and any(
-            a.startswith("--from-literal=HF_TOKEN=") for a in rest
+            a.startswith(("--from-literal=HF_TOKEN=", "--from-file=key.pub=")) for a in rest
         )
     else:
         pytest.fail(f"kubectl {verb}: not checked by this test; add a rule")
@@ -116,6 +117,15 @@ def test_commands_name_things_that_exist(argv: list[str]) -> None:
         _check_helm(argv)
     elif tool == "kubectl":
         _check_kubectl(argv)
+    elif tool == "praesto-agent":  # parsed by praesto-agent's own parser: every flag exists
+        build_parser(False, {}).parse_args(argv[1:])
+    elif (
+        tool == "model_signing"
+    ):  # the OpenSSF model-signing CLI (model-signing 1.1.1, src/model_signing/_cli.py)
+        assert argv[1] in ("sign", "verify") and argv[2] in ("key", "certificate", "sigstore")
+        assert "--signature" not in argv or argv[argv.index("--signature") + 1].endswith(
+            names.DEFAULT_SIGNATURE_FILE
+        )
     else:
         pytest.fail(f"{tool}: not checked by this test; add a rule")
 

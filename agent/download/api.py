@@ -17,6 +17,7 @@ from typing import ClassVar, Protocol
 from praesto.agent.download.digests import ALGORITHMS, RunningDigest, StoreDigest
 from praesto.agent.download.proxies import proxies_from_env
 
+from praesto import names
 from praesto.spec import Source
 
 REASONS = (
@@ -30,6 +31,7 @@ REASONS = (
     "InvalidRepoFile",
     "WaitingForCredentials",  # the source refused anonymous access and no credential is configured
     "SizeExceedsRequest",  # --max-bytes: the source is larger than the volume it must fit (PVC mode)
+    names.REASON_SIGNATURE_INVALID,  # a required model signature is missing, invalid or does not match
 )
 
 
@@ -213,6 +215,33 @@ class OriginThrottle(Protocol):
     def wrap(self, source: ByteSource) -> ByteSource: ...
 
 
+SIGNATURE_METHODS = ("publicKey", "certificate", "sigstore")  # spec.verification.signature's one-of
+
+
+@dataclass(frozen=True)
+class SignaturePolicy:
+    """Which signature a model must carry to be published (agent/download/signature.py checks it).
+
+    Trust material is public (a public key, CA certificates) but is still never logged whole:
+    messages name `origin`, where it came from, and its fingerprint.
+    """
+
+    method: str  # one of SIGNATURE_METHODS
+    path: str  # the bundle, relative to the model's root (names.DEFAULT_SIGNATURE_FILE)
+    origin: str  # where the trust material came from, for messages ("--signature-public-key key.pub")
+    public_key: bytes = b""  # publicKey: PEM
+    # certificate: PEM certificates the signing certificate must chain to (a root, then intermediates)
+    certificates: tuple[bytes, ...] = ()
+    identity: str = ""  # sigstore (keyless): the signer's identity, e.g. an e-mail
+    oidc_issuer: str = ""  # sigstore: the OIDC issuer that vouched for it
+
+    @property
+    def trust(self) -> str:
+        """A fingerprint of the trust material: a copy verified under other trust is not this one."""
+        material = b"".join((self.public_key, *self.certificates, self.identity.encode(), b"\0"))
+        return "sha256:" + hashlib.sha256(material + self.oidc_issuer.encode()).hexdigest()
+
+
 @dataclass
 class Options:
     endpoint: str | None = None  # HF_ENDPOINT / mirror; None: https://huggingface.co
@@ -245,6 +274,8 @@ class Options:
     # The owning ModelCache's UID, recorded in the manifest: the agent trusts a complete copy only
     # for that cache (praesto.store.copy_mismatch). Empty for `praesto-agent download` (pre-baking).
     cache_uid: str = ""
+    # A signature the model must carry (spec.verification, --signature-*); None: none required.
+    signature: SignaturePolicy | None = None
 
     @property
     def proxies(self) -> dict[str, str]:

@@ -24,7 +24,8 @@ from praesto.agent.download.api import (
 )
 from praesto.agent.download.engine import NO_SPACE, Engine
 from praesto.agent.download.hfplan import endpoint_of
-from praesto.agent.download.publish import is_published, publish, staging_for
+from praesto.agent.download.publish import TREE, is_published, publish, staging_for
+from praesto.agent.download.signature import verify_tree
 
 from praesto.quantity import format_bytes
 from praesto.spec import Source
@@ -50,12 +51,27 @@ def check_size(plan: Plan, options: Options) -> None:
         )
 
 
+def _verify_signature(staging: Path, options: Options) -> dict[str, str] | None:
+    """The required signature checked over the staged tree, before anything is published.
+
+    A refusal removes staging: its bytes match the origin's listing (the engine verified that) but
+    not what the signer signed, so resuming them would only fail the same way.
+    """
+    if options.signature is None:
+        return None
+    try:
+        return verify_tree(staging / TREE, options.signature)
+    except LastingDownloadError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def download(plan: Plan, dest: Path, options: Options) -> Result:
     """Fetch, verify and publish `plan` at `dest`; idempotent when `dest` already holds it."""
     started = time.monotonic()
     check_size(plan, options)
     dest = Path(dest)
-    if is_published(dest, plan, options.cache_uid):
+    if is_published(dest, plan, options.cache_uid, options.signature):
         log.info("already complete dest=%s commit=%s", dest, plan.revision)
         return Result(plan, seconds=time.monotonic() - started)
     staging, pvc = staging_for(dest, options)
@@ -71,7 +87,8 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
             engine.run()
         finally:
             engine.close()
-        publish(plan, staging, dest, pvc, engine.sha256, options.cache_uid)
+        signed = _verify_signature(staging, options)
+        publish(plan, staging, dest, pvc, engine.sha256, options.cache_uid, signed)
     except OSError as error:
         if error.errno not in NO_SPACE:
             raise TemporaryDownloadError(

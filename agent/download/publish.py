@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from praesto.agent.download.api import Options, Plan
+from praesto.agent.download.api import Options, Plan, SignaturePolicy
 from praesto.agent.download.crashpoints import COMPLETE_WRITTEN, TREE_MOVED, WRITTEN_NOT_RENAMED, crash_point
 
 from praesto import names
@@ -62,10 +62,26 @@ def complete_manifest(dest: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def is_published(dest: Path, plan: Plan, cache_uid: str = "") -> bool:
-    """`dest` already holds exactly this plan (same source, commit and files), for this cache."""
+def signature_recorded(manifest: dict[str, Any], policy: SignaturePolicy | None) -> bool:
+    """A complete copy satisfies `policy`: none asked, or verified by the same method and trust."""
+    if policy is None:
+        return True
+    record = manifest.get(names.MANIFEST_SIGNATURE)
+    return (
+        isinstance(record, dict)
+        and record.get("method") == policy.method
+        and record.get("trust") == policy.trust
+        and record.get("path") == policy.path
+    )
+
+
+def is_published(
+    dest: Path, plan: Plan, cache_uid: str = "", signature: SignaturePolicy | None = None
+) -> bool:
+    """`dest` already holds exactly this plan (same source, commit and files), for this cache, and
+    was verified under `signature` when one is required."""
     manifest = complete_manifest(dest)
-    if manifest is None:
+    if manifest is None or not signature_recorded(manifest, signature):
         return False
     if cache_uid and manifest.get(names.MANIFEST_CACHE_UID, cache_uid) != cache_uid:
         return False
@@ -78,7 +94,9 @@ def is_published(dest: Path, plan: Plan, cache_uid: str = "") -> bool:
     )
 
 
-def manifest_for(plan: Plan, sha256: dict[str, str], cache_uid: str = "") -> dict[str, Any]:
+def manifest_for(
+    plan: Plan, sha256: dict[str, str], cache_uid: str = "", signed: dict[str, str] | None = None
+) -> dict[str, Any]:
     files = []
     for f in plan.files:
         entry: dict[str, Any] = {"path": f.path, "size": f.size, "sha256": sha256[f.path]}
@@ -94,8 +112,10 @@ def manifest_for(plan: Plan, sha256: dict[str, str], cache_uid: str = "") -> dic
             entry["version"] = f.version
         files.append(entry)
     owner = {names.MANIFEST_CACHE_UID: cache_uid} if cache_uid else {}
+    signature = {names.MANIFEST_SIGNATURE: signed} if signed else {}  # absent: none was required
     return {
         **owner,
+        **signature,
         "source": plan.source.uri,
         "revision": plan.source.revision,
         "resolvedRevision": plan.revision,
@@ -210,9 +230,18 @@ def _folders(paths: Iterable[str]) -> set[str]:
 
 
 def publish(
-    plan: Plan, staging: Path, dest: Path, pvc: bool, sha256: dict[str, str], cache_uid: str = ""
+    plan: Plan,
+    staging: Path,
+    dest: Path,
+    pvc: bool,
+    sha256: dict[str, str],
+    cache_uid: str = "",
+    signed: dict[str, str] | None = None,
 ) -> None:
-    """Move the verified tree into `dest`, then write the markers, complete last."""
+    """Move the verified tree into `dest`, then write the markers, complete last.
+
+    `signed`: how the tree's signature was verified (signature.verify_tree), for the manifest.
+    """
     tree = staging / TREE
     tree.mkdir(parents=True, exist_ok=True)
     for f in plan.files:
@@ -222,7 +251,7 @@ def publish(
     fsync_dir(tree)
     # Compact: json's C encoder (indent= falls back to pure Python: seconds at 100,000 files).
     manifest = json.dumps(
-        manifest_for(plan, sha256, cache_uid), sort_keys=True, separators=(",", ":")
+        manifest_for(plan, sha256, cache_uid, signed), sort_keys=True, separators=(",", ":")
     ).encode()
     owner = json.dumps(
         {

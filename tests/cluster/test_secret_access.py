@@ -121,3 +121,26 @@ def test_the_secret_check_holds_when_the_validator_fails_open(installed: Install
     assert refused.value.status == 403, refused.value.body
     assert f"may not get Secret 'not-granted' in namespace {TENANT}" in str(refused.value.body)
     assert author.get(names.API_VERSION, names.MODELCACHE_KIND, "outage", TENANT) is None
+
+
+def test_the_trust_secret_of_spec_verification_is_checked_and_named_too(author: Kube) -> None:
+    """#25 part 3: the node agent reads the trust Secret with Praesto's rights, like a token Secret."""
+    # not SECRET: the first test grants the author `get` on it
+    trust = {"signature": {"publicKey": {"secretRef": {"name": "someone-elses-key", "key": "key.pub"}}}}
+    with pytest.raises(ApiException) as refused:
+        author.create(modelcache("exfil-trust", TENANT, verification=trust))
+    assert refused.value.status == 403
+    body = str(refused.value.body)
+    assert (
+        f"spec.verification.signature.publicKey.secretRef.name: system:serviceaccount:{TENANT}:{AUTHOR} "
+        "may not get Secret 'someone-elses-key'" in body
+    )
+
+    in_config_map = {"signature": {"certificate": {"configMapRef": {"name": "team-ca", "key": "ca.pem"}}}}
+    with pytest.raises(ApiException) as refused:
+        author.create(modelcache("exfil-ca", TENANT, verification=in_config_map))
+    assert refused.value.status == 403
+    assert (
+        f"spec.verification.signature.certificate.configMapRef.name: system:serviceaccount:{TENANT}:{AUTHOR} "
+        "may not get ConfigMap 'team-ca'" in str(refused.value.body)
+    )
