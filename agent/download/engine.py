@@ -108,6 +108,8 @@ class Engine:
         self._queue: queue.Queue[tuple[FileJob, int] | None] = queue.Queue()
         self._outstanding = 0
         self._cond = threading.Condition()
+        self._reporting = threading.Lock()  # progress goes out in order: a count never goes back
+        self._reported = -1
         self._error: BaseException | None = None
         self._verified_unjournaled: list[tuple[str, str]] = []
         self._last_checkpoint = time.monotonic()
@@ -343,8 +345,16 @@ class Engine:
         self._report()
 
     def _report(self) -> None:
-        if self.options.progress is not None:
-            self.options.progress(self.done, self.plan.total_bytes)
+        """Report the count as it is now; a thread that read an older count after another reported
+        a newer one stays silent (two part threads once reported 306282 then 306156)."""
+        if self.options.progress is None:
+            return
+        with self._reporting:
+            done = self.done
+            if done < self._reported:
+                return
+            self._reported = done
+            self.options.progress(done, self.plan.total_bytes)
 
     def _part_done(self, job: FileJob, index: int) -> None:
         with job.lock:
