@@ -203,7 +203,32 @@ class RealKube:
             with suppress(ApiException):
                 self.call("DELETE", f"{path}/{role}")
             self.call("POST", path, {"metadata": {"name": role}, **body})
+        self._wait_authorized(namespace, name, permissions)
         return self.plane.service_account_token(namespace, name)
+
+    def _wait_authorized(self, namespace: str, name: str, permissions: Iterable[Permission]) -> None:
+        """Until the API server's RBAC authorizer (fed by an informer) sees the new grant: a
+        component started at once got 403s for a moment (peers not listed, the origin read twice)."""
+        user = f"system:serviceaccount:{namespace}:{name}"
+        groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]
+        asks = []
+        for p in permissions:
+            resource, _, subresource = p.resource.partition("/")
+            for verb in p.verbs:
+                attributes = {
+                    "group": p.group,
+                    "resource": resource,
+                    "subresource": subresource,
+                    "verb": verb,
+                }
+                asks.append({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                             "spec": {"user": user, "groups": groups, "resourceAttributes": attributes}})  # fmt: skip
+
+        def allowed() -> bool:
+            path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+            return all(self.call("POST", path, ask).get("status", {}).get("allowed") for ask in asks)
+
+        wait_for(f"RBAC to grant {user} its permissions", allowed, 30.0, interval=0.05)
 
     def create(self, obj: Obj, *, with_status: bool = False) -> Obj:
         """Create `obj` (its namespace first, if need be); `with_status` writes its `.status` too."""
