@@ -33,7 +33,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -199,10 +199,21 @@ class RealKube:
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
         }
         for kind, body in (("clusterroles", {"rules": rules}), ("clusterrolebindings", binding)):
+            # Replaced in place, never deleted first: agents already running under this identity
+            # (several in one test) must not see a moment without their grant.
             path = f"/apis/rbac.authorization.k8s.io/v1/{kind}"
-            with suppress(ApiException):
-                self.call("DELETE", f"{path}/{role}")
-            self.call("POST", path, {"metadata": {"name": role}, **body})
+            try:
+                current = self.call("GET", f"{path}/{role}")
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                self.call("POST", path, {"metadata": {"name": role}, **body})
+                continue
+            if any(current.get(k) != v for k, v in body.items()):
+                if kind == "clusterrolebindings":  # roleRef cannot change; subjects and name do not here
+                    continue
+                meta = {"name": role, "resourceVersion": current["metadata"]["resourceVersion"]}
+                self.call("PUT", f"{path}/{role}", {"metadata": meta, **body})
         self._wait_authorized(namespace, name, permissions)
         return self.plane.service_account_token(namespace, name)
 
