@@ -104,6 +104,20 @@ def _read_token(args: argparse.Namespace, settings: DownloadSettings) -> str | N
     return settings.hf_token
 
 
+def _registry_config(path: str | None, credentials_dir: Path | None) -> dict[str, str] | None:
+    """An OCI login: --registry-config (a Docker config.json), else a mounted dockerconfigjson Secret."""
+    mounted = credentials_dir / names.DOCKER_CONFIG_KEY if credentials_dir else None
+    chosen = Path(path) if path else mounted if mounted and mounted.is_file() else None
+    if chosen is None:
+        return None
+    try:
+        return {names.DOCKER_CONFIG_KEY: chosen.read_text()}
+    except OSError as error:
+        raise ValueError(
+            f"--registry-config {chosen}: {error.strerror}; give a readable Docker config.json"
+        ) from None
+
+
 def _download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     source, errors = parse_uri(args.source, "SOURCE")
     if errors or source is None:
@@ -118,7 +132,13 @@ def _download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return EXIT_USAGE
     settings = DownloadSettings.from_env(env)
     credentials_dir = Path(args.credentials_dir) if args.credentials_dir else None
-    credentials = settings_from_env(env, credentials_dir) if source.scheme != "hf" else None
+    credentials = settings_from_env(env, credentials_dir) if source.scheme not in ("hf", "oci") else None
+    if source.scheme == "oci":
+        try:
+            credentials = _registry_config(args.registry_config, credentials_dir)
+        except ValueError as error:
+            _say(f"error: {error}", None)
+            return EXIT_USAGE
     _SECRETS.extend(v for v in (credentials or {}).values() if v)
     if args.allow or args.ignore:
         source = type(source)(
@@ -172,6 +192,7 @@ def _download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         identity_allowed=credentials_dir is None,
         max_bytes=max_bytes,
         signature=signature,
+        plain_http=args.plain_http,
     )
     try:
         resolved = plan(source, options)
@@ -247,13 +268,21 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
         "download", parents=[common], help="download a model into a directory, verified, atomically"
     )
     dl.add_argument(
-        "source", metavar="SOURCE", help="hf://org/name[:revision], s3://, gs:// or az://bucket/prefix"
+        "source",
+        metavar="SOURCE",
+        help="hf://org/name[:revision], s3://, gs:// or az://bucket/prefix, oci://host/repo[:tag|@sha256:digest]",
     )
     dl.add_argument(
         "--dest", required=True, help="directory to publish (created, or filled in place if it exists)"
     )
     dl.add_argument("--revision", help="branch, tag or commit (overrides :rev in SOURCE)")
     dl.add_argument("--token-file", help="file holding a Hugging Face token (default: $HF_TOKEN)")
+    dl.add_argument("--registry-config", help="oci://: a Docker config.json holding the registry's login")
+    dl.add_argument(
+        "--plain-http",
+        action="store_true",
+        help="oci://: plain HTTP to a registry on this machine (tests only)",
+    )
     dl.add_argument("--endpoint", default=None, help="Hub endpoint or mirror (default: $HF_ENDPOINT)")
     dl.add_argument("--concurrency", type=_positive, default=Options.concurrency, help="parallel connections")
     dl.add_argument(

@@ -19,7 +19,7 @@ from praesto.agent.download.api import SignaturePolicy
 from praesto.agent.download.objcreds import settings_from_secret
 from praesto.agent.kube import KubeApi, SecretUnavailable
 
-from praesto import credscope
+from praesto import credscope, names
 from praesto.verification import BASE as VERIFICATION_FIELD
 
 CLUSTER_SECRET_ENV = "PRAESTO_CREDENTIALS_SECRET"  # noqa: S105 - chart credentials.secretRef: "namespace/name"
@@ -58,6 +58,11 @@ class CredentialPolicy:
         source, secret_ref = ref.source, ref.source.secret_ref
         if secret_ref is not None and source.scheme == "hf":
             return kube.read_token(ref.namespace, secret_ref.name, secret_ref.key), None, ""
+        if secret_ref is not None and source.scheme == "oci":  # a kubernetes.io/dockerconfigjson Secret
+            key = secret_ref.key or names.DOCKER_CONFIG_KEY
+            what = "a Docker config JSON (kubectl create secret docker-registry)"
+            login = kube.read_secret_value(ref.namespace, secret_ref.name, key, what).decode()
+            return None, {names.DOCKER_CONFIG_KEY: login}, f"Secret {ref.namespace}/{secret_ref.name}"
         if secret_ref is not None:
             namespace, name = ref.namespace, secret_ref.name
         elif ref.namespace not in self.scope.namespaces:
@@ -83,8 +88,11 @@ class CredentialPolicy:
         else:
             return None, None, "no credentials"
         data, annotations = kube.read_secret(namespace, name)
-        settings = settings_from_secret(data, annotations)
         where = f"Secret {namespace}/{name}"
+        if source.scheme == "oci":  # the cluster's Secret may hold a registry login too
+            login = data.get(names.DOCKER_CONFIG_KEY)
+            return None, ({names.DOCKER_CONFIG_KEY: login} if login else None), where
+        settings = settings_from_secret(data, annotations)
         if source.scheme == "hf":
             return settings.get("HF_TOKEN") or None, None, where
         return None, settings, where

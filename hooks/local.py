@@ -18,7 +18,7 @@ from praesto.hooks.local_status import aggregate
 
 from praesto import names
 from praesto.rbac import AGENT_CONFIGMAP_GRANT, AGENT_SECRET_GRANT, Permission
-from praesto.spec import COMMIT_PATTERN, ModelCacheSpec, Source
+from praesto.spec import ModelCacheSpec, Source
 
 
 def selected_nodes(nodes: Iterable[Mapping[str, Any]], selector: Mapping[str, str]) -> list[str]:
@@ -58,12 +58,7 @@ def pinned_source(spec: ModelCacheSpec, status: Mapping[str, Any]) -> Source:
     """
     resolved = status.get("resolvedRevision")
     source = spec.source
-    if (
-        source.scheme == "hf"
-        and not source.pinned
-        and isinstance(resolved, str)
-        and COMMIT_PATTERN.match(resolved)
-    ):
+    if source.resolves and not source.pinned and isinstance(resolved, str) and source.is_pin(resolved):
         return source.with_revision(resolved)
     return source
 

@@ -125,7 +125,12 @@ def _volumes(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list
     volumes: list[Obj] = []
     mounts: list[Obj] = []
     ref = spec.source.secret_ref
-    if ref is not None and spec.source.scheme != "hf":
+    if ref is not None and spec.source.scheme == "oci":  # the login, at the file name the CLI reads
+        items = [{"key": ref.key or names.DOCKER_CONFIG_KEY, "path": names.DOCKER_CONFIG_KEY}]
+        secret = {"secretName": ref.name, "defaultMode": 0o440, "items": items}
+        volumes.append({"name": "credentials", "secret": secret})
+        mounts.append({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True})
+    elif ref is not None and spec.source.scheme != "hf":
         volumes.append({"name": "credentials", "secret": {"secretName": ref.name, "defaultMode": 0o440}})
         mounts.append({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True})
     trust = spec.verification

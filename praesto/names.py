@@ -76,6 +76,12 @@ MANIFEST_CACHE_UID = "cacheUID"
 # The manifest's key for how a signed model was verified (method, signer, trust fingerprint); absent
 # when the cache asked for no signature (agent/download/signature.py).
 MANIFEST_SIGNATURE = "signature"
+# The manifest's key for the OCI archive layers a copy's files were unpacked from (path, size,
+# digest, kind); absent for every other source (agent/download/unpack.py).
+MANIFEST_LAYERS = "layers"
+# An OCI registry credential: the key of a kubernetes.io/dockerconfigjson Secret (a Docker config
+# file's JSON), also the file name when such a Secret is mounted for the PVC-mode downloader.
+DOCKER_CONFIG_KEY = ".dockerconfigjson"
 # Where a signed model keeps its OpenSSF model-signing bundle, relative to the model's root: the
 # model-signing library's own default (`model_signing sign --signature`, src/model_signing/_cli.py).
 DEFAULT_SIGNATURE_FILE = "model.sig"
@@ -185,6 +191,9 @@ ENV_HF_TOKEN = "HF_TOKEN"  # noqa: S105 - a variable's name: the Hub token (PVC 
 ENV_CA_BUNDLE = "PRAESTO_CA_BUNDLE"  # extra PEM CA bundle every download trusts (downloads.caBundle)
 ENV_TERMINATION_LOG = "PRAESTO_TERMINATION_LOG"  # the PVC-mode Job's result file (hooks/pvc_pod.py)
 ENV_CREDENTIALS_DIR = "PRAESTO_CREDENTIALS_DIR"  # a mounted object-store credentials Secret
+# OCI registry mirrors, JSON {"registry host": ["https://mirror[:port]", ...]} (downloads.oci.mirrors):
+# tried in order before the registry itself, like containerd's hosts.toml mirrors.
+ENV_OCI_MIRRORS = "PRAESTO_OCI_MIRRORS"
 # This node's name (downward API spec.nodeName): the agent's and the CSI plugin's --node-name
 ENV_NODE_NAME = "NODE_NAME"
 # praesto-agent's --log-level (agent/cli.py, every subcommand; agent/settings.py keeps it)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from praesto import names
+from praesto import names, ocireference
 from praesto.privileges import privilege_errors
 from praesto.quantity import QuantityError, parse_duration, parse_quantity
 from praesto.refs import SECRET_KEY as _SECRET_KEY
@@ -25,14 +25,15 @@ HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0
 _HF_REPO = re.compile(HF_REPO_PATTERN)
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,253}[a-z0-9]$")
 _LABEL_KEY_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-URI_SCHEMES = ("hf", "s3", "gs", "az")
+URI_SCHEMES = ("hf", "s3", "gs", "az", ocireference.SCHEME)
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
+SOURCE_FORMS = ("huggingface", "oci", "uri")  # spec.source's one-of
 
 
 @dataclass(frozen=True)
 class Source:
-    scheme: str  # hf, s3, gs, az
-    location: str  # org/name for hf, bucket/prefix for object stores
+    scheme: str  # hf, s3, gs, az, oci
+    location: str  # org/name for hf, bucket/prefix for object stores, host/repository for oci
     revision: str = ""
     allow_patterns: tuple[str, ...] = ()
     ignore_patterns: tuple[str, ...] = ()
@@ -44,7 +45,19 @@ class Source:
 
     @property
     def pinned(self) -> bool:
-        return bool(COMMIT_PATTERN.match(self.revision))
+        return self.is_pin(self.revision)
+
+    def is_pin(self, revision: str) -> bool:
+        """Whether `revision` names exact content for this kind of source: a 40-hex commit for the
+        Hub, a manifest digest for OCI (tags and branches move; object stores have neither)."""
+        if self.scheme == ocireference.SCHEME:
+            return bool(ocireference.DIGEST.match(revision))
+        return bool(COMMIT_PATTERN.match(revision))
+
+    @property
+    def resolves(self) -> bool:
+        """Whether a moving name (branch, tag) is resolved once and pinned for every node."""
+        return self.scheme in ("hf", ocireference.SCHEME)
 
     def with_revision(self, revision: str) -> Source:
         return Source(
@@ -94,7 +107,7 @@ class InvalidSpec(ValueError):
 
 
 def parse_uri(uri: str, field_path: str = "spec.source.uri") -> tuple[Source | None, list[SpecError]]:
-    """`hf://org/name[:revision]`, `s3://bucket/prefix`, `gs://…`, `az://…`."""
+    """`hf://org/name[:revision]`, `s3://bucket/prefix`, `gs://…`, `az://…`, `oci://host/repo[:tag|@digest]`."""
     if not isinstance(uri, str) or "://" not in uri:
         return None, [
             SpecError(field_path, "must be a URI such as hf://org/name", "write scheme://location", uri)
@@ -117,6 +130,8 @@ def parse_uri(uri: str, field_path: str = "spec.source.uri") -> tuple[Source | N
             ]
         errors = _check_revision(revision, field_path) if revision else []
         return Source("hf", repo, revision or names.DEFAULT_REVISION), errors
+    if scheme == ocireference.SCHEME:
+        return parse_oci_reference(rest, field_path)
     bucket, _, prefix = rest.partition("/")
     if not _BUCKET.match(bucket):
         return None, [
@@ -128,6 +143,28 @@ def parse_uri(uri: str, field_path: str = "spec.source.uri") -> tuple[Source | N
             )
         ]
     return Source(scheme, f"{bucket}/{prefix}".rstrip("/") if prefix else bucket), []
+
+
+def parse_oci_reference(reference: Any, field_path: str) -> tuple[Source | None, list[SpecError]]:
+    """An OCI artifact: `Source("oci", host/repository, tag or sha256 digest)`."""
+    try:
+        ref = ocireference.parse_reference(reference)
+    except ocireference.ReferenceError as error:
+        fix = "write registry-host/repository:tag or registry-host/repository@sha256:<digest>"
+        return None, [SpecError(field_path, str(error), fix, reference)]
+    return Source(ocireference.SCHEME, ref.location, ref.revision), []
+
+
+def _parse_oci(oci: Any, errors: list[SpecError]) -> Source | None:
+    base = "spec.source.oci"
+    if not isinstance(oci, dict) or not oci.get("reference"):
+        errors.append(
+            SpecError(f"{base}.reference", "Required value", "set the artifact, e.g. ghcr.io/team/model:1.0")
+        )
+        return None
+    parsed, problems = parse_oci_reference(oci["reference"], f"{base}.reference")
+    errors.extend(problems)
+    return parsed
 
 
 def _check_revision(revision: Any, field_path: str) -> list[SpecError]:
@@ -220,17 +257,21 @@ def _parse_source(source: Any, errors: list[SpecError]) -> Source | None:
     if not isinstance(source, dict) or not source:
         errors.append(SpecError("spec.source", "Required value", "set source.huggingface.repo or source.uri"))
         return None
-    forms = [k for k in ("huggingface", "uri") if source.get(k)]
+    forms = [k for k in SOURCE_FORMS if source.get(k)]
     if len(forms) != 1:
         cause = (
             "exactly one source form is required"
             if not forms
-            else "source.huggingface and source.uri are both set"
+            else f"source.{forms[0]} and source.{forms[1]} are both set"
         )
-        errors.append(SpecError("spec.source", cause, "set either source.huggingface or source.uri"))
+        errors.append(
+            SpecError("spec.source", cause, "set one of source.huggingface, source.oci or source.uri")
+        )
         return None
     if forms[0] == "huggingface":
         parsed = _parse_huggingface(source["huggingface"], errors)
+    elif forms[0] == "oci":
+        parsed = _parse_oci(source["oci"], errors)
     else:
         parsed, uri_errors = parse_uri(source["uri"])
         errors.extend(uri_errors)

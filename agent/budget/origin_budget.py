@@ -43,7 +43,7 @@ from praesto.agent.budget import slots
 from praesto.agent.budget.leases import LeaseApi
 from praesto.agent.budget.slots import GLOBAL, Cooldown, Pace
 from praesto.agent.budget.use import OriginUse
-from praesto.agent.download import objplan
+from praesto.agent.download import objplan, ocifetch
 from praesto.agent.download.api import DownloadCancelled, Downloader, DownloadError, Options, Plan, Result
 from praesto.agent.download.hfplan import endpoint_of
 
@@ -73,6 +73,8 @@ def origin_host(plan: Plan, options: Options) -> str:
     """
     if plan.source.scheme == "hf":
         return urlsplit(endpoint_of(options)).netloc
+    if plan.source.scheme == "oci":  # the registry (or mirror) host the blobs come from
+        return urlsplit(ocifetch.blob_base(plan)).netloc
     bucket = plan.source.location.split("/", 1)[0]
     try:
         config = objplan.config_for(plan.source, options).config

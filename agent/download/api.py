@@ -77,6 +77,21 @@ class LastingDownloadError(DownloadError):
     a change need not touch the spec (a repository made public, a Secret fixed); the CLI exits 1."""
 
 
+ARCHIVE_KINDS = ("tar", "tar+gzip", "tar+zstd")  # OCI layers unpacked into the tree (unpack.py)
+
+
+@dataclass(frozen=True)
+class Archive:
+    """An OCI layer that is a tar of model files, not a model file: it is fetched and verified as a
+    whole (by its digest), then unpacked into the tree and removed (agent/download/unpack.py)."""
+
+    kind: str  # one of ARCHIVE_KINDS
+    layer_path: str  # the file or folder it holds, as the manifest names it (for messages)
+    # The most bytes its files may hold: the ModelPack file metadata's size, else the layer's own
+    # size for an uncompressed tar; None for a compressed layer without metadata (the disk bounds it).
+    unpacked_limit: int | None = None
+
+
 @dataclass(frozen=True)
 class RemoteFile:
     path: str  # relative, POSIX, already checked not to escape the destination
@@ -86,11 +101,15 @@ class RemoteFile:
     digest: StoreDigest | None = None  # object stores: the store's own checksum of the whole object
     etag: str | None = None  # object stores: fetched with If-Match, so a changed object is noticed
     version: str | None = None  # object stores: the object version planned (versioned buckets)
-    key: str | None = None  # object stores: the object's key in its bucket
+    key: str | None = None  # object stores: the object's key in its bucket; OCI: the blob's URL
+    archive: Archive | None = None  # OCI: a layer to unpack, not a file of the model
+    layer: str | None = None  # OCI: the archive layer (sha256:...) this file was unpacked from
 
     @property
     def verified_by(self) -> str | None:
         """The digest the origin published for this file before any byte was fetched, if any."""
+        if self.layer:
+            return "oci-layer-sha256"  # the whole layer it came from was verified, then unpacked
         if self.sha256:
             return "sha256"
         if self.git_sha1:
@@ -140,8 +159,11 @@ class Plan:
     """What a source resolves to: an exact revision and every file to fetch."""
 
     source: Source
-    revision: str  # commit for Hugging Face; a digest of object versions for stores
+    revision: str  # commit for Hugging Face; a digest of object versions for stores; OCI: manifest digest
     files: tuple[RemoteFile, ...]
+    # OCI: the archive layers `files` were unpacked from (unpack.py), recorded in the manifest so a
+    # later run with the same layer-level plan knows the copy is complete (publish.is_published).
+    layers: tuple[RemoteFile, ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -276,6 +298,8 @@ class Options:
     cache_uid: str = ""
     # A signature the model must carry (spec.verification, --signature-*); None: none required.
     signature: SignaturePolicy | None = None
+    # OCI: speak plain HTTP to a registry on this machine (--plain-http; refused for any other host).
+    plain_http: bool = False
 
     @property
     def proxies(self) -> dict[str, str]:

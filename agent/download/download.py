@@ -12,7 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
-from praesto.agent.download import hfplan, objfetch, objplan
+from praesto.agent.download import hfplan, objfetch, objplan, ocifetch, ociplan
 from praesto.agent.download.api import (
     DownloadCancelled,
     DownloadError,
@@ -26,6 +26,7 @@ from praesto.agent.download.engine import NO_SPACE, Engine
 from praesto.agent.download.hfplan import endpoint_of
 from praesto.agent.download.publish import TREE, is_published, publish, staging_for
 from praesto.agent.download.signature import verify_tree
+from praesto.agent.download.unpack import unpack_layers
 
 from praesto.quantity import format_bytes
 from praesto.spec import Source
@@ -34,9 +35,11 @@ log = logging.getLogger("praesto.download")
 
 
 def plan(source: Source, options: Options) -> Plan:
-    """Resolve a source (hf://, s3://, gs://, az://) to an exact revision and its files."""
+    """Resolve a source (hf://, s3://, gs://, az://, oci://) to an exact revision and its files."""
     if source.scheme == "hf":
         return hfplan.plan(source, options)
+    if source.scheme == "oci":
+        return ociplan.plan(source, options)
     return objplan.plan(source, options)
 
 
@@ -66,6 +69,19 @@ def _verify_signature(staging: Path, options: Options) -> dict[str, str] | None:
         raise
 
 
+def _unpacked(plan: Plan, staging: Path, sha256: dict[str, str], options: Options) -> Plan:
+    """OCI archive layers unpacked into the staged tree (unpack.py); the plan of the tree as it is.
+
+    A refusal removes staging: the layers are what the registry vouches for, so fetching them
+    again would only be refused the same way.
+    """
+    try:
+        return unpack_layers(plan, staging / TREE, sha256, options.blobs_dir)
+    except LastingDownloadError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def download(plan: Plan, dest: Path, options: Options) -> Result:
     """Fetch, verify and publish `plan` at `dest`; idempotent when `dest` already holds it."""
     started = time.monotonic()
@@ -77,6 +93,8 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
     staging, pvc = staging_for(dest, options)
     if plan.source.scheme == "hf":
         engine = Engine(plan, staging, endpoint_of(options), options)
+    elif plan.source.scheme == "oci":
+        engine = ocifetch.engine_for(plan, staging, options)
     else:
         engine = objfetch.engine_for(plan, staging, options)
     if options.origin is not None:  # the cluster-wide origin budget gates origin bytes, never peers
@@ -87,8 +105,9 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
             engine.run()
         finally:
             engine.close()
+        tree_plan = _unpacked(plan, staging, engine.sha256, options)
         signed = _verify_signature(staging, options)
-        publish(plan, staging, dest, pvc, engine.sha256, options.cache_uid, signed)
+        publish(tree_plan, staging, dest, pvc, engine.sha256, options.cache_uid, signed)
     except OSError as error:
         if error.errno not in NO_SPACE:
             raise TemporaryDownloadError(

@@ -113,7 +113,13 @@ class Transport:
         return headers
 
     def request(
-        self, method: str, url: str, *, authorized: bool, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        authorized: bool,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
     ) -> http.client.HTTPResponse:
         """One request on this thread's keep-alive connection; a stale socket is retried once."""
         parts = urlsplit(url)
@@ -121,7 +127,7 @@ class Transport:
         for attempt in (1, 2):
             conn = self._conn(url)
             try:
-                conn.request(method, target, headers=self._headers(url, authorized, headers or {}))
+                conn.request(method, target, body=body, headers=self._headers(url, authorized, headers or {}))
                 return conn.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as error:
                 self._drop(url)

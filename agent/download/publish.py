@@ -86,7 +86,10 @@ def is_published(
     if cache_uid and manifest.get(names.MANIFEST_CACHE_UID, cache_uid) != cache_uid:
         return False
     want = {(f.path, f.size) for f in plan.files}
-    have = {(f.get("path"), f.get("size")) for f in manifest.get("files", [])}
+    # An OCI copy lists the files it unpacked from archive layers, and those layers apart: the plan
+    # names the layers, so they stand in for the files they held.
+    have = {(f.get("path"), f.get("size")) for f in manifest.get("files", []) if "layer" not in f}
+    have |= {(f.get("path"), f.get("size")) for f in manifest.get(names.MANIFEST_LAYERS, [])}
     return bool(
         manifest.get("source") == plan.source.uri
         and manifest.get("resolvedRevision") == plan.revision
@@ -110,12 +113,20 @@ def manifest_for(
             entry["etag"] = f.etag
         if f.version:
             entry["version"] = f.version
+        if f.layer:
+            entry["layer"] = f.layer
         files.append(entry)
+    layers = [
+        {"path": f.path, "size": f.size, "digest": f"sha256:{f.sha256}", "kind": f.archive.kind}
+        for f in plan.layers
+        if f.archive is not None
+    ]
     owner = {names.MANIFEST_CACHE_UID: cache_uid} if cache_uid else {}
     signature = {names.MANIFEST_SIGNATURE: signed} if signed else {}  # absent: none was required
     return {
         **owner,
         **signature,
+        **({names.MANIFEST_LAYERS: layers} if layers else {}),
         "source": plan.source.uri,
         "revision": plan.source.revision,
         "resolvedRevision": plan.revision,

@@ -107,9 +107,15 @@ class _PeerTransport(Transport):
             self._deadline.value = None
 
     def request(
-        self, method: str, url: str, *, authorized: bool, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        authorized: bool,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
     ) -> http.client.HTTPResponse:
-        resp = super().request(method, url, authorized=authorized, headers=headers)
+        resp = super().request(method, url, authorized=authorized, headers=headers, body=body)
         if resp.status == NOT_YET:
             resp.read()  # small body: the connection stays usable
             raise NotYet(resp.getheader(WRITTEN_HEADER, ""), retry_after(resp.getheader("Retry-After")))

@@ -115,6 +115,12 @@ def advice(parsed: ModelCacheSpec, lookups: Lookups, disclose: bool = True) -> l
             "it is resolved once and recorded in status.resolvedRevision, pin a 40-hex commit "
             "to get the same files in every cluster"
         )
+    if parsed.source.scheme == "oci" and not parsed.source.pinned:
+        warnings.append(
+            f"spec.source: tag {parsed.source.revision!r} can be moved; it is resolved once to a manifest "
+            "digest and recorded in status.resolvedRevision, reference @sha256:<digest> to get the same "
+            "artifact in every cluster"
+        )
     if parsed.storage_class_name:
         if parsed.node_selector:
             warnings.append("spec.nodeSelector is ignored in shared PVC mode (storageClassName is set)")
