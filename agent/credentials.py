@@ -90,8 +90,8 @@ class CredentialPolicy:
         data, annotations = kube.read_secret(namespace, name)
         where = f"Secret {namespace}/{name}"
         if source.scheme == "oci":  # the cluster's Secret may hold a registry login too
-            login = data.get(names.DOCKER_CONFIG_KEY)
-            return None, ({names.DOCKER_CONFIG_KEY: login} if login else None), where
+            shared = data.get(names.DOCKER_CONFIG_KEY)
+            return None, ({names.DOCKER_CONFIG_KEY: shared} if shared else None), where
         settings = settings_from_secret(data, annotations)
         if source.scheme == "hf":
             return settings.get("HF_TOKEN") or None, None, where

@@ -90,7 +90,7 @@ def test_bytes_already_in_the_blob_area_are_linked_not_kept_twice(tmp_path: Path
     assert (tree / "w.bin").stat().st_ino == (blobs / hashlib.sha256(weights).hexdigest()).stat().st_ino
 
 
-HOSTILE = {
+HOSTILE: dict[str, list[tuple[tarfile.TarInfo, bytes | None]]] = {
     "dot-dot": [_file("../escape", b"x")],
     "absolute": [_file("/etc/passwd", b"x")],
     "marker": [_file(".praesto-complete", b"x")],
