@@ -19,7 +19,7 @@ from praesto.agent.download.api import SignaturePolicy
 from praesto.agent.download.objcreds import settings_from_secret
 from praesto.agent.kube import KubeApi, SecretUnavailable
 
-from praesto import credscope, names
+from praesto import credscope, names, trustpolicy
 from praesto.verification import BASE as VERIFICATION_FIELD
 
 CLUSTER_SECRET_ENV = "PRAESTO_CREDENTIALS_SECRET"  # noqa: S105 - chart credentials.secretRef: "namespace/name"
@@ -36,12 +36,20 @@ Credentials = tuple[str | None, dict[str, str] | None, str]
 class CredentialPolicy:
     scope: credscope.CredentialScope = field(default_factory=credscope.CredentialScope)
     cluster_secret: tuple[str, str] | None = None  # (namespace, name) of the chart's Secret
+    # the platform's signing trust by name (chart verification.trust, praesto/trustpolicy.py)
+    cluster_trust: Mapping[str, trustpolicy.ClusterTrust] = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> CredentialPolicy:
+    def from_env(cls, env: Mapping[str, str], trust_dir: str | None = None) -> CredentialPolicy:
+        """The chart's credentials settings, and the platform's signing trust read from `trust_dir`
+        (--trust-dir, the mounted verification.trust ConfigMap; ValueError when it is unreadable)."""
         secret = env.get(CLUSTER_SECRET_ENV, "")
         namespace, _, name = secret.partition("/")
-        return cls(credscope.CredentialScope.from_env(env), (namespace, name) if "/" in secret else None)
+        return cls(
+            credscope.CredentialScope.from_env(env),
+            (namespace, name) if "/" in secret else None,
+            trustpolicy.load_trust_dir(trust_dir),
+        )
 
     def entitled(self, namespace: str, uri: str = "") -> bool:
         """Whether a cache of `namespace` without a secretRef may use the cluster's Secret or identity
@@ -98,12 +106,26 @@ class CredentialPolicy:
         return None, settings, where
 
 
-def signature_policy(kube: KubeApi, ref: CacheRef) -> SignaturePolicy | None:
+def signature_policy(
+    kube: KubeApi, ref: CacheRef, cluster_trust: Mapping[str, trustpolicy.ClusterTrust]
+) -> SignaturePolicy | None:
     """The signature this copy's model must carry, its trust material read now from the cache's own
-    Secret (the per-cache grant, hooks/local.py), held in memory for this attempt only."""
+    Secret (the per-cache grant, hooks/local.py), held in memory for this attempt only, or the
+    platform's (`cluster_trust`, chart verification.trust)."""
     wanted = ref.verification
     if wanted is None:
         return None
+    if wanted.cluster_trust:
+        entry = cluster_trust.get(wanted.cluster_trust)
+        if entry is None or entry.method != wanted.method:
+            raise SecretUnavailable(
+                f"{VERIFICATION_FIELD}.{wanted.method}.clusterTrust {wanted.cluster_trust!r}: this node agent "
+                "has no such platform trust; add it to the chart's verification.trust (or check --trust-dir)"
+            )
+        origin = f"the platform's trust {wanted.cluster_trust!r} ({VERIFICATION_FIELD}.{wanted.method}.clusterTrust)"
+        if wanted.method == "publicKey":
+            return SignaturePolicy(wanted.method, wanted.path, origin, public_key=entry.pem)
+        return SignaturePolicy(wanted.method, wanted.path, origin, certificates=(entry.pem,))
     if wanted.method == "sigstore":  # no material to read
         return SignaturePolicy(
             wanted.method,

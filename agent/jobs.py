@@ -83,7 +83,7 @@ class Job:
         out = Outcome(self.ref)
         try:
             token, credentials, where = self.credentials.credentials(self.kube, self.ref)
-            signature = signature_policy(self.kube, self.ref)
+            signature = signature_policy(self.kube, self.ref, self.credentials.cluster_trust)
             options = dlapi.Options(
                 endpoint=self.options.endpoint,
                 ca_bundle=self.options.ca_bundle,

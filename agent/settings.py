@@ -114,6 +114,12 @@ class AgentSettings:
         problem = check_arguments(args, env)
         if problem:
             raise SettingsError(problem)
+        try:
+            credentials = CredentialPolicy.from_env(
+                env, args.trust_dir
+            )  # the chart's credentials and trust, once
+        except (ValueError, OSError) as error:
+            raise SettingsError(f"--trust-dir: {error}") from None
         return cls(
             node_name=args.node_name,
             base_path=Path(args.base_path),
@@ -130,7 +136,7 @@ class AgentSettings:
             ),
             peers=peer_config(args),
             origin_budget=budget_config(args),
-            credentials=CredentialPolicy.from_env(env),  # the chart's credentials settings, read once
+            credentials=credentials,
             quotas=quota.from_env(env),
             store_env=dict(env),
         )
@@ -192,6 +198,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str
         default=env(names.ENV_CA_BUNDLE),
         help="extra PEM CA bundle every download trusts besides the system roots "
         "(env PRAESTO_CA_BUNDLE; chart downloads.caBundle)",
+    )
+    add(
+        "--trust-dir",
+        default=env(names.ENV_TRUST_DIR),
+        help="the platform's signing trust, <name>.<publicKey|certificate>.pem files (env PRAESTO_TRUST_DIR; "
+        "chart verification.trust)",
     )
     add(
         "--kubeconfig",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import praesto
-from praesto import credscope, quota
+from praesto import credscope, names, quota, trustpolicy
 from praesto.names import is_dns_label
 
 ENV_DOWNLOADER_IMAGE = "PRAESTO_DOWNLOADER_IMAGE"
@@ -106,6 +106,9 @@ class HooksConfig:
     lookup_max_staleness: float = 60.0
     # PRAESTO_LOOKUP_COLD_WAIT: seconds a request waits for a freshly started worker's first list
     lookup_cold_wait: float = 2.0
+    # PRAESTO_TRUST_DIR, PRAESTO_SIGNATURE_REQUIRED_IN: the platform's signing trust (chart
+    # verification.trust, mounted) and the namespaces that accept only signed models (praesto/trustpolicy.py)
+    trust_policy: trustpolicy.TrustPolicy = field(default_factory=trustpolicy.TrustPolicy)
 
     def downloader_image_allowed(self, image: str) -> bool:
         """The downloader Job runs with the cache's Secrets: only images the platform admin chose."""
@@ -187,6 +190,14 @@ class HooksConfig:
                     "must be <configmap>/<key>; e.g. corporate-ca/ca.crt"
                 )
             kwargs["ca_bundle_configmap"] = (name, key)
+        try:
+            trust = trustpolicy.load_trust_dir(env.get(names.ENV_TRUST_DIR))
+        except (ValueError, OSError) as error:
+            raise ConfigError(f"{names.ENV_TRUST_DIR}: {error}") from None
+        required = tuple(
+            n.strip() for n in env.get(names.ENV_SIGNATURE_REQUIRED_IN, "").split(",") if n.strip()
+        )
+        kwargs["trust_policy"] = trustpolicy.TrustPolicy(trust, required)
         return cls(**kwargs)
 
 

@@ -199,6 +199,10 @@ def sync(request: Any, config: HooksConfig, now: datetime) -> Obj:
     parent = hook_protocol.parent_of(request)
     try:
         spec = parse_parent(parent)
+        # The platform's signing policy, again here: the webhook may be bypassed (failurePolicy Ignore)
+        policy = config.trust_policy.errors(str(meta(parent).get("namespace") or ""), spec.verification)
+        if policy:
+            raise InvalidSpec(policy)
     except InvalidSpec as err:
         return invalid_spec(request, parent, err, now)
     over = quota_excess(request, parent, config)

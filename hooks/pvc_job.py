@@ -134,7 +134,13 @@ def _volumes(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list
         volumes.append({"name": "credentials", "secret": {"secretName": ref.name, "defaultMode": 0o440}})
         mounts.append({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True})
     trust = spec.verification
-    if trust is not None and (trust.secret_ref or trust.config_map_ref):
+    if trust is not None and trust.cluster_trust:  # the Pod's own annotation (cluster_trust_annotations)
+        field = {"fieldPath": f"metadata.annotations['{names.ANNOTATION_SIGNATURE_TRUST}']"}
+        volumes.append(
+            {"name": "trust", "downwardAPI": {"items": [{"path": "trust.pem", "fieldRef": field}]}}
+        )
+        mounts.append({"name": "trust", "mountPath": TRUST_DIR, "readOnly": True})
+    elif trust is not None and (trust.secret_ref or trust.config_map_ref):
         if trust.secret_ref is not None:
             items = [{"key": str(trust.secret_ref.key), "path": "trust.pem"}]
             volumes.append({"name": "trust", "secret": {"secretName": trust.secret_ref.name, "items": items}})
@@ -229,6 +235,20 @@ def _fail_at_once(spec: ModelCacheSpec) -> list[Obj]:
     ]
 
 
+def cluster_trust_annotations(spec: ModelCacheSpec, config: HooksConfig) -> dict[str, str]:
+    """The platform's trust (chart verification.trust) a cache names, on the download Pod's template:
+    public material, in the Job Metacontroller owns, never in an object of the tenant's namespace
+    that the tenant could edit. A downward-API volume turns it into the file the flags name."""
+    name = spec.verification.cluster_trust if spec.verification else ""
+    entry = config.trust_policy.trust.get(name) if name else None
+    return {names.ANNOTATION_SIGNATURE_TRUST: entry.pem.decode()} if entry else {}
+
+
+def _annotations(spec: ModelCacheSpec, config: HooksConfig) -> dict[str, dict[str, str]]:
+    found = cluster_trust_annotations(spec, config)
+    return {"annotations": found} if found else {}
+
+
 def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksConfig) -> Obj:
     cache = str(meta(parent)["name"])
     overrides = spec.downloader
@@ -277,6 +297,6 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
             "backoffLimit": config.job_backoff_limit,
             "podFailurePolicy": {"rules": _fail_at_once(spec)},
             "activeDeadlineSeconds": config.job_active_deadline_seconds,
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": {"metadata": {"labels": labels, **_annotations(spec, config)}, "spec": pod_spec},
         },
     }

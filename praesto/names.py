@@ -43,6 +43,8 @@ ANNOTATION_TARGET_CONTAINER = "praesto.io/target-container"
 ANNOTATION_LEGACY_MODEL_CACHE = "praesto.io/model-cache"
 ANNOTATION_LEGACY_MOUNT_PATH = "praesto.io/model-mount-path"
 ANNOTATION_SCHEDULING = "praesto.io/scheduling"
+# On a PVC-mode download Pod: the platform's trust PEM its cache names (spec.verification ...clusterTrust)
+ANNOTATION_SIGNATURE_TRUST = "praesto.io/signature-trust"
 DEFAULT_MOUNT_PATH = "/models"
 
 FINALIZER_NODE_AGENT = "praesto.io/node-agent"
@@ -194,6 +196,11 @@ ENV_CREDENTIALS_DIR = "PRAESTO_CREDENTIALS_DIR"  # a mounted object-store creden
 # OCI registry mirrors, JSON {"registry host": ["https://mirror[:port]", ...]} (downloads.oci.mirrors):
 # tried in order before the registry itself, like containerd's hosts.toml mirrors.
 ENV_OCI_MIRRORS = "PRAESTO_OCI_MIRRORS"
+# The platform's signing trust (chart verification.trust): the mounted ConfigMap's directory, read
+# by the hooks and the node agent at start; and the namespaces that accept only signed models
+# (verification.requiredIn, comma-separated, "*": all). praesto/trustpolicy.py.
+ENV_TRUST_DIR = "PRAESTO_TRUST_DIR"
+ENV_SIGNATURE_REQUIRED_IN = "PRAESTO_SIGNATURE_REQUIRED_IN"
 # This node's name (downward API spec.nodeName): the agent's and the CSI plugin's --node-name
 ENV_NODE_NAME = "NODE_NAME"
 # praesto-agent's --log-level (agent/cli.py, every subcommand; agent/settings.py keeps it)

@@ -3,12 +3,14 @@
     verification:
       signature:
         path: model.sig                      # optional; the model-signing library's default
-        publicKey:   {secretRef | configMapRef: {name, key}}  # a PEM public key (EC P-256/384/521)
-        certificate: {secretRef | configMapRef: {name, key}}  # PEM CA certificates: root, intermediates
+        publicKey:   {secretRef | configMapRef: {name, key} | clusterTrust: NAME}  # a PEM public key (EC P-256/384/521)
+        certificate: {secretRef | configMapRef: {name, key} | clusterTrust: NAME}  # PEM CA certificates
         sigstore:    {identity, oidcIssuer}    # keyless: needs Sigstore's public services
 
 Exactly one of publicKey, certificate and sigstore; the material in exactly one Secret or ConfigMap
-of the cache's namespace. It reaches the node agent the way the source's token Secret does: a Role
+of the cache's namespace, or the platform's own, named in the chart's `verification.trust`
+(`clusterTrust`: public keys and CA certificates the platform team publishes for every namespace;
+praesto/trustpolicy.py). Namespace material reaches the node agent the way the source's token Secret does: a Role
 on that one object that the sync hook returns only while a copy needs it (hooks/local.py). The node agent verifies the
 bundle before it publishes (agent/download/signature.py); what a ModelCacheNode carries is
 `Verification.to_node_dict()`, names only, never the material.
@@ -16,6 +18,7 @@ bundle before it publishes (agent/download/signature.py); what a ModelCacheNode 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +41,7 @@ class Verification:
     config_map_ref: SecretRef | None = None  # the ConfigMap holding it (same {name, key} shape)
     identity: str = ""  # sigstore
     oidc_issuer: str = ""  # sigstore
+    cluster_trust: str = ""  # publicKey, certificate: a name in the chart's verification.trust
 
     def to_node_dict(self) -> dict[str, Any]:
         """The form a ModelCacheNode's spec.verification carries (names, never material)."""
@@ -48,6 +52,8 @@ class Verification:
             out["configMapRef"] = {"name": self.config_map_ref.name, "key": self.config_map_ref.key}
         if self.identity:
             out["identity"], out["oidcIssuer"] = self.identity, self.oidc_issuer
+        if self.cluster_trust:
+            out["clusterTrust"] = self.cluster_trust
         return out
 
 
@@ -66,6 +72,7 @@ def verification_from_node_spec(value: Any) -> Verification | None:
         config_map,
         str(value.get("identity") or ""),
         str(value.get("oidcIssuer") or ""),
+        str(value.get("clusterTrust") or ""),
     )
 
 
@@ -92,22 +99,35 @@ def _check_path(path: Any, errors: list[SpecError]) -> str:
     return str(path)
 
 
+TRUST_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a key of the chart's verification.trust
+
+
 def _trust_ref(method: str, value: Any, errors: list[SpecError]) -> tuple[str, SecretRef] | None:
-    """("secretRef" or "configMapRef", {name, key}) of a publicKey or certificate method."""
+    """("secretRef" | "configMapRef", {name, key}) or ("clusterTrust", {name}) of a publicKey or
+    certificate method."""
     base = f"{BASE}.{method}"
-    given = [k for k in ("secretRef", "configMapRef") if isinstance(value, dict) and value.get(k) is not None]
+    kinds = ("secretRef", "configMapRef", "clusterTrust")
+    given = [k for k in kinds if isinstance(value, dict) and value.get(k) is not None]
     if len(given) != 1:
         errors.append(
             SpecError(
                 base,
-                "set exactly one of secretRef and configMapRef"
+                "set exactly one of secretRef, configMapRef and clusterTrust"
                 if given
-                else "Required value: secretRef or configMapRef",
-                f"name a Secret or ConfigMap in the cache's namespace and the key that holds {_PEM_HINT[method]}",
+                else "Required value: secretRef, configMapRef or clusterTrust",
+                f"name a Secret or ConfigMap in the cache's namespace and the key that holds {_PEM_HINT[method]}, "
+                "or the platform's trust by its name in the chart's verification.trust",
             )
         )
         return None
     kind, ref = given[0], value[given[0]]
+    if kind == "clusterTrust":
+        if not isinstance(ref, str) or not TRUST_NAME.match(ref):
+            errors.append(
+                SpecError(f"{base}.clusterTrust", "is not a trust name", "e.g. platform-models", ref)
+            )
+            return None
+        return kind, SecretRef(ref)
     field = f"{base}.{kind}"
     if not isinstance(ref, dict) or not ref.get("name") or not ref.get("key"):
         errors.append(
@@ -164,6 +184,8 @@ def parse_verification(value: Any, errors: list[SpecError]) -> Verification | No
     if found is None:
         return None
     kind, ref = found
+    if kind == "clusterTrust":
+        return Verification(method, path, cluster_trust=ref.name)
     if kind == "secretRef":
         return Verification(method, path, secret_ref=ref)
     return Verification(method, path, config_map_ref=ref)

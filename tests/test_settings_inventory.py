@@ -205,7 +205,7 @@ def csi_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
 # Names read below the settings objects, from the environment the edge handed in (not os.environ).
 # Read from Options.store_env (the environment each process takes at its edge) by
 # objcreds.store_config, with the store clients' own variables.
-DOWNLOAD_AT_USE = {"PRAESTO_WORKLOAD_IDENTITY"}
+DOWNLOAD_AT_USE = {"PRAESTO_WORKLOAD_IDENTITY", "PRAESTO_OCI_MIRRORS"}  # and ociregistry.mirrors_of
 AGENT_AT_USE = DOWNLOAD_AT_USE
 DOWNLOADER_AT_USE = DOWNLOAD_AT_USE
 
@@ -224,6 +224,11 @@ FULL_VALUES: dict[str, Any] = {
     "downloads": {
         "caBundle": {"configMapName": "corporate-ca"},
         "proxy": {"httpProxy": "http://proxy:3128", "httpsProxy": "http://proxy:3128", "noProxy": ".svc"},
+        "oci": {"mirrors": {"docker.io": ["https://mirror.example.com"]}},
+    },
+    "verification": {
+        "trust": {"platform": {"publicKey": "-----BEGIN PUBLIC KEY-----\nx\n-----END PUBLIC KEY-----\n"}},
+        "requiredIn": ["team-a"],
     },
     "nodeAgent": {"peers": {"enabled": True}, "reserve": "10Gi"},
     "originBudget": {"enabled": True},
@@ -272,18 +277,19 @@ def _check(process: str, chart_sets: set[str], reads: set[str], optional: dict[s
 
 
 def test_hooks_deployment_env_is_the_hooks_settings(
-    renders: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+    renders: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     containers = _each(renders, "Deployment", "praesto-hooks", "hooks")
     _check("hooks", _env_names(*containers), hooks_inventory(monkeypatch), OPTIONAL["hooks"])
-    for hooks in containers:
+    for hooks, objects in zip(containers, renders, strict=True):
         assert hooks["command"] == ["praesto-hooks"]
         hooks_server.parse_args(hooks["args"])  # every flag the chart passes is one praesto-hooks takes
-        HooksConfig.from_env(_plain_env(hooks))  # and every value it sets is accepted
+        mounted = _mount_trust(objects, tmp_path)
+        HooksConfig.from_env(_mounted(_plain_env(hooks), mounted))  # and every value it sets is accepted
 
 
 def test_node_daemonset_env_is_the_agent_and_csi_settings(
-    renders: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+    renders: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     agents, csis = _each(renders, "DaemonSet", None, "agent"), _each(renders, "DaemonSet", None, "csi")
     reads = agent_inventory(monkeypatch)
@@ -295,13 +301,34 @@ def test_node_daemonset_env_is_the_agent_and_csi_settings(
     _check(
         "csi", _env_names(*csis), csi_inventory(monkeypatch), {"CSI_ENDPOINT": "the chart passes --endpoint"}
     )
-    for agent, csi in zip(agents, csis, strict=True):
+    for agent, csi, objects in zip(agents, csis, renders, strict=True):
         # every flag the chart passes is one the process takes, and with every value the chart
-        # sets (the downward API's filled in) the settings are built without a refusal
+        # sets (the downward API's filled in, the ConfigMaps mounted) the settings are built without a refusal
         assert agent["command"] == ["praesto-agent"] and agent["args"][0] == "run"
-        agent_settings(_plain_env(agent), tuple(_expand(agent["args"])))
+        mounted = _mount_trust(objects, tmp_path)
+        args = [a.replace(TRUST_DIR, str(mounted)) for a in _expand(agent["args"])]
+        agent_settings(_plain_env(agent), tuple(args))
         assert csi["command"] == ["praesto-csi"]
         csi_settings(_plain_env(csi), tuple(_expand(csi["args"])))
+
+
+TRUST_DIR = "/etc/praesto/cluster-trust"  # where the chart mounts verification.trust's ConfigMap
+
+
+def _mount_trust(objects: list[dict[str, Any]], tmp_path: Path) -> Path:
+    """What the kubelet mounts at TRUST_DIR: the rendered trust ConfigMap's keys as files."""
+    mounted = tmp_path / "cluster-trust"
+    mounted.mkdir(exist_ok=True)
+    for config_map in (
+        o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-trust")
+    ):
+        for key, value in config_map["data"].items():
+            (mounted / key).write_text(value)
+    return mounted
+
+
+def _mounted(env: dict[str, str], mounted: Path) -> dict[str, str]:
+    return {k: v.replace(TRUST_DIR, str(mounted)) for k, v in env.items()}
 
 
 DOWNWARD_API = {"NODE_NAME": "worker-1", "POD_IP": "10.0.0.7", "POD_NAME": "agent-x", "POD_UID": "u-1"}
@@ -321,12 +348,13 @@ def _flag_env_names(names: set[str]) -> set[str]:
 
 
 def test_downloader_job_env_is_the_downloader_settings(
-    renders: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+    renders: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     reads = downloader_inventory(monkeypatch)
     sources = ({"uri": "hf://org/model", "secretRef": {"name": "hf"}}, {"uri": "s3://models/llm"})
+    mounted = _mount_trust(renders[0], tmp_path)
     for hooks, source in itertools.product(_each(renders, "Deployment", "praesto-hooks", "hooks"), sources):
-        config = HooksConfig.from_env(_plain_env(hooks))
+        config = HooksConfig.from_env(_mounted(_plain_env(hooks), mounted))
         spec = {"source": source, "storage": {"size": "1Gi", "storageClassName": "rwx"}}
         parent = modelcache("llm", namespace="team-a", spec=spec)
         job = download_job(parent, parse_spec(parent["spec"]), config)

@@ -58,9 +58,14 @@ def _check_name(obj: dict[str, Any]) -> None:
         )
 
 
-def _parse(spec: Any) -> ModelCacheSpec:
+def _parse(spec: Any, namespace: str = "", config: HooksConfig | None = None) -> ModelCacheSpec:
+    """The typed spec, within the platform's signing policy (praesto/trustpolicy.py) when given."""
     try:
-        return parse_spec(spec)
+        parsed = parse_spec(spec)
+        policy = (config or HooksConfig()).trust_policy.errors(namespace, parsed.verification)
+        if policy:
+            raise InvalidSpec(policy)
+        return parsed
     except InvalidSpec as invalid:
         shown = "; ".join(str(e) for e in invalid.errors[:MAX_LISTED_ERRORS])
         more = len(invalid.errors) - MAX_LISTED_ERRORS
@@ -166,7 +171,7 @@ def validate(
                 )
             return review.allow(request.uid)  # metadata-only change: never block finalizers or labels
         _check_name(obj)
-        parsed = _parse(spec)
+        parsed = _parse(spec, request.namespace, config)
         _check_storage_class(parsed, lookups)
         if parsed.storage_class_name:  # local mode ignores spec.downloader (a warning says so)
             _check_downloader_image(parsed, config or HooksConfig())

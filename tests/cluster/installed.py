@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from praesto import names
 from testkit.chart_install import (
     METACONTROLLER_CRDS,
     WEBHOOK_KINDS,
@@ -22,14 +23,21 @@ from testkit.controlplane import ControlPlane
 from testkit.helm_chart import CRD_DIR, NAMESPACE, RELEASE, one
 from testkit.installed_wheel import installed_wheel
 from testkit.kube_apply import Kube
+from testkit.pki import KeyPair, signing_key
 from testkit.server import RunningServer, hooks_server
 
 Obj = dict[str, Any]
 QUOTA_NAMESPACE = "quota-team"  # a namespace the tier's chart values give a quota (test_quota.py)
 ORDER_NAMESPACE = "quota-order"  # another, for the sync hook's check in creation order (test_sync_checks.py)
 WARM_NAMESPACE = "warm-nodes"  # may hold new nodes (nodeAgent.startupTaint.namespaces; test_warm_nodes.py)
+SIGNED_ONLY_NAMESPACE = (
+    "signed-only"  # accepts only signed models (verification.requiredIn; test_signed_models.py)
+)
+PLATFORM_TRUST = "platform-models"  # the tier's verification.trust entry: a key the tests sign with
+TRUST_MOUNT = "/etc/praesto/cluster-trust"  # where the chart mounts verification.trust's ConfigMap
 VALUES: Obj = {
     "webhooks": {"certManager": {"enabled": False}},
+    "verification": {"requiredIn": [SIGNED_ONLY_NAMESPACE]},
     "nodeAgent": {"startupTaint": {"namespaces": [WARM_NAMESPACE]}},
     "namespaceQuota": {"namespaces": {QUOTA_NAMESPACE: "3Gi", ORDER_NAMESPACE: "3Gi"}},
 }
@@ -47,6 +55,8 @@ class Installed:
     hooks: RunningServer
     admin: Kube
     workdir: Path
+    platform_key: KeyPair  # signs models for the chart's verification.trust entry PLATFORM_TRUST
+    trust_dir: Path  # that ConfigMap as the kubelet would mount it (agents: --trust-dir)
 
     def kube_as(self, service_account: str, namespace: str = NAMESPACE, **token_args: Any) -> Kube:
         return Kube(
@@ -78,14 +88,20 @@ def install_chart(
     ensure_namespace(admin, WARM_NAMESPACE)  # the chart puts the agent's warm Role there
     client_ca = control_plane.webhook_client_ca.cert_path
     client_auth = {"webhooks": {"clientAuth": {"caBundle": client_ca.read_text()}}}
-    values = merged(merged(VALUES, extra_values or {}), client_auth)
+    (workdir / "platform").mkdir(parents=True, exist_ok=True)
+    platform_key = signing_key(workdir / "platform" / "platform.key")
+    trust = {"verification": {"trust": {PLATFORM_TRUST: {"publicKey": platform_key.cert_path.read_text()}}}}
+    values = merged(merged(merged(VALUES, trust), extra_values or {}), client_auth)
     objects = render_for_cluster(workdir / "chart", values)
+    trust_dir = mount_config_map(one(objects, "ConfigMap", f"{RELEASE}-trust"), workdir / "cluster-trust")
     apply_rendered(admin, objects, webhook_url="", webhook_ca=b"", skip_kinds=WEBHOOK_KINDS)
     deployment = one(objects, "Deployment", HOOKS_SA)
     env = {
         **container_env(deployment, "hooks"),
         "KUBECONFIG": str(control_plane.token_kubeconfig(NAMESPACE, HOOKS_SA)),
     }
+    assert env[names.ENV_TRUST_DIR] == TRUST_MOUNT, env
+    env[names.ENV_TRUST_DIR] = str(trust_dir)  # the chart's ConfigMap mount, here
     managed = ("--bind", "--workers", "--certfile", "--keyfile")  # hooks_server sets these itself
     args = [
         a.replace("/webhook-client-ca/ca.crt", str(client_ca))  # the chart's ConfigMap mount, here
@@ -100,4 +116,12 @@ def install_chart(
         assert server.ca_path is not None
         webhooks = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
         apply_rendered(admin, webhooks, webhook_url=server.base_url, webhook_ca=server.ca_path.read_bytes())
-        yield Installed(control_plane, objects, server, admin, workdir)
+        yield Installed(control_plane, objects, server, admin, workdir, platform_key, trust_dir)
+
+
+def mount_config_map(config_map: Obj, directory: Path) -> Path:
+    """What the kubelet makes of a ConfigMap volume: one file per key."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for key, value in (config_map.get("data") or {}).items():
+        (directory / key).write_text(value)
+    return directory

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,8 @@ from testkit.metacontroller import CompositeController, gone
 from testkit.pki import CertificateAuthority
 from testkit.signed_models import key_pair, sign_with_certificate, sign_with_key
 from tests.cluster.agents import AgentProcess
-from tests.cluster.flows import phase_is, start_agents, wait_gone
-from tests.cluster.installed import Installed
+from tests.cluster.flows import phase_is, wait_gone
+from tests.cluster.installed import PLATFORM_TRUST, SIGNED_ONLY_NAMESPACE, Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 from tests.cluster.test_pvc_mode import CLASS, job_pod, pvc_namespace, run_like_the_kubelet
 from tests.cluster.test_pvc_mode import NS as PVC_NS
@@ -42,8 +41,10 @@ def agent(
 ) -> Iterator[AgentProcess]:
     opted_in_namespace(installed.admin, NS)
     ready_node(installed.admin, NODE, {POOL: "signing"})
-    with ExitStack() as stack:
-        yield start_agents(stack, installed, hub, tmp_path_factory.mktemp("agent"), [NODE])[NODE]
+    workdir = tmp_path_factory.mktemp("agent") / NODE
+    trust = (f"--trust-dir={installed.trust_dir}",)  # the chart's verification.trust ConfigMap, mounted
+    with AgentProcess(installed, NODE, hub.endpoint, workdir, extra_args=trust) as running:
+        yield running
 
 
 def _verification(secret: str) -> dict[str, object]:
@@ -178,3 +179,43 @@ def test_pvc_mode_job_refuses_a_tampered_model_and_the_cache_fails_with_signatur
     assert ready["reason"] == names.REASON_SIGNATURE_INVALID, ready
     installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "shared-signed", PVC_NS)
     composite.wait_parent(PVC_NS, "shared-signed", gone, deadline=30)
+
+
+def test_the_platforms_trust_verifies_and_signed_only_namespaces_refuse_unsigned_caches(
+    installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeController
+) -> None:
+    """The chart's verification.trust: a cache in any namespace names it (clusterTrust) and needs no
+    Secret of its own (no grant is made); verification.requiredIn: a namespace that accepts only signed
+    models refuses a cache without spec.verification, and an unknown trust name anywhere."""
+    hub.add_repo("org/platform-signed", sign_with_key(FILES, installed.platform_key))
+    platform = {"signature": {"publicKey": {"clusterTrust": PLATFORM_TRUST}}}
+    installed.admin.create(
+        modelcache(
+            "platform", NS, node_selector={POOL: "signing"},
+            source={"huggingface": {"repo": "org/platform-signed"}}, verification=platform,
+        )
+    )  # fmt: skip
+    composite.wait_parent(NS, "platform", phase_is(names.PHASE_READY), deadline=90)
+    manifest = json.loads(
+        (StoreLayout(agent.base).cache_dir(NS, "platform") / names.MANIFEST_FILE).read_text()
+    )
+    assert manifest[names.MANIFEST_SIGNATURE]["method"] == "publicKey"
+    role = installed.admin.get(
+        "rbac.authorization.k8s.io/v1", "Role", names.secret_reader_role_name("platform"), NS
+    )
+    assert role is None  # the platform's trust is the agent's own: nothing of the namespace is read
+
+    opted_in_namespace(installed.admin, SIGNED_ONLY_NAMESPACE)
+    with pytest.raises(ApiException) as unsigned:
+        installed.admin.create(modelcache("unsigned", SIGNED_ONLY_NAMESPACE))
+    assert "spec.verification" in str(unsigned.value.body) and "only signed models" in str(
+        unsigned.value.body
+    )
+    unknown = {"signature": {"publicKey": {"clusterTrust": "nobody"}}}
+    with pytest.raises(ApiException) as refused:
+        installed.admin.create(modelcache("unknown-trust", SIGNED_ONLY_NAMESPACE, verification=unknown))
+    assert "clusterTrust" in str(refused.value.body) and PLATFORM_TRUST in str(refused.value.body)
+    installed.admin.create(modelcache("signed-ok", SIGNED_ONLY_NAMESPACE, verification=platform))
+    for namespace, cache in ((NS, "platform"), (SIGNED_ONLY_NAMESPACE, "signed-ok")):
+        installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, cache, namespace)
+        composite.wait_parent(namespace, cache, gone, deadline=60)

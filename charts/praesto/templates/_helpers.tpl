@@ -78,3 +78,7 @@ seccompProfile:
 {{- /* The node agent's finalizer on ModelCacheNodes: praesto/names.py FINALIZER_NODE_AGENT (a chart test compares). */}}
 {{- define "praesto.agentFinalizer" -}}praesto.io/node-agent{{- end }}
 {{- define "praesto.agentServiceAccount" -}}{{ include "praesto.nodeName" . }}{{- end }}
+
+{{- /* The platform's signing trust (verification.trust): one ConfigMap, mounted by the agent and the hooks. */}}
+{{- define "praesto.trustConfigMap" -}}{{ printf "%s-trust" (include "praesto.fullname" .) }}{{- end }}
+{{- define "praesto.trustDir" -}}/etc/praesto/cluster-trust{{- end }}
