@@ -36,7 +36,7 @@ def blocks(language: str) -> list[str]:
 def commands() -> list[list[str]]:
     out = []
     for block in blocks("bash"):
-        for line in block.splitlines():
+        for line in block.replace("\\\n", " ").splitlines():  # a continued line is one command
             line = line.split(" #", 1)[0].strip()
             if line:
                 out.append(shlex.split(line))
@@ -100,6 +100,11 @@ def _check_kubectl(argv: list[str]) -> None:
             assert rest[1] == names.modelcachenode_name("tinyllama", "gpu-node-1")
     elif verb == "apply":
         assert rest[0] == "-f"
+    elif verb == "create" and rest[:2] == ["secret", "docker-registry"]:  # its type's key: .dockerconfigjson
+        assert (
+            any(a.startswith("--docker-server=") for a in rest)
+            and names.DOCKER_CONFIG_KEY == ".dockerconfigjson"
+        )
     elif verb == "create":
         assert rest[:2] == ["secret", "generic"] and any(
             a.startswith(("--from-literal=HF_TOKEN=", "--from-file=key.pub=")) for a in rest
