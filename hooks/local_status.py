@@ -125,7 +125,12 @@ def aggregate(
             failure_reasons.add(str(_ready_condition(status).get("reason") or ""))
             failed_copies.append(names.modelcachenode_name(spec_cache, node))
         revision = status.get("resolvedRevision")
-        if isinstance(revision, str) and revision:
+        # a moving name (a branch, a tag) is never what a source resolves to: only a pin counts
+        if (
+            isinstance(revision, str)
+            and revision
+            and (not spec.source.resolves or spec.source.is_pin(revision))
+        ):
             revisions[revision] += 1
         # Every copy is the same model: any node's size (or planned total) is each node's size.
         size = max(size, _int(status.get("sizeBytes")), _int(section(status, "progress").get("bytesTotal")))

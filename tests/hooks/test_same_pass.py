@@ -140,3 +140,26 @@ def test_finalize_gives_the_same_status_from_a_stale_parent_as_from_a_fresh_one(
     assert answers[0]["status"] == answers[1]["status"]
     assert answers[0]["status"]["totalNodes"] == 1 and answers[0]["status"]["resolvedRevision"] == COMMIT
     assert hook_protocol.check_response("finalize", answers[0]) == []
+
+
+def test_an_oci_tag_is_pinned_to_the_manifest_digest_the_first_node_resolved() -> None:
+    """The same rule for OCI: a tag moves, so late nodes pull the digest the first one resolved."""
+    digest = "sha256:" + "c" * 64
+    spec = {
+        "source": {"oci": {"reference": "registry.example.com/team/model:1.0"}},
+        "storage": {"size": "1Gi"},
+    }
+    request = sync_request(
+        mc("model", spec),
+        nodes=[cache_node("node-a"), cache_node("node-b")],
+        children=[
+            mcn("model", "node-a", node_status("Downloading", 1, 10, resolvedRevision=digest)),
+            mcn("model", "node-b", node_status("Pending", resolvedRevision="1.0")),
+        ],
+    )
+    response = modelcache.sync(request, golden.CONFIG, NOW)
+    sources = [c["spec"]["source"] for c in response["children"] if c["kind"] == names.MODELCACHENODE_KIND]
+    assert sources and all(
+        s == {"uri": "oci://registry.example.com/team/model", "revision": digest} for s in sources
+    )
+    assert response["status"]["resolvedRevision"] == digest
