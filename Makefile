@@ -4,7 +4,7 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install run test lint typecheck unit cluster-bin test-cluster node-bin test-node bench stubs
+.PHONY: install run test lint typecheck unit cluster-bin test-cluster node-bin test-node registry-bin bench stubs
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	bash scripts/install.sh $(VENV)
@@ -42,13 +42,17 @@ test-cluster: install cluster-bin
 node-bin:
 	bash scripts/build_cluster.sh tests/node
 
+## Build the OCI tests' upstream registry (distribution v3.1.2) and client (oras v1.3.6) into build/cluster (tests/registry)
+registry-bin:
+	bash scripts/build_cluster.sh tests/registry
+
 ## The node tier alone: the control plane plus one real node (kubelet + containerd) running real Pods (root)
 test-node: install cluster-bin node-bin
 	$(VENV)/bin/pytest -p no:xdist tests/node $(PYTEST_ARGS)
 
 ## Lint, type-check, build the tiers' binaries (the suite's image test runs on the node's containerd), then the
 ## whole test suite, control-plane and node tiers included (what CI runs)
-test: lint typecheck cluster-bin node-bin unit test-cluster test-node
+test: lint typecheck cluster-bin node-bin registry-bin unit test-cluster test-node
 
 ## Regenerate the CSI gRPC stubs from csi/proto/csi.proto
 stubs: install

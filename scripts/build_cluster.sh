@@ -5,6 +5,7 @@
 #   tests/cluster              etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 #   tests/cluster/compat-1.30  the oldest kube-apiserver the chart claims (etcd + apiserver)
 #   tests/node                 kubelet (same k8s.io/kubernetes release), containerd, its runc shim, ctr
+#   tests/registry             the CNCF distribution registry and the ORAS CLI (the OCI source tests)
 # A cold build takes ~10 minutes per module on 2 cores; later runs reuse it (and the Go
 # build cache makes a rebuild after a small change quick).
 # A module may hold a build.env that sets CGO_ENABLED and TAGS (containerd: no cgo, no btrfs).

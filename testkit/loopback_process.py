@@ -6,6 +6,7 @@ emulator's bind is retried on another port; any HTTP answer (even an error statu
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -18,9 +19,10 @@ from testkit.s3server import free_port
 STARTUP_DEADLINE = 30.0
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, ca_file: str | None = None) -> bool:
+    context = ssl.create_default_context(cafile=ca_file) if ca_file else None
     try:
-        with urllib.request.urlopen(url, timeout=2):
+        with urllib.request.urlopen(url, timeout=2, context=context):
             return True
     except urllib.error.HTTPError:
         return True  # an HTTP error is an answer: the server is up
@@ -33,15 +35,16 @@ def start(
     ready_url_for: Callable[[int], str],
     log_path: Path,
     env: Mapping[str, str] | None = None,
+    ca_file: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """The running process and its port; raises RuntimeError with the log's tail if it never answers."""
+    """The running process and its port (`ca_file`: trusted for an HTTPS ready URL); raises RuntimeError with the log's tail if it never answers."""
     deadline = time.monotonic() + STARTUP_DEADLINE
     while True:
         port = free_port()
         with open(log_path, "wb") as log:
             process = subprocess.Popen(argv_for(port), stdout=log, stderr=subprocess.STDOUT, env=env)
         while time.monotonic() < deadline and process.poll() is None:
-            if _answers(ready_url_for(port)):
+            if _answers(ready_url_for(port), ca_file):
                 return process, port
             time.sleep(0.05)
         stop(process)

@@ -32,6 +32,7 @@ from praesto.agent.download.http import Transient
 from praesto.agent.download.ocimedia import ACCEPT, INDEXES, MODELPACK_ARTIFACT, LayerMeaning, meaning
 from praesto.agent.download.ociregistry import Endpoint, RegistryTransport, endpoints, transport_for
 
+from praesto import names
 from praesto.ocireference import DIGEST, Reference, reference_of
 from praesto.spec import Source
 
@@ -81,6 +82,12 @@ def fetch_manifest(
         resp = transport.request("GET", url, authorized=True, headers={"Accept": ACCEPT})
         body = resp.read(MAX_MANIFEST_BYTES + 1)
     except Transient as error:
+        if "CERTIFICATE_VERIFY_FAILED" in str(error):  # does not pass by itself: say what to trust
+            raise LastingDownloadError(
+                "SourceUnavailable",
+                f"{ref}: {endpoint.base} presents a TLS certificate this node does not trust; add its CA to the "
+                f"chart's downloads.caBundle (the CLI: {names.ENV_CA_BUNDLE})",
+            ) from None
         raise TemporaryDownloadError("SourceUnavailable", f"{ref}: {error}; it will be retried") from None
     if resp.status != 200:
         raise _refusal(resp.status, body, ref, reference, transport)
