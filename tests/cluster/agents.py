@@ -75,6 +75,9 @@ class AgentProcess:
     hub_endpoint: str
     workdir: Path
     extra_args: tuple[str, ...] = ()
+    # Serve and fetch from other agents (the chart's nodeAgent.peers): its peer server on loopback,
+    # its peer tokens bound to its Pod, as the DaemonSet's downward API would give them.
+    peer_port: int = 0
     component: Component = field(init=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +99,17 @@ class AgentProcess:
             "--concurrency=4",
             *self.extra_args,
         ]
+        if self.peer_port:  # the DaemonSet's own --peer-* flags, with what the kubelet would fill in
+            meta = self.pod["metadata"]
+            filled = {"--peer-port": str(self.peer_port), "--peer-address": "127.0.0.1",
+                      "--pod-name": meta["name"], "--pod-uid": meta["uid"]}  # fmt: skip
+            rendered = self.installed.rendered("DaemonSet")["spec"]["template"]["spec"]["containers"][0][
+                "args"
+            ]
+            for arg in rendered:
+                flag = arg.partition("=")[0]
+                if flag.startswith(("--peer-", "--pod-")):
+                    argv.append(f"{flag}={filled[flag]}" if flag in filled else arg)
         self.component = Component(f"praesto-agent/{self.node}", argv, self.workdir / "agent.log")
 
     def __enter__(self) -> AgentProcess:

@@ -1,0 +1,95 @@
+"""OCI sources on the real control plane (#26): a ModelPack artifact in a registry that requires
+auth (the CNCF distribution registry over TLS with token auth, the artifact pushed by the ORAS CLI)
+becomes a Ready cache on two nodes; the login is the cache's own kubernetes.io/dockerconfigjson
+Secret, read by the agents through the per-cache grant; the tag is pinned to the manifest digest;
+the registry serves the model's bytes once (the second node copies from the first)."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from praesto import names
+from praesto.store import StoreLayout
+from testkit.metacontroller import CompositeController, gone
+from testkit.oci_artifacts import Layer, push_modelpack
+from testkit.registry import Registry, docker_config
+from testkit.registry_token import Grants
+from testkit.s3server import free_port
+from tests.cluster.agents import AgentProcess
+from tests.cluster.flows import phase_is
+from tests.cluster.installed import Installed
+from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
+from tests.download.conftest import tree_of
+
+NS = "oci-models"
+POOL = "test.praesto.io/oci-pool"
+NODES = ("oci-a", "oci-b")
+READER = ("puller", "puller-password")
+LAYERS = [
+    Layer("model.safetensors", os.urandom(6 << 20)),
+    Layer("config.json", b'{"model_type": "llama"}', kind="weight.config"),
+    Layer("tokenizer.json", b'{"version": "1.0"}' * 500, kind="weight.config"),
+]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    grants = Grants(users={"pusher": ("push-pw", {"team/llama": {"pull", "push"}}),
+                           READER[0]: (READER[1], {"team/llama": {"pull"}})})  # fmt: skip
+    with Registry(tmp_path_factory.mktemp("registry"), tls=True, grants=grants) as running:
+        yield running
+
+
+def test_a_modelpack_artifact_behind_token_auth_is_ready_on_two_nodes_read_from_the_registry_once(
+    installed: Installed, registry: Registry, composite: CompositeController, tmp_path: Path
+) -> None:
+    digest = push_modelpack(
+        registry, "team/llama", "1.0", LAYERS, tmp_path / "push", user=("pusher", "push-pw")
+    )
+    opted_in_namespace(installed.admin, NS)
+    client.CoreV1Api(installed.admin.api).create_namespaced_secret(
+        NS,
+        {
+            "metadata": {"name": "regcred"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {
+                names.DOCKER_CONFIG_KEY: base64.b64encode(docker_config(registry, *READER).encode()).decode()
+            },
+        },
+    )
+    for node in NODES:
+        ready_node(installed.admin, node, {POOL: "oci"})
+    with ExitStack() as stack:
+        agents = {
+            node: stack.enter_context(
+                AgentProcess(installed, node, "http://127.0.0.1:9", tmp_path / node,
+                             (f"--ca-bundle={registry.ca_path}",), peer_port=free_port())
+            )
+            for node in NODES
+        }  # fmt: skip
+        installed.admin.create(
+            modelcache(
+                "llama", NS, node_selector={POOL: "oci"},
+                source={"oci": {"reference": registry.reference("team/llama", "1.0")}, "secretRef": {"name": "regcred"}},
+            )
+        )  # fmt: skip
+        ready = composite.wait_parent(NS, "llama", phase_is(names.PHASE_READY), deadline=120)
+        status = (ready or {})["status"]
+        assert (status["readyNodes"], status["totalNodes"]) == (2, 2), status
+        assert status["resolvedRevision"] == digest  # the tag, pinned for every later node
+        for node, agent in agents.items():
+            assert tree_of(StoreLayout(agent.base).cache_dir(NS, "llama")) == {
+                x.path: x.data for x in LAYERS
+            }, node
+        model_bytes = sum(len(x.data) for x in LAYERS)
+        assert registry.blob_bytes("team/llama") == model_bytes, [a.log()[-3000:] for a in agents.values()]
+        assert READER[1] not in "".join(a.log() for a in agents.values())
+        installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "llama", NS)
+        composite.wait_parent(NS, "llama", gone, deadline=60)
