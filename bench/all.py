@@ -28,8 +28,9 @@ BENCHMARKS: tuple[tuple[str, ...], ...] = (
     ("bench.swarm_sim", "--field"),  # no network: the swarm rules projected to 1,024 nodes
     ("bench.csi_bench",),  # bind mounts
     ("bench.prewarm_bench",),  # drops the page cache, bind mounts
+    ("bench.oci_bench",),  # containerd's overlayfs snapshots
 )
-NEEDS_ROOT = ("bench.csi_bench", "bench.prewarm_bench", "--cold")
+NEEDS_ROOT = ("bench.csi_bench", "bench.prewarm_bench", "bench.oci_bench", "--cold")
 RESULTS = DEFAULT_RESULTS
 
 
