@@ -18,7 +18,7 @@ from kubernetes import client
 from praesto import names
 from praesto.store import StoreLayout
 from testkit.metacontroller import CompositeController, gone
-from testkit.oci_artifacts import Layer, push_modelpack
+from testkit.oci_artifacts import Layer, push_files, push_modelpack
 from testkit.registry import Registry, docker_config
 from testkit.registry_token import Grants
 from testkit.s3server import free_port
@@ -41,8 +41,11 @@ LAYERS = [
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    grants = Grants(users={"pusher": ("push-pw", {"team/llama": {"pull", "push"}}),
-                           READER[0]: (READER[1], {"team/llama": {"pull"}})})  # fmt: skip
+    grants = Grants(
+        users={"pusher": ("push-pw", {"team/llama": {"pull", "push"}, "team/public": {"pull", "push"}}),
+               READER[0]: (READER[1], {"team/llama": {"pull"}})},
+        anonymous={"team/public": {"pull"}},
+    )  # fmt: skip
     with Registry(tmp_path_factory.mktemp("registry"), tls=True, grants=grants) as running:
         yield running
 
@@ -93,3 +96,35 @@ def test_a_modelpack_artifact_behind_token_auth_is_ready_on_two_nodes_read_from_
         assert READER[1] not in "".join(a.log() for a in agents.values())
         installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "llama", NS)
         composite.wait_parent(NS, "llama", gone, deadline=60)
+
+
+def test_an_oras_pushed_artifact_of_files_and_a_folder_is_ready_without_a_login(
+    installed: Installed, registry: Registry, composite: CompositeController, tmp_path: Path
+) -> None:
+    """The other format: `oras push` files and a folder (one tar+gzip layer, unpacked), pulled
+    anonymously (the registry grants anonymous pull on this repository); no Secret, no grant."""
+    files = {
+        "weights.bin": os.urandom(1 << 20),
+        "tokenizer/vocab.txt": b"a\nb\n",
+        "tokenizer/merges.txt": b"ab",
+    }
+    push_files(registry, "team/public", "v1", files, tmp_path / "push", user=("pusher", "push-pw"),
+               folders=("tokenizer",))  # fmt: skip
+    opted_in_namespace(installed.admin, NS)
+    ready_node(installed.admin, "oci-c", {POOL: "public"})
+    with AgentProcess(
+        installed, "oci-c", "http://127.0.0.1:9", tmp_path / "oci-c", (f"--ca-bundle={registry.ca_path}",)
+    ) as agent:
+        installed.admin.create(
+            modelcache("public", NS, node_selector={POOL: "public"}, source={"uri": f"oci://{registry.reference('team/public', 'v1')}"})
+        )  # fmt: skip
+        composite.wait_parent(NS, "public", phase_is(names.PHASE_READY), deadline=90)
+        assert tree_of(StoreLayout(agent.base).cache_dir(NS, "public")) == files
+        assert (
+            installed.admin.get(
+                "rbac.authorization.k8s.io/v1", "Role", names.secret_reader_role_name("public"), NS
+            )
+            is None
+        )
+        installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "public", NS)
+        composite.wait_parent(NS, "public", gone, deadline=60)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from praesto.agent.budget.origin_budget import origin_host
 from praesto.agent.download import Options, download, plan
 from praesto.agent.download.api import LastingDownloadError
 
@@ -182,7 +183,10 @@ def test_a_mirror_serves_first_and_a_dead_mirror_falls_through(registry: Registr
         digest = push_modelpack(registry, "team/m", "1.0", [Layer("w.bin", WEIGHTS)], tmp_path / "on-origin")
         mirrors = {registry.host: ["http://127.0.0.1:9", mirror.base_url]}  # port 9: nothing listens
         env = {names.ENV_OCI_MIRRORS: json.dumps(mirrors)}
-        _fetch(registry, "team/m", digest, tmp_path / "model", store_env=env)
+        planned = _fetch(registry, "team/m", digest, tmp_path / "model", store_env=env).plan  # type: ignore[attr-defined]
+        assert (
+            origin_host(planned, _options(store_env=env)) == mirror.host
+        )  # the origin budget counts who serves
         assert tree_of(tmp_path / "model") == {"w.bin": WEIGHTS}
         assert mirror.blob_bytes() == len(WEIGHTS) and registry.blob_bytes() == 0
 
