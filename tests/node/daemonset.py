@@ -4,8 +4,9 @@ The agent and the CSI plugin run from the installed wheel (the bytes a user gets
 the command, arguments and environment the chart renders for their containers. Only
 what a container would see differently from a host process is translated: downward-API
 variables (`$(NODE_NAME)`, `$(POD_IP)`) are expanded as the kubelet does, and a path
-inside a container is mapped through its volumeMounts to the hostPath behind it, and
-the chart's host paths (kubelet dir, store) to the tier's own folders.
+inside a container is mapped through its volumeMounts to the hostPath behind it (or to the
+tier's copy of a mounted ConfigMap), and the chart's host paths (kubelet dir, store) to the
+tier's own folders.
 
 The agent's identity is the chart's: a ServiceAccount token bound to the Pod the
 DaemonSet would run on this node. The real kubelet runs that Pod; its containers are
@@ -35,6 +36,7 @@ class HostPaths:
     tier_kubelet_dir: Path
     base_path: str  # chart localCache.basePath
     tier_base_path: Path
+    config_maps: dict[str, Path]  # a mounted ConfigMap -> its copy, as the kubelet would mount it
 
     def host(self, path: str) -> str:
         for chart, tier in ((self.kubelet_dir, self.tier_kubelet_dir), (self.base_path, self.tier_base_path)):
@@ -55,9 +57,12 @@ def host_path_of(daemonset: Obj, spec: Obj, path: str, paths: HostPaths) -> str:
     for mount in mounts:
         at = mount["mountPath"].rstrip("/")
         if path == at or path.startswith(at + "/"):
-            host = (volumes.get(mount["name"]) or {}).get("hostPath")
-            if host:
-                return paths.host(host["path"].rstrip("/") + path[len(at) :])
+            volume = volumes.get(mount["name"]) or {}
+            if "hostPath" in volume:
+                return paths.host(volume["hostPath"]["path"].rstrip("/") + path[len(at) :])
+            config_map = (volume.get("configMap") or {}).get("name")
+            if config_map in paths.config_maps:
+                return str(paths.config_maps[config_map]) + path[len(at) :]
     return paths.host(path)
 
 

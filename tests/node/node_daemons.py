@@ -19,7 +19,7 @@ from praesto.csi.proto import csi_pb2, csi_pb2_grpc
 
 from praesto import names
 from testkit.controlplane import Component, wait_for
-from testkit.helm_chart import NAMESPACE
+from testkit.helm_chart import NAMESPACE, RELEASE
 from testkit.hub import LocalHub
 from testkit.installed_wheel import installed_wheel
 from testkit.praesto_image import PRAESTO_IMAGE
@@ -53,7 +53,8 @@ class NodeDaemons:
         self.daemonset = installed.rendered("DaemonSet")
         values_paths = self._chart_paths()
         self.base = workdir / "store"
-        self.paths = HostPaths(values_paths[0], node.kubelet.root_dir, values_paths[1], self.base)
+        trust = {f"{RELEASE}-trust": installed.trust_dir}  # the chart's verification.trust ConfigMap
+        self.paths = HostPaths(values_paths[0], node.kubelet.root_dir, values_paths[1], self.base, trust)
         self.downward = {"spec.nodeName": node.name, "metadata.namespace": NAMESPACE}
         self.pod: Obj | None = None
         self.agent: Component | None = None
