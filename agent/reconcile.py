@@ -31,8 +31,8 @@ from praesto.agent.jobs import JobRunner
 from praesto.agent.kube import KubeApi, key_of, short_error
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.removal import Removal
-from praesto.agent.scrub import schedule as scrub_schedule
 from praesto.agent.room import DiskRoom
+from praesto.agent.scrub import schedule as scrub_schedule
 from praesto.agent.status_writer import StatusWriter
 
 from praesto import names, store

@@ -6,6 +6,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from praesto.agent.scrub import core, ioprio, schedule
@@ -15,7 +16,7 @@ from praesto import names, store
 from praesto.store import StoreLayout
 
 
-def _publish(layout: StoreLayout, ns: str, cache: str, files: dict[str, bytes]) -> dict[str, object]:
+def _publish(layout: StoreLayout, ns: str, cache: str, files: dict[str, bytes]) -> dict[str, Any]:
     """A copy as the downloader leaves it: read-only files hard-linked into the blob area, a manifest, the marker."""
     root = layout.cache_dir(ns, cache)
     layout.blobs_dir.mkdir(parents=True, exist_ok=True)
@@ -30,7 +31,7 @@ def _publish(layout: StoreLayout, ns: str, cache: str, files: dict[str, bytes]) 
             blob.chmod(0o444)
         os.link(blob, target)
         entries.append({"path": path, "size": len(data), "sha256": digest})
-    manifest = {"source": "hf://o/m", "resolvedRevision": "c" * 40, "files": entries}
+    manifest: dict[str, Any] = {"source": "hf://o/m", "resolvedRevision": "c" * 40, "files": entries}
     store.write_json_atomic(layout.manifest_path(ns, cache), manifest)
     layout.complete_marker(ns, cache).write_text("c\n")
     return manifest
@@ -94,7 +95,7 @@ def test_each_kind_of_damage_is_found_and_named(tmp_path: Path) -> None:
 
 
 def test_manifest_that_cannot_be_checked_is_refused_naming_the_entry() -> None:
-    with pytest.raises(core.ManifestError, match="a.bin has no sha256"):
+    with pytest.raises(core.ManifestError, match=r"a\.bin has no sha256"):
         core.expected_files({"files": [{"path": "a.bin", "size": 1}]})
     with pytest.raises(core.ManifestError, match="not a relative path"):
         core.expected_files({"files": [{"path": "../x", "size": 1, "sha256": "0" * 64}]})
