@@ -29,7 +29,7 @@ from praesto.agent.peers.peering import Peering
 from praesto.agent.reconcile import AgentConfig, Reconciler
 from praesto.agent.removal import Removal
 from praesto.agent.room import DiskRoom
-from praesto.agent.scrub.scrubber import Scrubber
+from praesto.agent.scrubber import Scrubber
 from praesto.agent.status_writer import StatusWriter
 
 from praesto import names
@@ -86,6 +86,7 @@ class Agent:
             self.layout, self.copies, kube, self.status.set, self.status.merge,
             lambda ns, cache, n: self.metrics.scrub_mismatches.labels(ns, cache).inc(n),
             config.scrub_interval, config.scrub_bytes_per_second, clock, config.node_name,
+            poll_seconds=min(10.0, config.tick_seconds * 10),  # when nothing was due: look again
         )  # fmt: skip
         self.stop_event = threading.Event()
         self.log = logs.logger("praesto.agent", node=config.node_name)

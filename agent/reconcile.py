@@ -252,7 +252,10 @@ class Reconciler:
             self.status.set(
                 obj, names.PHASE_PENDING, st.REASON_PENDING, "waiting for a download slot on this node"
             )
-        elif st.phase_of(obj) not in (names.PHASE_DOWNLOADING, names.PHASE_FAILED):
+        elif state.scrub_findings is None and st.phase_of(obj) not in (
+            names.PHASE_DOWNLOADING,
+            names.PHASE_FAILED,
+        ):
             # a retry keeps showing the last failure until bytes flow again (no Failed/Pending flapping)
             self.status.set(
                 obj, names.PHASE_PENDING, st.REASON_PENDING, "resolving the source revision and files"

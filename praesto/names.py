@@ -242,6 +242,8 @@ REASON_SCRUB_REPAIR_FAILED = "ScrubRepairFailed"  # the copy's Failed reason: a 
 SCRUB_CLEAN = "Clean"  # status.scrub.result values
 SCRUB_REPAIRED = "Repaired"
 SCRUB_FAILED = "Failed"
+# The progress message (what a new mount is told, csi/waiting.py) while a copy is repaired.
+SCRUB_REPAIR_PROGRESS = "the at-rest scrub found bad files, new mounts wait while they are fetched again"
 SCRUB_MISMATCHED_MAX = 10  # status.scrub.mismatched lists at most this many paths
 DEFAULT_SCRUB_INTERVAL = "168h"  # chart nodeAgent.scrub.interval; "0" disables
 DEFAULT_SCRUB_BYTES_PER_SECOND = "64Mi"  # chart nodeAgent.scrub.bytesPerSecond

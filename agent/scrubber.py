@@ -45,9 +45,10 @@ class Scrubber:
         bytes_per_second: int,
         clock: Callable[[], float],
         node_name: str,
+        poll_seconds: float = 10.0,
     ) -> None:
         self.layout, self.copies, self.kube, self.set_status = layout, copies, kube, set_status
-        self.merge_status = merge_status
+        self.merge_status, self.poll_seconds = merge_status, poll_seconds
         self.count_mismatches, self.interval, self.clock = count_mismatches, interval, clock
         self.pacer = BytePacer(bytes_per_second)
         self.cancel = threading.Event()
@@ -78,7 +79,7 @@ class Scrubber:
                 self.log.warning("scrub failed", extra={"error": short_error(err)})
                 worked = False
             if not worked:
-                self.cancel.wait(min(30.0, self.interval))
+                self.cancel.wait(min(self.poll_seconds, self.interval))
 
     def next_due(self) -> tuple[CopyKey, Obj] | None:
         """The most overdue Ready copy that no download or removal holds."""
@@ -121,6 +122,7 @@ class Scrubber:
                             lambda: core.blob_inode_index(self.layout.blobs_dir))  # fmt: skip
         if self.cancel.is_set():
             return True
+        rotten = self._rotten_blobs(report, files)
         with self.copies.lock:
             state = self.copies.states.get(key) or CacheState()
             if state.job is not None or _stamp(self.layout.complete_marker(ns, cache)) != marker:
@@ -130,7 +132,7 @@ class Scrubber:
                 schedule.write(self.layout, ns, cache, record)
             else:
                 record = schedule.record_of(report, names.SCRUB_FAILED, self.clock())
-                self._take_out(key, ns, cache, report, record, state)
+                self._take_out(key, ns, cache, report, record, state, rotten)
         current = self.copies.get(key) or obj
         if report.clean:
             self.merge_status(key, {"scrub": record.status()})
@@ -145,6 +147,18 @@ class Scrubber:
         )
         return True
 
+    def _rotten_blobs(self, report: core.Report, files: list[core.Expected]) -> list[str]:
+        """The blobs the repair would link in place of a bad name, checked first (paced, outside the
+        lock): one that rotted too is dropped, so the repair fetches those bytes instead."""
+        wanted = {f.path: f for f in files}
+        out = []
+        for finding in report.findings:
+            want = wanted[finding.path]
+            blob = self.layout.blobs_dir / want.sha256
+            if blob.exists() and not _blob_is(blob, want, self.pacer):
+                out.append(want.sha256)
+        return out
+
     def _take_out(
         self,
         key: CopyKey,
@@ -153,15 +167,23 @@ class Scrubber:
         report: core.Report,
         record: schedule.ScrubRecord,
         state: CacheState,
+        rotten: list[str],
     ) -> None:
         """Under the store lock: no new mount, no peer serving, no dedup of the bad bytes."""
         with contextlib.suppress(FileNotFoundError):
             self.layout.complete_marker(ns, cache).unlink()
-        bad_inodes = {f.inode for f in report.findings if f.inode is not None}
+        # corrupt content: its inode is bad wherever it is linked (a LINKED name points at another
+        # blob's good inode: only the name is wrong, that blob stays)
+        bad_inodes = {
+            f.inode for f in report.findings if f.inode is not None and f.kind in (core.CHANGED, core.SIZE)
+        }
         for inode, sha in core.blob_inode_index(self.layout.blobs_dir).items():
             if inode in bad_inodes:
                 with contextlib.suppress(FileNotFoundError):
                     (self.layout.blobs_dir / sha).unlink()
+        for sha in rotten:
+            with contextlib.suppress(FileNotFoundError):
+                (self.layout.blobs_dir / sha).unlink()
         for path in (f.path for f in report.findings if f.kind == core.NOT_REGULAR):
             _remove(self.layout.cache_dir(ns, cache) / path)  # a folder or link where a file belongs
         for other_key, other in self.copies.objects.items():
@@ -175,8 +197,16 @@ class Scrubber:
         state.scrub_findings = [f.describe() for f in report.findings]
         store.write_progress(
             self.layout, ns, cache,
-            store.Progress(names.PHASE_PENDING, 0, 0, "scrub found bad files; repairing", self.clock()),
+            store.Progress(names.PHASE_PENDING, 0, 0, _refusal(report), self.clock()),
         )  # fmt: skip
+
+
+def _blob_is(blob: Path, want: core.Expected, budget: BytePacer) -> bool:
+    report = core.Report()
+    return (
+        core.check_file(blob.parent, core.Expected(blob.name, want.size, want.sha256), budget, report, None)
+        is None
+    )
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -195,3 +225,9 @@ def _remove(path: Path) -> None:
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def _refusal(report: core.Report) -> str:
+    """What a new mount is told while the copy is repaired (csi/waiting.py shows it in the Pod's events)."""
+    bad = ", ".join(f.path for f in report.findings[: names.SCRUB_MISMATCHED_MAX])
+    return f"{names.SCRUB_REPAIR_PROGRESS} ({bad})"
