@@ -80,7 +80,7 @@ class AgentMetrics:
             scrub_mismatches=Counter(
                 "praesto_scrub_mismatches",
                 "Files the at-rest scrub found not matching the copy's manifest (agent/scrub/)",
-                ["namespace", "cache"],
+                ["namespace", "model_cache"],  # as praesto_pod_model_* label them
                 registry=reg,
             ),
             cache_hits=Counter(

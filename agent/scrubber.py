@@ -123,6 +123,7 @@ class Scrubber:
         if self.cancel.is_set():
             return True
         rotten = self._rotten_blobs(report, files)
+        sharing = self._sharing(ns, cache, report)
         with self.copies.lock:
             state = self.copies.states.get(key) or CacheState()
             if state.job is not None or _stamp(self.layout.complete_marker(ns, cache)) != marker:
@@ -132,7 +133,7 @@ class Scrubber:
                 schedule.write(self.layout, ns, cache, record)
             else:
                 record = schedule.record_of(report, names.SCRUB_FAILED, self.clock())
-                self._take_out(key, ns, cache, report, record, state, rotten)
+                self._take_out(key, ns, cache, report, record, state, rotten, sharing)
         current = self.copies.get(key) or obj
         if report.clean:
             self.merge_status(key, {"scrub": record.status()})
@@ -159,6 +160,35 @@ class Scrubber:
                 out.append(want.sha256)
         return out
 
+    def _sharing(self, ns: str, cache: str, report: core.Report) -> list[tuple[str, str]]:
+        """Other complete copies on this node with a name on a corrupt inode (dedup shares them):
+        scrubbed next, so they leave Ready too (one stat per file, outside the lock)."""
+        bad = {
+            f.inode for f in report.findings if f.inode is not None and f.kind in (core.CHANGED, core.SIZE)
+        }
+        if not bad:
+            return []
+        with self.copies.lock:
+            others = {(k[0], cache_of(o)) for k, o in self.copies.objects.items() if cache_of(o)} - {
+                (ns, cache)
+            }
+        out = []
+        for other_ns, other_cache in sorted(others):
+            manifest = store.read_json(self.layout.manifest_path(other_ns, other_cache)) or {}
+            root = self.layout.cache_dir(other_ns, other_cache)
+            for entry in manifest.get("files") or []:
+                path = entry.get("path") if isinstance(entry, dict) else None
+                if not isinstance(path, str) or not core.safe_path(path):
+                    continue
+                try:
+                    info = os.lstat(root / path)
+                except OSError:
+                    continue
+                if (info.st_dev, info.st_ino) in bad:
+                    out.append((other_ns, other_cache))
+                    break
+        return out
+
     def _take_out(
         self,
         key: CopyKey,
@@ -168,6 +198,7 @@ class Scrubber:
         record: schedule.ScrubRecord,
         state: CacheState,
         rotten: list[str],
+        sharing: list[tuple[str, str]],
     ) -> None:
         """Under the store lock: no new mount, no peer serving, no dedup of the bad bytes."""
         with contextlib.suppress(FileNotFoundError):
@@ -186,13 +217,8 @@ class Scrubber:
                 (self.layout.blobs_dir / sha).unlink()
         for path in (f.path for f in report.findings if f.kind == core.NOT_REGULAR):
             _remove(self.layout.cache_dir(ns, cache) / path)  # a folder or link where a file belongs
-        for other_key, other in self.copies.objects.items():
-            if (
-                other_key != key
-                and cache_of(other)
-                and self.layout.is_complete(other_key[0], cache_of(other))
-            ):
-                schedule.force(self.layout, other_key[0], cache_of(other))
+        for other_ns, other_cache in sharing:
+            schedule.force(self.layout, other_ns, other_cache)
         schedule.write(self.layout, ns, cache, record)
         state.scrub_findings = [f.describe() for f in report.findings]
         store.write_progress(

@@ -94,7 +94,7 @@ def test_scrub_finds_damage_takes_the_copy_out_and_repairs_only_the_bad_files(en
         (names.MODELCACHENODE_KIND, "Warning")
     ]  # the harness's ModelCacheNode has no owning ModelCache; the tier test sees that Event too
     assert "a.bin" in str(warnings[0]["message"])
-    assert env.metric("praesto_scrub_mismatches_total", namespace="team-a", cache="tiny") == 3
+    assert env.metric("praesto_scrub_mismatches_total", namespace="team-a", model_cache="tiny") == 3
     assert ready["phase"] == names.PHASE_READY
 
 
@@ -122,3 +122,32 @@ def test_interval_zero_never_scrubs(env: Env) -> None:
     env.wait_phase("tiny", names.PHASE_READY)
     assert agent.scrubber._thread is None
     assert not env.layout.scrub_record("team-a", "tiny").exists()
+
+
+def test_a_corrupt_inode_shared_by_dedup_takes_every_copy_out(env: Env) -> None:
+    env.add_model("tiny", **{"a.bin": A})
+    env.add_model("twin", **{"a.bin": A, "b.bin": B})
+    env.create_mcn("tiny")
+    env.create_mcn("twin")
+    env.start(scrub_interval=HOUR, scrub_bytes_per_second=1 << 30)
+    env.wait_phase("tiny", names.PHASE_READY)
+    env.wait_phase("twin", names.PHASE_READY)
+    one, two = (
+        env.layout.cache_dir("team-a", "tiny") / "a.bin",
+        env.layout.cache_dir("team-a", "twin") / "a.bin",
+    )
+    assert os.stat(one).st_ino == os.stat(two).st_ino  # deduplicated: one inode, one blob
+    _writable(one)
+    with one.open("r+b") as handle:
+        handle.write(bytes([A[0] ^ 1]))
+    env.hub.reset_counters()
+    env.skip(HOUR + 60)
+    for cache in ("tiny", "twin"):
+        env.wait(
+            lambda cache=cache: (env.status(cache).get("scrub") or {}).get("result") == names.SCRUB_REPAIRED,  # type: ignore[misc]
+            f"{cache} repaired",
+            timeout=60,
+        )
+    env.wait_phase("twin", names.PHASE_READY)
+    assert one.read_bytes() == A and two.read_bytes() == A
+    assert env.hub.bytes_served == len(A)  # fetched once; the second copy links the repaired blob
