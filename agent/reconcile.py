@@ -316,7 +316,10 @@ class Reconciler:
         record = scrub_schedule.ScrubRecord(self.clock(), names.SCRUB_REPAIRED, old.files_checked,
                                             old.bytes_checked, old.mismatched)  # fmt: skip
         scrub_schedule.write(self.layout, ref.namespace, ref.cache, record)
-        self.status.merge(ref.key, {"scrub": record.status()})
+        try:
+            self.status.merge(ref.key, {"scrub": record.status()})
+        except Exception as err:  # the record on disk holds it; the next clean scrub reports again
+            self.log.warning("could not record the repair", extra={"error": short_error(err)})
         message = f"fetched again and verified: {'; '.join(repaired[: names.SCRUB_MISMATCHED_MAX])}"
         self.kube.emit_event(obj, "Normal", names.REASON_SCRUB_REPAIRED, message)
 

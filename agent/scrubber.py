@@ -125,7 +125,7 @@ class Scrubber:
         rotten = self._rotten_blobs(report, files)
         sharing = self._sharing(ns, cache, report)
         with self.copies.lock:
-            state = self.copies.states.get(key) or CacheState()
+            state = self.copies.state(key)  # kept: the repairing download reads scrub_findings
             if state.job is not None or _stamp(self.layout.complete_marker(ns, cache)) != marker:
                 return True  # replaced, evicted or removed meanwhile: its next turn scrubs what is there
             if report.clean:
