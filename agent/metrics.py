@@ -45,6 +45,7 @@ class AgentMetrics:
     evictions: Counter
     cache_hits: Counter
     in_flight: Gauge
+    scrub_mismatches: Counter
 
     @classmethod
     def create(cls) -> AgentMetrics:
@@ -74,6 +75,12 @@ class AgentMetrics:
                 "praesto_agent_evictions",
                 "Caches evicted from this node, by cause (ttl, capacity)",
                 ["cause"],
+                registry=reg,
+            ),
+            scrub_mismatches=Counter(
+                "praesto_scrub_mismatches",
+                "Files the at-rest scrub found not matching the copy's manifest (agent/scrub/)",
+                ["namespace", "model_cache"],  # as praesto_pod_model_* label them
                 registry=reg,
             ),
             cache_hits=Counter(

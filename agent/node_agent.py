@@ -29,6 +29,7 @@ from praesto.agent.peers.peering import Peering
 from praesto.agent.reconcile import AgentConfig, Reconciler
 from praesto.agent.removal import Removal
 from praesto.agent.room import DiskRoom
+from praesto.agent.scrubber import Scrubber
 from praesto.agent.status_writer import StatusWriter
 
 from praesto import names
@@ -80,6 +81,13 @@ class Agent:
         self.pod_starts = PodStartReporter(
             self.copies, self.status, kube, config.node_name, self.metrics.registry
         )
+        # at-rest scrub and repair (issue #25 part 2): one Ready copy at a time, paced, idle I/O priority
+        self.scrubber = Scrubber(
+            self.layout, self.copies, kube, self.status.set, self.status.merge,
+            lambda ns, cache, n: self.metrics.scrub_mismatches.labels(ns, cache).inc(n),
+            config.scrub_interval, config.scrub_bytes_per_second, clock, config.node_name,
+            poll_seconds=min(10.0, config.tick_seconds * 10),  # when nothing was due: look again
+        )  # fmt: skip
         self.stop_event = threading.Event()
         self.log = logs.logger("praesto.agent", node=config.node_name)
         # this node's ModelCacheNodes -> the reconciler (SYNC after each relist, DELETED for vanished ones)
@@ -115,6 +123,7 @@ class Agent:
             thread.start()
             self._threads.append(thread)
         self.pod_starts.start()
+        self.scrubber.start()
         self.log.info("agent started", extra={"basePath": str(self.config.base_path)})
         return self
 
@@ -126,6 +135,7 @@ class Agent:
                 if state.job is not None:
                     state.job.cancel.set()
         self.reconciler.wake()
+        self.scrubber.stop(timeout)
         for thread in self._threads:
             thread.join(timeout)
         self.pod_starts.stop(timeout)

@@ -32,6 +32,7 @@ from praesto.agent.kube import KubeApi, key_of, short_error
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.removal import Removal
 from praesto.agent.room import DiskRoom
+from praesto.agent.scrub import schedule as scrub_schedule
 from praesto.agent.status_writer import StatusWriter
 
 from praesto import names, store
@@ -61,6 +62,8 @@ class AgentConfig:
     last_used_refresh: float = 60.0  # while mounted, lastUsedTime moves at most this often
     watch_backoff: Backoff = field(default_factory=Backoff)  # praesto.reflector's one constant set
     quotas: Quotas = field(default_factory=Quotas)  # chart namespaceQuota: who gives room first
+    scrub_interval: float = 0.0  # seconds between scrubs of a copy (chart nodeAgent.scrub.interval); 0: off
+    scrub_bytes_per_second: int = 64 << 20  # the scrub's read budget (chart nodeAgent.scrub.bytesPerSecond)
 
 
 class Reconciler:
@@ -249,7 +252,10 @@ class Reconciler:
             self.status.set(
                 obj, names.PHASE_PENDING, st.REASON_PENDING, "waiting for a download slot on this node"
             )
-        elif st.phase_of(obj) not in (names.PHASE_DOWNLOADING, names.PHASE_FAILED):
+        elif state.scrub_findings is None and st.phase_of(obj) not in (
+            names.PHASE_DOWNLOADING,
+            names.PHASE_FAILED,
+        ):
             # a retry keeps showing the last failure until bytes flow again (no Failed/Pending flapping)
             self.status.set(
                 obj, names.PHASE_PENDING, st.REASON_PENDING, "resolving the source revision and files"
@@ -268,7 +274,11 @@ class Reconciler:
             state = self.copies.state(ref.key)
             state.job = None
             obj = self.copies.objects.get(ref.key)
+        repaired = state.scrub_findings  # kept until a download repairs the copy
         if outcome.result is not None:
+            state.scrub_findings = None
+            if repaired and obj is not None:
+                self._scrub_repaired(obj, ref, repaired)
             state.downloaded = True
             state.peer_bytes = outcome.result.bytes_from_peers
             self.metrics.record_download(outcome.result)
@@ -287,12 +297,31 @@ class Reconciler:
             err = outcome.error
             self.metrics.failures.labels(err.reason).inc()
             delay = self._schedule_retry(state, err.backoff_factor)
-            message = f"{err.message}; retrying in {delay:.0f}s (attempt {state.attempts})"
+            reason, message = (
+                err.reason,
+                f"{err.message}; retrying in {delay:.0f}s (attempt {state.attempts})",
+            )
+            if repaired:  # a file the scrub found bad could not be fetched again: name it
+                reason = names.REASON_SCRUB_REPAIR_FAILED
+                message = f"scrub found {'; '.join(repaired[: names.SCRUB_MISMATCHED_MAX])}; fetching again failed: {message}"
             self.status.write_progress(
                 ref.namespace, ref.cache, progress_record(names.PHASE_FAILED, 0, 0, message, self.clock())
             )
-            self.status.set(obj, names.PHASE_FAILED, err.reason, message)
+            self.status.set(obj, names.PHASE_FAILED, reason, message)
         return ref.key
+
+    def _scrub_repaired(self, obj: Obj, ref: CacheRef, repaired: list[str]) -> None:
+        """The repairing download ended well: the record says Repaired, a Normal Event says what."""
+        old = scrub_schedule.read(self.layout, ref.namespace, ref.cache) or scrub_schedule.ScrubRecord()
+        record = scrub_schedule.ScrubRecord(self.clock(), names.SCRUB_REPAIRED, old.files_checked,
+                                            old.bytes_checked, old.mismatched)  # fmt: skip
+        scrub_schedule.write(self.layout, ref.namespace, ref.cache, record)
+        try:
+            self.status.merge(ref.key, {"scrub": record.status()})
+        except Exception as err:  # the record on disk holds it; the next clean scrub reports again
+            self.log.warning("could not record the repair", extra={"error": short_error(err)})
+        message = f"fetched again and verified: {'; '.join(repaired[: names.SCRUB_MISMATCHED_MAX])}"
+        self.kube.emit_event(obj, "Normal", names.REASON_SCRUB_REPAIRED, message)
 
     def _schedule_retry(self, state: CacheState, factor: float) -> float:
         delay = min(self.config.retry_max, self.config.retry_initial * factor * 2.0**state.attempts)

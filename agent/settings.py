@@ -29,7 +29,7 @@ from praesto.agent.peers.peering import PeerConfig
 from praesto.agent.reconcile import AgentConfig
 
 from praesto import credscope, names, quota
-from praesto.quantity import QuantityError
+from praesto.quantity import QuantityError, parse_duration, parse_quantity
 
 
 class SettingsError(ValueError):
@@ -62,6 +62,17 @@ class StartupTaintSettings:
     warm_namespaces: tuple[str, ...] = ()
     """--warm-namespaces (PRAESTO_WARM_NAMESPACES, comma-separated): the namespaces whose
     warmNewNodes caches may hold the taint; none by default."""
+
+
+@dataclass(frozen=True)
+class ScrubSettings:
+    """The at-rest scrub (chart nodeAgent.scrub; agent/scrub/)."""
+
+    interval_seconds: float = 168 * 3600.0
+    """--scrub-interval (PRAESTO_SCRUB_INTERVAL): a duration (168h); each Ready copy is re-hashed this
+    long after its last scrub or after it became Ready; 0 disables the scrub."""
+    bytes_per_second: int = 64 << 20
+    """--scrub-bytes-per-second (PRAESTO_SCRUB_BYTES_PER_SECOND): a quantity (64Mi); the scrub's read budget."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,8 @@ class AgentSettings:
     PRAESTO_CREDENTIALS_NAMESPACES, PRAESTO_CREDENTIALS_SOURCES)."""
     quotas: quota.Quotas = field(default_factory=quota.Quotas)
     """PRAESTO_NAMESPACE_QUOTAS (chart namespaceQuota): who gives room first when the disk is full."""
+    scrub: ScrubSettings = field(default_factory=lambda: ScrubSettings())
+    """The at-rest scrub (agent/scrub/)."""
     store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The environment as the process started, for the object-store clients' own settings
     (workload identity, endpoints, proxies: download/objcreds.py store_config reads what it knows)."""
@@ -138,6 +151,9 @@ class AgentSettings:
             origin_budget=budget_config(args),
             credentials=credentials,
             quotas=quota.from_env(env),
+            scrub=ScrubSettings(
+                _duration(args.scrub_interval), int(parse_quantity(args.scrub_bytes_per_second))
+            ),
             store_env=dict(env),
         )
 
@@ -153,6 +169,8 @@ class AgentSettings:
             max_parallel_caches=self.max_parallel_caches,
             reserve=self.reserve,
             quotas=self.quotas,
+            scrub_interval=self.scrub.interval_seconds,
+            scrub_bytes_per_second=self.scrub.bytes_per_second,
         )
 
 
@@ -220,6 +238,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str
     add("--warm-namespaces", type=credscope.split_list, default=env("PRAESTO_WARM_NAMESPACES", ""),
         help="comma-separated namespaces whose warmNewNodes caches may hold a new node's startup taint; "
         "none by default (chart nodeAgent.startupTaint.namespaces)")  # fmt: skip
+    add("--scrub-interval", default=env("PRAESTO_SCRUB_INTERVAL") or names.DEFAULT_SCRUB_INTERVAL,
+        help="re-hash each Ready copy this long after its last scrub, e.g. 168h; 0 disables (default %(default)s)")  # fmt: skip
+    add("--scrub-bytes-per-second", default=env("PRAESTO_SCRUB_BYTES_PER_SECOND") or names.DEFAULT_SCRUB_BYTES_PER_SECOND,
+        help="the scrub's read budget, a quantity, e.g. 64Mi (default %(default)s)")  # fmt: skip
     add_peer_arguments(parser, environ)
     add_budget_arguments(parser, environ)
 
@@ -249,7 +271,21 @@ def check_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> str | N
     except QuantityError as err:
         return f"--reserve: {err}; use e.g. 50Gi or 15%"
     try:
+        _duration(args.scrub_interval)
+    except (QuantityError, ValueError) as err:
+        return f"--scrub-interval: {args.scrub_interval!r} is not a duration ({err}); use e.g. 168h, or 0 to disable"
+    try:
+        if parse_quantity(args.scrub_bytes_per_second) < 1:
+            raise QuantityError("it must be positive")
+    except (QuantityError, ValueError) as err:
+        return f"--scrub-bytes-per-second: {args.scrub_bytes_per_second!r} ({err}); use e.g. 64Mi"
+    try:
         quota.from_env(env)
     except quota.QuotaError as err:
         return f"{err} (env {quota.ENV})"
     return check_peer_arguments(args) or check_budget_arguments(args)
+
+
+def _duration(text: str) -> float:
+    """A scrub interval in seconds; "0" turns the scrub off."""
+    return 0.0 if text.strip() in ("0", "0s", "") else float(parse_duration(text))

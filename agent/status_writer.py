@@ -154,6 +154,11 @@ class StatusWriter:
             to_file = self.file_throttle.allow(ref.name) or force
             allowed = self.throttle.allow(ref.name) or force
             obj = self.copies.objects.get(ref.key)
+            state = self.copies.states.get(ref.key)
+            repairing = state.scrub_findings if state is not None else None
+        if repairing:  # what a new mount is told: why this Ready copy downloads again
+            bad = ", ".join(f.partition(":")[0] for f in repairing[: names.SCRUB_MISMATCHED_MAX])
+            message = f"{names.SCRUB_REPAIR_PROGRESS} ({bad}): {message}"
         if to_file:  # each write is an fsync'd replace: not once per MiB
             record = progress_record(names.PHASE_DOWNLOADING, done, total, message, self.clock())
             self.write_progress(ref.namespace, ref.cache, record)

@@ -66,6 +66,8 @@ def waiting_answer(
             amount = f"{percent}% of {format_bytes(progress.bytes_total)}"
         else:
             amount = f"{format_bytes(progress.bytes_done)} so far"
+        if progress.message.startswith(names.SCRUB_REPAIR_PROGRESS):  # a Ready copy taken out by the scrub
+            return Waiting(grpc.StatusCode.UNAVAILABLE, f"{cache} on node {node}: {progress.message}")
         return Waiting(grpc.StatusCode.UNAVAILABLE, f"{cache} is downloading on node {node}: {amount}")
     if phase == names.PHASE_EVICTED:
         return Waiting(
@@ -79,7 +81,8 @@ def waiting_answer(
             f"{cache} is being published on node {node}: its files are verified, the complete "
             "marker is not written yet",
         )
+    why = f"{progress.message}; " if progress.message else ""  # e.g. the scrub found bad files
     return Waiting(
         grpc.StatusCode.UNAVAILABLE,
-        f"{cache} is not ready on node {node} (phase {phase or 'Pending'}): waiting for the node agent",
+        f"{cache} is not ready on node {node} (phase {phase or 'Pending'}): {why}waiting for the node agent",
     )

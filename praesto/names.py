@@ -234,3 +234,16 @@ ANNOTATION_ORIGIN_HOST = "praesto.io/origin-host"
 ANNOTATION_RETRY_AFTER_UNTIL = "praesto.io/retry-after-until"  # RFC 3339: no origin request before
 ANNOTATION_RETRY_AFTER_BY = "praesto.io/retry-after-by"  # the node that was told to wait
 REASON_WAITING_FOR_ORIGIN_BUDGET = "WaitingForOriginBudget"
+
+# At-rest scrub (issue #25 part 2, agent/scrub/): the agent re-hashes each Ready copy against its manifest.
+REASON_SCRUB_MISMATCH = "ScrubMismatch"  # Warning Event; the copy's reason while it is repaired
+REASON_SCRUB_REPAIRED = "ScrubRepaired"  # Normal Event once the bad files were fetched again
+REASON_SCRUB_REPAIR_FAILED = "ScrubRepairFailed"  # the copy's Failed reason: a file could not be repaired
+SCRUB_CLEAN = "Clean"  # status.scrub.result values
+SCRUB_REPAIRED = "Repaired"
+SCRUB_FAILED = "Failed"
+# The progress message (what a new mount is told, csi/waiting.py) while a copy is repaired.
+SCRUB_REPAIR_PROGRESS = "the at-rest scrub found bad files, new mounts wait while they are fetched again"
+SCRUB_MISMATCHED_MAX = 10  # status.scrub.mismatched lists at most this many paths
+DEFAULT_SCRUB_INTERVAL = "168h"  # chart nodeAgent.scrub.interval; "0" disables
+DEFAULT_SCRUB_BYTES_PER_SECOND = "64Mi"  # chart nodeAgent.scrub.bytesPerSecond

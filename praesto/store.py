@@ -13,6 +13,7 @@ both DNS labels, so they never contain `_` or start with `.`):
     <base>/.praesto/progress/<ns>_<name>.json   agent tells the CSI driver how far it got
     <base>/.praesto/pods/<hash>.json    CSI: when a Pod first asked for a cache and got it (praesto.coldstart_record)
     <base>/.praesto/copies/<ns>_<name>.json     agent: where the bytes of the current copy came from
+    <base>/.praesto/scrub/<ns>_<name>.json      agent: when the copy was last scrubbed, and how it went
 
 The agent is the only writer of cache directories, staging, blobs, progress and
 copy records; the CSI driver is the only writer of mount records, `used` stamps,
@@ -118,6 +119,10 @@ class StoreLayout:
 
     def copy_record(self, namespace: str, name: str) -> Path:
         return self.internal / "copies" / (cache_key(namespace, name) + ".json")
+
+    def scrub_record(self, namespace: str, name: str) -> Path:
+        """The last scrub of a copy (agent/scrub/): survives agent restarts, so they do not rescrub all at once."""
+        return self.internal / "scrub" / (cache_key(namespace, name) + ".json")
 
 
 def copy_mismatch(

@@ -46,7 +46,7 @@ SETTINGS_MODULES = {
     "csi/cli.py": "praesto-csi main: CsiSettings (csi/settings.py) from flags and this environment",
 }
 # The settings objects of the processes: a docstring for every field.
-SETTINGS_TREES = {"agent/settings.py": ["MetricsSettings", "StartupTaintSettings", "AgentSettings"],
+SETTINGS_TREES = {"agent/settings.py": ["MetricsSettings", "StartupTaintSettings", "ScrubSettings", "AgentSettings"],
                   "csi/settings.py": ["CsiSettings"]}  # fmt: skip
 # Variables the chart sets for libraries and read from the environment the edge handed in (the proxies:
 # download/proxies.py, from Options.store_env), not by name in a settings object: urllib/httpx/obstore honour the

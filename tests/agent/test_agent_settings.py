@@ -139,6 +139,9 @@ def test_a_flag_wins_over_its_variable(variable: str, flag: str, field: Any) -> 
         ({"NODE_NAME": ""}, "--node-name: Required value; set it or NODE_NAME (fieldRef spec.nodeName in the DaemonSet)"),
         ({"PRAESTO_METRICS_PORT": "70000"}, "--metrics-port: 70000 is not a port; use 1-65535, or 0 to disable"),
         ({"PRAESTO_RESERVE": "lots"}, "--reserve: "),
+        ({"PRAESTO_SCRUB_INTERVAL": "weekly"}, "--scrub-interval: 'weekly' is not a duration"),
+        ({"PRAESTO_SCRUB_BYTES_PER_SECOND": "fast"}, "--scrub-bytes-per-second: 'fast'"),
+        ({"PRAESTO_SCRUB_BYTES_PER_SECOND": "0"}, "--scrub-bytes-per-second: '0' (it must be positive)"),
         ({"PRAESTO_WARM_NAMESPACES": "Team_A"}, "--warm-namespaces: Team_A is not a namespace name"),
         ({"PRAESTO_NAMESPACE_QUOTAS": "{"}, "PRAESTO_NAMESPACE_QUOTAS: not JSON"),
         ({**PEER_ENV, "POD_IP": ""}, "--peer-address: Required value with --peer-port; set POD_IP"),
@@ -151,6 +154,14 @@ def test_a_bad_value_is_refused_naming_the_flag_or_variable_and_the_fix(
     with pytest.raises(SettingsError) as refused:
         settings({"NODE_NAME": "n", **env})
     assert str(refused.value).startswith(refusal)
+
+
+def test_scrub_settings_reach_the_agent_and_zero_disables() -> None:
+    default = settings({"NODE_NAME": "n"}).agent_config()
+    assert (default.scrub_interval, default.scrub_bytes_per_second) == (168 * 3600.0, 64 << 20)
+    chosen = settings({"NODE_NAME": "n", "PRAESTO_SCRUB_INTERVAL": "24h"}, "--scrub-bytes-per-second=128Mi")
+    assert (chosen.scrub.interval_seconds, chosen.scrub.bytes_per_second) == (86400.0, 128 << 20)
+    assert settings({"NODE_NAME": "n"}, "--scrub-interval=0").agent_config().scrub_interval == 0.0
 
 
 def test_a_value_of_the_wrong_type_in_the_environment_is_refused_naming_the_flag(
