@@ -66,6 +66,13 @@ def node_side(
         yield agent, driver, port
 
 
+@pytest.fixture
+def mount_dir(tmp_path: Path) -> Iterator[Path]:
+    """Where this test's "Pods" mount the copy; unmounted afterwards whatever the outcome."""
+    yield tmp_path
+    unmount_all_under(tmp_path)
+
+
 def _flip(path: Path, other: Path) -> None:
     with path.open("r+b") as handle:  # in place: its blob shares the inode, so it is corrupt too
         handle.seek(1000)
@@ -109,7 +116,7 @@ def test_scrub_takes_a_bad_copy_out_and_repairs_it(
     composite: CompositeController,
     decorator: DecoratorController,
     node_side: tuple[AgentProcess, InProcessDriver, int],
-    tmp_path: Path,
+    mount_dir: Path,
     cache: str,
     damage: object,
     refetched: bool,
@@ -124,7 +131,7 @@ def test_scrub_takes_a_bad_copy_out_and_repairs_it(
     key = names.ready_label_key(NS, cache)
     wait_for("the readiness label", lambda: _node_labels(installed).get(key) == "true", 30)
     layout = StoreLayout(agent.base)
-    running = publish_request(f"csi-{cache}-1", str(tmp_path / "running"), cache, NS)
+    running = publish_request(f"csi-{cache}-1", str(mount_dir / "running"), cache, NS)
     driver.client.publish(running)  # a Pod mounts the copy before the damage
     root = layout.cache_dir(NS, cache)
     bad = root / "model.bin"
@@ -146,7 +153,7 @@ def test_scrub_takes_a_bad_copy_out_and_repairs_it(
         if refetched:  # out of Ready while the bytes move: the label goes, a new mount is refused
             wait_for("the readiness label to go", lambda: key not in _node_labels(installed), 30)
             with pytest.raises(grpc.RpcError) as refused:
-                driver.client.publish(publish_request(f"csi-{cache}-2", str(tmp_path / "new"), cache, NS))
+                driver.client.publish(publish_request(f"csi-{cache}-2", str(mount_dir / "new"), cache, NS))
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
             assert "model.bin" in str(refused.value.details()) and "scrub" in str(refused.value.details())
         composite.wait_parent(NS, cache, phase_is(names.PHASE_READY), deadline=90)
@@ -154,11 +161,11 @@ def test_scrub_takes_a_bad_copy_out_and_repairs_it(
     finally:
         hub.faults.rate = 0
     assert bad.read_bytes() == weights
-    assert (tmp_path / "running" / "model.bin").read_bytes() == weights  # the running Pod's mount stayed
+    assert (mount_dir / "running" / "model.bin").read_bytes() == weights  # the running Pod's mount stayed
     assert hub.bytes_served == (len(weights) if refetched else 0)  # only the bad file moved (or none)
     wait_for("the readiness label back", lambda: _node_labels(installed).get(key) == "true", 30)
-    driver.client.publish(publish_request(f"csi-{cache}-3", str(tmp_path / "after"), cache, NS))
-    assert (tmp_path / "after" / "model.bin").read_bytes() == weights
+    driver.client.publish(publish_request(f"csi-{cache}-3", str(mount_dir / "after"), cache, NS))
+    assert (mount_dir / "after" / "model.bin").read_bytes() == weights
     warnings = _events(installed, names.REASON_SCRUB_MISMATCH, names.MODELCACHE_KIND, cache)
     assert warnings and warnings[0].type == "Warning" and "model.bin" in warnings[0].message
     assert _events(installed, names.REASON_SCRUB_MISMATCH, names.MODELCACHENODE_KIND, cache)
