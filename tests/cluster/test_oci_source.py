@@ -2,15 +2,18 @@
 auth (the CNCF distribution registry over TLS with token auth, the artifact pushed by the ORAS CLI)
 becomes a Ready cache on two nodes; the login is the cache's own kubernetes.io/dockerconfigjson
 Secret, read by the agents through the per-cache grant; the tag is pinned to the manifest digest;
-the registry serves the model's bytes once (the second node copies from the first)."""
+the registry serves the model's bytes once: the second node joins the pool once the first holds
+the model and copies it from that peer. (Two nodes starting the same second may both read the
+origin: limiting that is the chart's `originBudget`, tested in test_origin_budget.py.)"""
 
 from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -28,6 +31,7 @@ from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 from tests.download.conftest import tree_of
 
+Obj = dict[str, Any]
 NS = "oci-models"
 POOL = "test.praesto.io/oci-pool"
 NODES = ("oci-a", "oci-b")
@@ -50,6 +54,19 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
         yield running
 
 
+def ready_on(count: int) -> Callable[[Obj | None], bool]:
+    """For `composite.wait_parent`: Ready with `count` of `count` selected nodes holding the model."""
+
+    def done(parent: Obj | None) -> bool:
+        status = (parent or {}).get("status") or {}
+        return status.get("phase") == names.PHASE_READY and (
+            status.get("readyNodes"),
+            status.get("totalNodes"),
+        ) == (count, count)
+
+    return done
+
+
 def test_a_modelpack_artifact_behind_token_auth_is_ready_on_two_nodes_read_from_the_registry_once(
     installed: Installed, registry: Registry, composite: CompositeController, tmp_path: Path
 ) -> None:
@@ -67,8 +84,9 @@ def test_a_modelpack_artifact_behind_token_auth_is_ready_on_two_nodes_read_from_
             },
         },
     )
-    for node in NODES:
-        ready_node(installed.admin, node, {POOL: "oci"})
+    first, late = NODES
+    ready_node(installed.admin, first, {POOL: "oci"})
+    ready_node(installed.admin, late)  # not in the pool yet
     with ExitStack() as stack:
         agents = {
             node: stack.enter_context(
@@ -84,9 +102,11 @@ def test_a_modelpack_artifact_behind_token_auth_is_ready_on_two_nodes_read_from_
             )
         )  # fmt: skip
         ready = composite.wait_parent(NS, "llama", phase_is(names.PHASE_READY), deadline=120)
+        assert (ready or {})["status"]["resolvedRevision"] == digest  # the tag, pinned for every later node
+        ready_node(installed.admin, late, {POOL: "oci"})  # joins the pool: the cache selects it too
+        ready = composite.wait_parent(NS, "llama", ready_on(2), deadline=120)
         status = (ready or {})["status"]
-        assert (status["readyNodes"], status["totalNodes"]) == (2, 2), status
-        assert status["resolvedRevision"] == digest  # the tag, pinned for every later node
+        assert status["resolvedRevision"] == digest, status
         for node, agent in agents.items():
             assert tree_of(StoreLayout(agent.base).cache_dir(NS, "llama")) == {
                 x.path: x.data for x in LAYERS
