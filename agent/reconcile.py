@@ -252,11 +252,13 @@ class Reconciler:
             self.status.set(
                 obj, names.PHASE_PENDING, st.REASON_PENDING, "waiting for a download slot on this node"
             )
-        elif state.scrub_findings is None and st.phase_of(obj) not in (
-            names.PHASE_DOWNLOADING,
-            names.PHASE_FAILED,
+        elif (
+            state.scrub_findings is None
+            and state.attempts == 0
+            and st.phase_of(obj) not in (names.PHASE_DOWNLOADING, names.PHASE_FAILED)
         ):
-            # a retry keeps showing the last failure until bytes flow again (no Failed/Pending flapping)
+            # a retry keeps showing the last failure or wait (WaitingForSecret) until bytes flow again:
+            # no Failed/Pending or WaitingForSecret/Pending flapping on every attempt
             self.status.set(
                 obj, names.PHASE_PENDING, st.REASON_PENDING, "resolving the source revision and files"
             )
