@@ -12,13 +12,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from praesto.agent.budget.origin_budget import origin_host
 from praesto.agent.download import Options, download, plan
-from praesto.agent.download.api import LastingDownloadError
+from praesto.agent.download.api import DownloadCancelled, DownloadError, LastingDownloadError
 
 from praesto import names
 from praesto.spec import parse_uri
@@ -288,3 +289,48 @@ def test_the_cli_downloads_both_formats_and_refuses_with_one_line(
         remote.returncode == 1
         and "plain HTTP is allowed only for a registry on this machine" in remote.stderr
     )
+
+
+def test_a_cancelled_pull_resumes_from_its_staging_and_reads_only_the_rest(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """Resume applies to registry blobs as to Hub files: the journal keeps the verified parts."""
+    big = os.urandom(40 * MiB)
+    push_modelpack(registry, "team/resume", "1.0", [Layer("model.bin", big), Layer("config.json", CONFIG,
+                   kind="weight.config")], tmp_path / "push")  # fmt: skip
+    cancel = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        if done >= 6 * MiB:
+            cancel.set()
+
+    stage = tmp_path / "stage"
+    options = _options(plain_http=True, cancel=cancel, progress=progress, staging_dir=stage,
+                       checkpoint_seconds=0.0, concurrency=2)  # fmt: skip
+    planned = plan(_source(registry, "team/resume", "1.0"), options)  # type: ignore[arg-type]
+    with pytest.raises(DownloadCancelled):
+        download(planned, tmp_path / "model", options)
+    assert (stage / ".praesto-journal").exists() and not (tmp_path / "model").exists()
+    again = _options(plain_http=True, staging_dir=stage)
+    result = download(planned, tmp_path / "model", again)
+    assert (tmp_path / "model" / "model.bin").read_bytes() == big
+    assert result.bytes_resumed >= 4 * MiB
+    in_flight = 2 * MiB  # the cancelled run's parts on the wire when it stopped (concurrency 2 x 1 MiB)
+    assert registry.blob_bytes("team/resume") <= len(big) + len(CONFIG) + in_flight  # both runs together
+
+
+def test_a_blob_whose_bytes_changed_in_the_registry_is_refused_by_its_digest(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """The registry's storage is altered under a manifest (a tampered or rotten blob): the
+    bytes no longer hash to the digest the manifest names, and nothing is published."""
+    push_modelpack(registry, "team/rotten", "1.0", [Layer("model.bin", WEIGHTS)], tmp_path / "push")
+    digest = hashlib.sha256(WEIGHTS).hexdigest()
+    data = registry.workdir / "storage/docker/registry/v2/blobs/sha256" / digest[:2] / digest / "data"
+    with data.open("r+b") as handle:  # the same size, one byte different
+        handle.seek(len(WEIGHTS) // 2)
+        handle.write(bytes([WEIGHTS[len(WEIGHTS) // 2] ^ 0xFF]))
+    with pytest.raises(DownloadError, match="sha256") as refused:
+        _fetch(registry, "team/rotten", "1.0", tmp_path / "model")
+    assert "model.bin" in str(refused.value)
+    assert not (tmp_path / "model").exists()
