@@ -82,6 +82,48 @@ class Source:
 
 
 @dataclass(frozen=True)
+class UpdateStrategy:
+    """spec.updateStrategy: how a changed revision rolls over the selected nodes (local mode)."""
+
+    switch: str = names.DEFAULT_SWITCH_POLICY  # EachNode: as soon as a node holds it; AllNodes: together
+    max_fetching: int = 0  # nodes fetching the new revision beside the old one at once; 0: no limit
+
+
+def _parse_update_strategy(value: Any, errors: list[SpecError]) -> UpdateStrategy:
+    if value is None:
+        return UpdateStrategy()
+    if not isinstance(value, dict):
+        errors.append(
+            SpecError("spec.updateStrategy", "must be an object", "set switch and/or maxFetching", value)
+        )
+        return UpdateStrategy()
+    switch = value.get("switch", names.DEFAULT_SWITCH_POLICY)
+    if switch not in names.SWITCH_POLICIES:
+        errors.append(
+            SpecError(
+                "spec.updateStrategy.switch",
+                f"must be one of {', '.join(names.SWITCH_POLICIES)}",
+                f"set switch: {names.SWITCH_EACH_NODE} (each node serves the new revision once it holds it) "
+                f"or {names.SWITCH_ALL_NODES} (only once every selected node holds it)",
+                switch,
+            )
+        )
+        switch = names.DEFAULT_SWITCH_POLICY
+    fetching = value.get("maxFetching", 0)
+    if isinstance(fetching, bool) or not isinstance(fetching, int) or fetching < 0:
+        errors.append(
+            SpecError(
+                "spec.updateStrategy.maxFetching",
+                "must be a whole number, 0 or more",
+                "set how many nodes may fetch a new revision at once (0: all)",
+                fetching,
+            )
+        )
+        fetching = 0
+    return UpdateStrategy(str(switch), int(fetching))
+
+
+@dataclass(frozen=True)
 class ModelCacheSpec:
     source: Source
     size: str
@@ -94,6 +136,7 @@ class ModelCacheSpec:
     prewarm: bool = False  # spec.prewarm: read the copy into the page cache when a Pod mounts it
     warm_new_nodes: bool = False  # spec.warmNewNodes: new nodes stay tainted until this copy is Ready
     verification: Verification | None = None  # spec.verification: the signature the model must carry
+    update_strategy: UpdateStrategy = field(default_factory=UpdateStrategy)  # spec.updateStrategy
 
     @property
     def mode(self) -> str:
@@ -414,6 +457,7 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
         )
 
     verification = parse_verification(spec.get("verification"), errors)
+    update_strategy = _parse_update_strategy(spec.get("updateStrategy"), errors)
 
     if errors or source is None:
         raise InvalidSpec(
@@ -431,6 +475,7 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
         prewarm=prewarm is True,
         warm_new_nodes=warm is True,
         verification=verification,
+        update_strategy=update_strategy,
     )
 
 
