@@ -52,7 +52,7 @@ def changed_fields(old: Any, new: Any, path: str = "spec") -> list[str]:
 MUTABLE_FIELDS = ("spec.source.huggingface.revision", "spec.updateStrategy")
 
 
-def _immutable_changes(old_spec: Any, spec: Any) -> list[str]:
+def immutable_changes(old_spec: Any, spec: Any) -> list[str]:
     """The changed paths no rolling update allows (`spec.updateStrategy.switch` is within one)."""
     return [
         path
@@ -63,7 +63,7 @@ def _immutable_changes(old_spec: Any, spec: Any) -> list[str]:
 
 def _check_update(old_spec: Any, spec: Any, namespace: str, config: HooksConfig | None) -> None:
     """An UPDATE changes only what may change, into a spec that is still valid."""
-    changed = _immutable_changes(old_spec, spec)
+    changed = immutable_changes(old_spec, spec)
     if changed:
         raise Refusal(
             ", ".join(changed[:MAX_LISTED_ERRORS]),
