@@ -1,0 +1,146 @@
+"""Rolling revision updates end to end (issue #25 part 1) on the real control-plane tier.
+
+The real parts: kube-apiserver with the chart's CRDs (their CEL rules) and webhook; Metacontroller's
+composite and decorator controllers over the hooks; a `praesto-agent run` process; the CSI node
+plugin mounting for real (root). Two revisions of one repo share one file and differ in another:
+the origin serves only the changed file, a Pod that mounted the first revision keeps reading it
+after the switch, a rollback while that Pod runs fetches nothing, and a revision goes from the
+node once the last Pod that mounts it ends.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.dynamic.exceptions import DynamicApiError
+
+from praesto import names
+from praesto.store import StoreLayout
+from testkit.controlplane import wait_for
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request, unmount_all_under
+from testkit.hub import LocalHub
+from testkit.metacontroller import CompositeController, DecoratorController
+from tests.cluster.agents import AgentProcess
+from tests.cluster.flows import merge_patch, modelcachenodes
+from tests.cluster.installed import Installed
+from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
+
+NS = "rolling-tests"
+NODE = "rolling-a"
+POOL = "test.praesto.io/pool"
+CACHE = "roll"
+SHARED = os.urandom(300_000)
+OLD, NEW = os.urandom(200_000), os.urandom(1_000_000)
+
+
+@pytest.fixture(scope="module")
+def node_side(
+    installed: Installed, tmp_path_factory: pytest.TempPathFactory, hub: LocalHub
+) -> Iterator[tuple[AgentProcess, InProcessDriver]]:
+    opted_in_namespace(installed.admin, NS)
+    ready_node(installed.admin, NODE, {POOL: "rolling"})
+    work = tmp_path_factory.mktemp("rolling")
+    with ExitStack() as stack:
+        agent = stack.enter_context(AgentProcess(installed, NODE, hub.endpoint, work / NODE))
+        stack.callback(unmount_all_under, work)
+        driver = stack.enter_context(InProcessDriver(agent.base))
+        yield agent, driver
+
+
+def _status(installed: Installed) -> dict[str, Any]:
+    found = installed.admin.get(names.API_VERSION, names.MODELCACHE_KIND, CACHE, NS) or {}
+    return dict(found.get("status") or {})
+
+
+def _rolling(status: dict[str, Any]) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == names.CONDITION_ROLLING), {})
+
+
+def _serves(installed: Installed, commit: str) -> bool:
+    status = _status(installed)
+    return (
+        status.get("phase") == names.PHASE_READY
+        and status.get("resolvedRevision") == commit
+        and "nextRevision" not in status
+        and _rolling(status).get("status") == "False"
+    )
+
+
+def _ask(installed: Installed, revision: str) -> None:
+    body = {"spec": {"source": {"huggingface": {"revision": revision}}}}
+    merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, CACHE, body, NS)
+
+
+def test_a_revision_rolls_beside_the_old_one_and_back_without_a_download(
+    installed: Installed,
+    hub: LocalHub,
+    composite: CompositeController,
+    decorator: DecoratorController,
+    node_side: tuple[AgentProcess, InProcessDriver],
+    tmp_path: Path,
+) -> None:
+    agent, driver = node_side
+    layout = StoreLayout(agent.base)
+    first = hub.add_repo(f"org/{CACHE}", {"shared.bin": SHARED, "weights.bin": OLD})
+    second = hub.commit(f"org/{CACHE}", {"shared.bin": SHARED, "weights.bin": NEW}, branch="v2")
+    source = {"huggingface": {"repo": f"org/{CACHE}"}}
+    installed.admin.create(modelcache(CACHE, NS, node_selector={POOL: "rolling"}, source=source))
+    wait_for("the first revision Ready", lambda: _status(installed).get("resolvedRevision") == first
+             and _status(installed).get("phase") == names.PHASE_READY, 90)  # fmt: skip
+
+    # Anything but the revision stays as created: the CRD's rule and the webhook say so.
+    body = {"spec": {"source": {"huggingface": {"repo": "org/other"}}}}
+    with pytest.raises(DynamicApiError) as refused:
+        merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, CACHE, body, NS)
+    said = str(refused.value.body)  # the CRD's rule answers first (422), naming the field and the exception
+    assert "spec.source" in said and "immutable but for source.huggingface.revision" in said
+
+    old_pod = tmp_path / "old-pod"
+    driver.client.publish(publish_request("csi-roll-old", str(old_pod), CACHE, NS))  # a Pod on the first
+    hub.reset_counters()
+    hub.faults.rate = 200_000  # bytes/s: the changed file takes seconds, long enough to see the roll
+    try:
+        _ask(installed, "v2")
+        wait_for(
+            "the Rolling condition while the new revision is fetched beside the old one",
+            lambda: (
+                _rolling(_status(installed)).get("status") == "True"
+                and _status(installed).get("nextRevision") == second
+            ),
+            60,
+        )
+        rolling = _status(installed)
+        assert rolling["phase"] == names.PHASE_READY and rolling["resolvedRevision"] == first  # still serving
+        assert rolling["requestedRevision"] == "v2"
+        wait_for("the switch to the new revision", lambda: _serves(installed, second), 90)
+    finally:
+        hub.faults.rate = 0
+    assert hub.bytes_served == len(NEW)  # the shared file was linked from the blob the first revision left
+    assert (old_pod / "weights.bin").read_bytes() == OLD  # the running Pod's mount is untouched
+    new_pod = tmp_path / "new-pod"
+    driver.client.publish(publish_request("csi-roll-new", str(new_pod), CACHE, NS))
+    assert (new_pod / "weights.bin").read_bytes() == NEW and (new_pod / "shared.bin").read_bytes() == SHARED
+    assert len(list(layout.retired_root(NS, CACHE).iterdir())) == 1  # the first revision, mounted
+    assert _status(installed)["revisions"] == [{"revision": second, "readyNodes": 1}]
+
+    # Back to the first revision while its Pod runs: it is still on the node, nothing is fetched.
+    hub.reset_counters()
+    _ask(installed, first)
+    wait_for("the rollback", lambda: _serves(installed, first), 90)
+    assert hub.bytes_served == 0
+    node_copy = modelcachenodes(installed.admin, NS, CACHE)[NODE]
+    assert node_copy["spec"]["source"]["revision"] == first and "next" not in node_copy["status"]
+    assert (old_pod / "weights.bin").read_bytes() == OLD and (new_pod / "weights.bin").read_bytes() == NEW
+
+    # The second revision's last Pod ends: that revision leaves the node.
+    driver.client.unpublish("csi-roll-new", str(new_pod))
+    wait_for("the unmounted revision removed", lambda: not layout.retired_root(NS, CACHE).exists(), 30)
+    assert (layout.cache_dir(NS, CACHE) / "weights.bin").read_bytes() == OLD
+    driver.client.unpublish("csi-roll-old", str(old_pod))
