@@ -67,6 +67,8 @@ class CacheState:
     peer_bytes: int | None = None  # bytes the last download got from peers, until Ready shows them
     # (inode, mtime, size, cache UID) of the manifest last found to be this cache's: not read again
     matching_manifest: tuple[int, int, int, str] | None = None
+    # the served manifest's identity and the revision it was found to hold (agent/rolling.py)
+    served_revision: tuple[int, int, int, str, str] | None = None
     # what the last scrub found bad (agent/scrubber.py), until the repairing download ends
     scrub_findings: list[str] | None = None
 

@@ -96,14 +96,19 @@ class Rolling:
     def step(self, obj: Obj, ref: CacheRef, state: CacheState) -> Step:
         """One step for a copy whose cache directory is complete (the caller checked)."""
         ns, cache = ref.namespace, ref.cache
+        nxt = self.layout.next_dir(ns, cache)
+        seen = _identity(self.layout.manifest_path(ns, cache), ref)
+        if seen is not None and state.served_revision == seen and not nxt.exists():
+            self.collect(ns, cache)  # the usual tick: the served copy is still the one asked for
+            return Step.SERVE
         served = complete_manifest(self.layout.cache_dir(ns, cache)) or {}
         if _mismatch(served, ref, revision=True) is None:
+            state.served_revision = seen
             self._retire_next(ref)  # asked back to the served revision before a switch
             self.collect(ns, cache)
             return Step.SERVE
         if _mismatch(served, ref, revision=False) is not None:
             return Step.SERVE  # another cache's copy, not an older revision: removal.py's case
-        nxt = self.layout.next_dir(ns, cache)
         held = complete_manifest(nxt)
         if held is not None and _mismatch(held, ref, revision=True) is not None:
             self._retire_next(ref)  # another revision was asked meanwhile
@@ -212,6 +217,16 @@ class Rolling:
                 "removed retired revisions no Pod mounts", extra={"count": removed}
             )
         return removed
+
+
+def _identity(manifest: Path, ref: CacheRef) -> tuple[int, int, int, str, str] | None:
+    """(inode, mtime, size) of the served manifest with the asked revision and cache: while these
+    stay, the served copy need not be read again on every tick."""
+    try:
+        seen = manifest.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return seen.st_ino, seen.st_mtime_ns, seen.st_size, ref.source.revision, ref.cache_uid
 
 
 def _mounted(layout: StoreLayout, ns: str, cache: str, commit: str) -> bool:
