@@ -144,34 +144,39 @@ def _tell_nodes(
     statuses: Mapping[str, Mapping[str, Any]],
     told: Mapping[str, str],
 ) -> None:
-    """Each node's revision and switch while rolling: at most maxFetching nodes start fetching."""
+    """Each node's revision and switch while rolling: at most maxFetching nodes fetch at once.
+
+    A node holds a fetch slot from the pass that tells it the new revision (its observed child
+    says so) until it holds or serves it: judged from what was told, not from its report, since a
+    pass may run before the node reported that it started (its own child update triggers one).
+    A node with no copy yet downloads the new revision as its first, and takes no slot.
+    """
     strategy = spec.update_strategy
     asked = out.target or spec.source.revision
-    every_holds = all(
-        _ready_at(statuses.get(n, {})) == out.target
-        or (_next(statuses.get(n, {})).get("phase") == names.NEXT_READY
-            and _next(statuses.get(n, {})).get("resolvedRevision") == out.target)
-        for n in node_names
-    )  # fmt: skip
-    switch = strategy.switch == names.SWITCH_EACH_NODE or (bool(out.target) and every_holds)
-    fetching = [
-        n for n in node_names
-        if _next(statuses.get(n, {})).get("phase") == names.NEXT_DOWNLOADING
-    ]  # fmt: skip
-    out.fetching = len(fetching)
-    slots = strategy.max_fetching - len(fetching) if strategy.max_fetching else len(node_names)
-    for node in node_names:
+
+    def done(node: str) -> bool:
         status = statuses.get(node, {})
-        served = _ready_at(status)
-        started = told.get(node) in (asked, spec.source.revision) or not served or node in fetching
-        held = _next(status).get("resolvedRevision") == out.target and _next(status).get("phase")
-        if started or held or served == out.target:
+        beside = _next(status)
+        held = beside.get("phase") == names.NEXT_READY and beside.get("resolvedRevision") == out.target
+        return bool(out.target) and (_ready_at(status) == out.target or held)
+
+    def rolling_node(node: str) -> bool:  # serves a copy of another revision
+        return bool(_ready_at(statuses.get(node, {}))) and not done(node)
+
+    switch = strategy.switch == names.SWITCH_EACH_NODE or all(done(n) for n in node_names)
+    moving = [n for n in node_names if rolling_node(n) and told.get(n) in (asked, spec.source.revision)]
+    out.fetching = sum(
+        1 for n in node_names if _next(statuses.get(n, {})).get("phase") == names.NEXT_DOWNLOADING
+    )
+    slots = strategy.max_fetching - len(moving) if strategy.max_fetching else len(node_names)
+    for node in node_names:
+        if not rolling_node(node) or node in moving:
             out.nodes[node] = NodeRoll(asked, switch)
         elif slots > 0:
             slots -= 1
             out.nodes[node] = NodeRoll(asked, switch)
         else:  # waits for a fetch slot: keeps what it was told, and serves it
-            out.nodes[node] = NodeRoll(told.get(node) or served, True)
+            out.nodes[node] = NodeRoll(told.get(node) or _ready_at(statuses.get(node, {})), True)
 
 
 def _ready_counts(selected: Sequence[Mapping[str, Any]], target: str) -> list[Obj]:

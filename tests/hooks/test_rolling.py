@@ -148,3 +148,11 @@ def test_a_status_from_before_rolling_updates_answers_the_spec_revision() -> Non
     status = response["status"]
     assert status["resolvedRevision"] == COMMIT and "nextRevision" not in status
     assert names.CONDITION_ROLLING not in {c["type"] for c in status["conditions"]}
+
+
+def test_a_node_told_to_fetch_holds_its_slot_before_it_reports() -> None:
+    """The pass its own child update triggers may see the new spec but not yet the node's report."""
+    before = {**BEFORE, "nextRevision": NEW, "requestedRevision": "v2"}
+    children = [_child("node-a", _served(), NEW)] + [_child(n, _served()) for n in NODES[1:]]
+    response = _sync(_spec("v2", maxFetching=1), children, before)
+    assert _told(response) == {"node-a": (NEW, True), "node-b": (COMMIT, True), "node-c": (COMMIT, True)}
