@@ -54,9 +54,13 @@ def node_side(
         yield agent, driver
 
 
-def _status(installed: Installed) -> dict[str, Any]:
-    found = installed.admin.get(names.API_VERSION, names.MODELCACHE_KIND, CACHE, NS) or {}
+def _status_of(installed: Installed, cache: str) -> dict[str, Any]:
+    found = installed.admin.get(names.API_VERSION, names.MODELCACHE_KIND, cache, NS) or {}
     return dict(found.get("status") or {})
+
+
+def _status(installed: Installed) -> dict[str, Any]:
+    return _status_of(installed, CACHE)
 
 
 def _rolling(status: dict[str, Any]) -> dict[str, Any]:
@@ -144,3 +148,71 @@ def test_a_revision_rolls_beside_the_old_one_and_back_without_a_download(
     wait_for("the unmounted revision removed", lambda: not layout.retired_root(NS, CACHE).exists(), 30)
     assert (layout.cache_dir(NS, CACHE) / "weights.bin").read_bytes() == OLD
     driver.client.unpublish("csi-roll-old", str(old_pod))
+
+
+PAIR = ("rolling-b", "rolling-c")
+
+
+@pytest.fixture(scope="module")
+def pair(installed: Installed, tmp_path_factory: pytest.TempPathFactory, hub: LocalHub) -> Iterator[None]:
+    opted_in_namespace(installed.admin, NS)
+    for node in PAIR:
+        ready_node(installed.admin, node, {POOL: "rolling-all"})
+    work = tmp_path_factory.mktemp("rolling-all")
+    with ExitStack() as stack:
+        for node in PAIR:
+            stack.enter_context(AgentProcess(installed, node, hub.endpoint, work / node))
+        yield
+
+
+def test_all_nodes_hold_the_new_revision_before_any_serves_it_one_fetching_at_a_time(
+    installed: Installed,
+    hub: LocalHub,
+    composite: CompositeController,
+    decorator: DecoratorController,
+    pair: None,
+) -> None:
+    cache = "roll-all"
+    first = hub.add_repo(f"org/{cache}", {"shared.bin": SHARED, "weights.bin": OLD})
+    second = hub.commit(f"org/{cache}", {"shared.bin": SHARED, "weights.bin": NEW}, branch="v2")
+    source = {"huggingface": {"repo": f"org/{cache}"}}
+    strategy = {"switch": names.SWITCH_ALL_NODES, "maxFetching": 1}
+    installed.admin.create(
+        modelcache(cache, NS, node_selector={POOL: "rolling-all"}, source=source, updateStrategy=strategy)
+    )
+
+    def copies() -> list[dict[str, Any]]:
+        return [dict(o.get("status") or {}) for o in modelcachenodes(installed.admin, NS, cache).values()]
+
+    wait_for("both nodes Ready on the first revision", lambda: [
+        (s.get("phase"), s.get("resolvedRevision")) for s in copies()
+    ] == [(names.PHASE_READY, first)] * 2, 90)  # fmt: skip
+    hub.reset_counters()
+    seen: list[str] = []
+
+    def rolled() -> bool:
+        """Checked on every poll: never two fetching; nobody serves it while a node still fetches."""
+        statuses = copies()
+        fetching = [s for s in statuses if (s.get("next") or {}).get("phase") == names.NEXT_DOWNLOADING]
+        serving = [s for s in statuses if s.get("resolvedRevision") == second]
+        assert len(fetching) <= 1, statuses
+        assert not (serving and fetching), statuses
+        if any((s.get("next") or {}).get("phase") == names.NEXT_READY for s in statuses):
+            seen.append("held")  # a node holds it beside the old one, and waits
+        return len(serving) == 2 and all(s.get("phase") == names.PHASE_READY for s in statuses)
+
+    hub.faults.rate = 200_000
+    try:
+        merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, cache,
+                    {"spec": {"source": {"huggingface": {"revision": "v2"}}}}, NS)  # fmt: skip
+        wait_for("both nodes to serve the new revision", rolled, 120)
+    finally:
+        hub.faults.rate = 0
+    assert seen, "no node was seen holding the new revision beside the old one"
+    assert hub.bytes_served == 2 * len(NEW)  # each node fetched only the changed file
+    wait_for(
+        "the roll over",
+        lambda: _rolling(_status_of(installed, cache)).get("reason") == names.REASON_ROLLED,
+        30,
+    )
+    assert _status_of(installed, cache)["resolvedRevision"] == second
