@@ -183,7 +183,9 @@ class Reconciler:
             if step is Step.HOLD:
                 return
             if step is Step.FETCH:
-                if self.clock() >= state.retry_at:
+                failed = ((obj.get("status") or {}).get("next") or {}).get("revision")
+                # the backoff is the failed revision's: another one asked meanwhile starts at once
+                if self.clock() >= state.retry_at or failed != ref.source.revision:
                     self._start(obj, replace(ref, beside=True), state)
                 return
         if self.removal.foreign_copy_stays(obj, ref, state):
@@ -260,9 +262,7 @@ class Reconciler:
             state.job, state.evicted = job, False
             busy = self.copies.busy()
         if ref.beside:  # the served copy stays Ready; status.next says how the new revision goes
-            self.status.merge(
-                ref.key, {"next": {"revision": ref.source.revision, "phase": names.NEXT_DOWNLOADING}}
-            )
+            self.status.set_next(ref.key, {"revision": ref.source.revision, "phase": names.NEXT_DOWNLOADING})
             return
         if busy > self.config.max_parallel_caches:
             self.status.set(
@@ -315,7 +315,7 @@ class Reconciler:
             delay = self._schedule_retry(state, err.backoff_factor)
             message = f"{err.message}; retrying in {delay:.0f}s (attempt {state.attempts})"
             failed = {"revision": ref.source.revision, "phase": names.PHASE_FAILED, "reason": err.reason}
-            self.status.merge(ref.key, {"next": {**failed, "message": message}})  # the served copy serves on
+            self.status.set_next(ref.key, {**failed, "message": message})  # the served copy serves on
         elif outcome.error is not None:
             err = outcome.error
             self.metrics.failures.labels(err.reason).inc()

@@ -119,10 +119,7 @@ class Rolling:
         if held is None:
             return Step.FETCH
         if not ref.switch:
-            beside = self._next_status(ref, held, names.NEXT_READY)
-            old = (obj.get("status") or {}).get("next") or {}
-            if old != beside:  # once, not on every tick; keys of the download's report dropped
-                self.status.merge(ref.key, {"next": {**dict.fromkeys(old), **beside}})
+            self.status.set_next(ref.key, self._next_status(ref, held, names.NEXT_READY))
             return Step.HOLD
         self._switch(obj, ref, served, held)
         return Step.SERVE

@@ -117,6 +117,15 @@ class StatusWriter:
         """Patch these status fields as they are (pod-start accounting); raises when refused."""
         self.copies.keep(self.kube.patch_status(key[0], key[1], fields))
 
+    def set_next(self, key: CopyKey, fields: Fields) -> None:
+        """Replace status.next (a revision beside the served copy) with `fields` as a whole: keys of
+        an earlier report (a failure's reason, a download's progress) do not linger; nothing is
+        written when it already says this."""
+        obj = self.copies.get(key)
+        old = ((obj or {}).get("status") or {}).get("next") or {}
+        if old != fields:
+            self.merge(key, {"next": {**dict.fromkeys(old), **fields}})
+
     def evicted(self, namespace: str, cache: str, cause: str) -> None:
         """Every copy of a store directory the disk room took off the node says so (and how to undo it)."""
         why = "unused for longer than spec.unusedTTL" if cause == "ttl" else "to make room for another cache"

@@ -121,3 +121,21 @@ def test_switch_false_holds_the_new_revision_beside_until_allowed(env: Env) -> N
     _ask(env, second, switch=True)
     env.wait(lambda: _ready_at(env, second), "the switch")
     assert "next" not in env.status("roll")
+
+
+def test_a_revision_that_cannot_be_fetched_leaves_the_old_one_serving(env: Env) -> None:
+    first, second = _two_revisions(env)
+    env.start()
+    env.wait(lambda: _ready_at(env, first), "the first revision served")
+    _ask(env, "no-such-branch")
+    env.wait(lambda: (env.status("roll").get("next") or {}).get("phase") == names.PHASE_FAILED, "next Failed")
+    status = env.status("roll")
+    assert status["phase"] == names.PHASE_READY and status["resolvedRevision"] == first
+    beside = status["next"]
+    assert beside["revision"] == "no-such-branch" and beside["reason"] == "RevisionNotFound"
+    assert "retrying in" in beside["message"]
+    assert _served(env) == first and env.layout.is_complete("team-a", "roll")
+
+    _ask(env, second)  # fixed: the retry fetches the asked revision, the failure's words are gone
+    env.wait(lambda: _ready_at(env, second), "the switch", timeout=60)
+    assert "next" not in env.status("roll")
