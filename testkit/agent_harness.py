@@ -144,12 +144,15 @@ class Env:
         return self.status(cache, namespace)
 
     def wait_reason(self, cache: str, reason: str, namespace: str = "team-a", timeout: float = 30.0) -> Obj:
-        self.wait(
-            lambda: ready_condition(self.status(cache, namespace)).get("reason") == reason,
-            f"{namespace}/{cache} reason {reason}",
-            timeout,
-        )
-        return self.status(cache, namespace)
+        """The status that showed `reason` (not a second read: a retrying agent may have moved on)."""
+        seen: list[Obj] = []
+
+        def shows() -> bool:
+            seen[:] = [self.status(cache, namespace)]
+            return ready_condition(seen[0]).get("reason") == reason
+
+        self.wait(shows, f"{namespace}/{cache} reason {reason}", timeout)
+        return seen[0]
 
 
 def ready_condition(status: Obj) -> Obj:
