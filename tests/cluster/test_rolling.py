@@ -11,6 +11,7 @@ node once the last Pod that mounts it ends.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -52,6 +53,12 @@ def node_side(
         stack.callback(unmount_all_under, work)
         driver = stack.enter_context(InProcessDriver(agent.base))
         yield agent, driver
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _status_of(installed: Installed, cache: str) -> dict[str, Any]:
@@ -216,3 +223,58 @@ def test_all_nodes_hold_the_new_revision_before_any_serves_it_one_fetching_at_a_
         30,
     )
     assert _status_of(installed, cache)["resolvedRevision"] == second
+
+
+PEERED = ("rolling-d", "rolling-e")
+
+
+@pytest.fixture(scope="module")
+def peered(installed: Installed, tmp_path_factory: pytest.TempPathFactory, hub: LocalHub) -> Iterator[None]:
+    """Two agents that serve and fetch from each other (the chart's nodeAgent.peers)."""
+    opted_in_namespace(installed.admin, NS)
+    for node in PEERED:
+        ready_node(installed.admin, node, {POOL: "rolling-peers"})
+    work = tmp_path_factory.mktemp("rolling-peers")
+    with ExitStack() as stack:
+        for node in PEERED:
+            stack.enter_context(
+                AgentProcess(installed, node, hub.endpoint, work / node, peer_port=free_port())
+            )
+        yield
+
+
+def test_each_node_switches_and_the_next_one_fetches_the_change_from_it(
+    installed: Installed,
+    hub: LocalHub,
+    composite: CompositeController,
+    decorator: DecoratorController,
+    peered: None,
+) -> None:
+    cache = "roll-peers"
+    first = hub.add_repo(f"org/{cache}", {"shared.bin": SHARED, "weights.bin": OLD})
+    second = hub.commit(f"org/{cache}", {"shared.bin": SHARED, "weights.bin": NEW}, branch="v2")
+    source = {"huggingface": {"repo": f"org/{cache}"}}
+    installed.admin.create(
+        modelcache(
+            cache, NS, node_selector={POOL: "rolling-peers"}, source=source, updateStrategy={"maxFetching": 1}
+        )
+    )
+
+    def copies() -> list[dict[str, Any]]:
+        return [dict(o.get("status") or {}) for o in modelcachenodes(installed.admin, NS, cache).values()]
+
+    wait_for("both nodes Ready on the first revision", lambda: [
+        (s.get("phase"), s.get("resolvedRevision")) for s in copies()
+    ] == [(names.PHASE_READY, first)] * 2, 90)  # fmt: skip
+    hub.reset_counters()
+    merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, cache,
+                {"spec": {"source": {"huggingface": {"revision": "v2"}}}}, NS)  # fmt: skip
+    wait_for(
+        "the roll over",
+        lambda: _rolling(_status_of(installed, cache)).get("reason") == names.REASON_ROLLED,
+        120,
+    )
+    statuses = copies()
+    assert [s.get("resolvedRevision") for s in statuses] == [second] * 2
+    assert hub.bytes_served == len(NEW)  # the origin once; the second node took it from the first
+    assert sorted(s.get("bytesFromPeers") or 0 for s in statuses)[-1] == len(NEW)
