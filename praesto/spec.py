@@ -19,6 +19,8 @@ from praesto.refs import SECRET_KEY as _SECRET_KEY
 from praesto.refs import SecretRef as SecretRef
 from praesto.refs import SpecError as SpecError
 from praesto.refs import check_secret_name as _check_secret_name
+from praesto.updatestrategy import UpdateStrategy as UpdateStrategy
+from praesto.updatestrategy import parse_update_strategy
 from praesto.verification import Verification, parse_verification
 
 HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
@@ -79,48 +81,6 @@ class Source:
                 ref["key"] = self.secret_ref.key
             out["secretRef"] = ref
         return out
-
-
-@dataclass(frozen=True)
-class UpdateStrategy:
-    """spec.updateStrategy: how a changed revision rolls over the selected nodes (local mode)."""
-
-    switch: str = names.DEFAULT_SWITCH_POLICY  # EachNode: as soon as a node holds it; AllNodes: together
-    max_fetching: int = 0  # nodes fetching the new revision beside the old one at once; 0: no limit
-
-
-def _parse_update_strategy(value: Any, errors: list[SpecError]) -> UpdateStrategy:
-    if value is None:
-        return UpdateStrategy()
-    if not isinstance(value, dict):
-        errors.append(
-            SpecError("spec.updateStrategy", "must be an object", "set switch and/or maxFetching", value)
-        )
-        return UpdateStrategy()
-    switch = value.get("switch", names.DEFAULT_SWITCH_POLICY)
-    if switch not in names.SWITCH_POLICIES:
-        errors.append(
-            SpecError(
-                "spec.updateStrategy.switch",
-                f"must be one of {', '.join(names.SWITCH_POLICIES)}",
-                f"set switch: {names.SWITCH_EACH_NODE} (each node serves the new revision once it holds it) "
-                f"or {names.SWITCH_ALL_NODES} (only once every selected node holds it)",
-                switch,
-            )
-        )
-        switch = names.DEFAULT_SWITCH_POLICY
-    fetching = value.get("maxFetching", 0)
-    if isinstance(fetching, bool) or not isinstance(fetching, int) or fetching < 0:
-        errors.append(
-            SpecError(
-                "spec.updateStrategy.maxFetching",
-                "must be a whole number, 0 or more",
-                "set how many nodes may fetch a new revision at once (0: all)",
-                fetching,
-            )
-        )
-        fetching = 0
-    return UpdateStrategy(str(switch), int(fetching))
 
 
 @dataclass(frozen=True)
@@ -457,7 +417,7 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
         )
 
     verification = parse_verification(spec.get("verification"), errors)
-    update_strategy = _parse_update_strategy(spec.get("updateStrategy"), errors)
+    update_strategy = parse_update_strategy(spec.get("updateStrategy"), errors)
 
     if errors or source is None:
         raise InvalidSpec(
