@@ -40,6 +40,8 @@ class CacheRef:
     ttl: float | None  # spec.unusedTTL in seconds
     cache_uid: str = ""  # the owning ModelCache's UID (the controller ownerReference); "" when none
     verification: Verification | None = None  # spec.verification: the signature the model must carry
+    switch: bool = True  # spec.switch: serve this revision once held (False: hold it beside, keep serving)
+    beside: bool = False  # this download fills the `next` copy beside a served one (a rolling update)
 
     @property
     def key(self) -> CopyKey:
@@ -65,6 +67,8 @@ class CacheState:
     peer_bytes: int | None = None  # bytes the last download got from peers, until Ready shows them
     # (inode, mtime, size, cache UID) of the manifest last found to be this cache's: not read again
     matching_manifest: tuple[int, int, int, str] | None = None
+    # the served manifest's identity and the revision it was found to hold (agent/rolling.py)
+    served_revision: tuple[int, int, int, str, str] | None = None
     # what the last scrub found bad (agent/scrubber.py), until the repairing download ends
     scrub_findings: list[str] | None = None
 
@@ -98,7 +102,10 @@ def ref_of(obj: Obj) -> CacheRef:
     size = parse_quantity(spec["size"]) if spec.get("size") else None
     ttl = parse_duration(spec["unusedTTL"]) if spec.get("unusedTTL") else None
     verification = verification_from_node_spec(spec.get("verification"))
-    return CacheRef(ns, name, cache, source, size, ttl, owner_uid(obj), verification)
+    switch = spec.get("switch", True)
+    if not isinstance(switch, bool):
+        raise ValueError(f"spec.switch: {switch!r} is not a boolean; the sync hook writes it")
+    return CacheRef(ns, name, cache, source, size, ttl, owner_uid(obj), verification, switch)
 
 
 def owner_uid(obj: Obj) -> str:

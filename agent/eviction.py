@@ -97,6 +97,8 @@ def remove_all(layout: StoreLayout, namespace: str, name: str) -> None:
     """Everything the agent keeps for one cache (the ModelCacheNode is being deleted)."""
     shutil.rmtree(_checked(layout, namespace, name), ignore_errors=True)
     shutil.rmtree(layout.staging_dir(namespace, name), ignore_errors=True)
+    for beside in (layout.next_dir, layout.next_staging_dir, layout.retired_root):  # rolling updates
+        shutil.rmtree(beside(namespace, name), ignore_errors=True)
     store.clear_progress(layout, namespace, name)
     store.clear_hydration_request(layout, namespace, name)
     with contextlib.suppress(FileNotFoundError):

@@ -95,7 +95,9 @@ class Job:
                 concurrency=self.options.concurrency,
                 blobs_dir=self.layout.blobs_dir,
                 dedup_scope=self.ref.namespace,
-                staging_dir=self.layout.staging_dir(self.ref.namespace, self.ref.cache),
+                staging_dir=(self.layout.next_staging_dir if self.ref.beside else self.layout.staging_dir)(
+                    self.ref.namespace, self.ref.cache
+                ),
                 progress=lambda done, total: self.on_progress(self.ref, done, total),
                 cancel=self.options.cancel,
                 cache_uid=self.ref.cache_uid,
@@ -111,7 +113,10 @@ class Job:
             if self.attach is not None:
                 self.attach(self.ref, plan, options)
             self.on_started(self.ref, plan)
-            dest = self.layout.cache_dir(self.ref.namespace, self.ref.cache)
+            # a rolling update publishes beside the served copy (agent/rolling.py switches them)
+            dest = (self.layout.next_dir if self.ref.beside else self.layout.cache_dir)(
+                self.ref.namespace, self.ref.cache
+            )
             out.result = self.downloader(plan, dest, options)
             self.log.info(
                 "downloaded",

@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from praesto.agent.jobs import JobRunner
 from praesto.agent.kube import KubeApi, key_of, short_error
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.removal import Removal
+from praesto.agent.rolling import Rolling, Step
 from praesto.agent.room import DiskRoom
 from praesto.agent.scrub import schedule as scrub_schedule
 from praesto.agent.status_writer import StatusWriter
@@ -84,6 +85,7 @@ class Reconciler:
         self.config, self.kube, self.copies, self.status = config, kube, copies, status
         self.room, self.removal, self.jobs, self.metrics, self.clock = room, removal, jobs, metrics, clock
         self.layout = StoreLayout(config.base_path)
+        self.rolling = Rolling(self.layout, copies, status, kube)
         self.lock = copies.lock
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.log = logs.logger("praesto.agent", node=config.node_name)
@@ -176,6 +178,16 @@ class Reconciler:
                 obj, names.PHASE_FAILED, st.REASON_BASE_PATH_MISSING, self._base_missing_message()
             )
             return
+        if self.layout.is_complete(ref.namespace, ref.cache):
+            step = self.rolling.step(obj, ref, state)
+            if step is Step.HOLD:
+                return
+            if step is Step.FETCH:
+                failed = ((obj.get("status") or {}).get("next") or {}).get("revision")
+                # the backoff is the failed revision's: another one asked meanwhile starts at once
+                if self.clock() >= state.retry_at or failed != ref.source.revision:
+                    self._start(obj, replace(ref, beside=True), state)
+                return
         if self.removal.foreign_copy_stays(obj, ref, state):
             return
         if self.layout.is_complete(ref.namespace, ref.cache):
@@ -215,6 +227,7 @@ class Reconciler:
             "sizeBytes": size,
             "progress": {"bytesDone": size, "bytesTotal": size},
             "lastUsedTime": self._last_used(obj, ref),
+            "next": None,  # nothing beside: the served copy is the revision asked for
         }
         if state.peer_bytes is not None:
             fields["bytesFromPeers"], state.peer_bytes = state.peer_bytes, None
@@ -248,6 +261,9 @@ class Reconciler:
         with self.lock:
             state.job, state.evicted = job, False
             busy = self.copies.busy()
+        if ref.beside:  # the served copy stays Ready; status.next says how the new revision goes
+            self.status.set_next(ref.key, {"revision": ref.source.revision, "phase": names.NEXT_DOWNLOADING})
+            return
         if busy > self.config.max_parallel_caches:
             self.status.set(
                 obj, names.PHASE_PENDING, st.REASON_PENDING, "waiting for a download slot on this node"
@@ -295,6 +311,13 @@ class Reconciler:
                 outcome.waiting_reason,
                 f"{outcome.waiting}; retrying in {delay:.0f}s",
             )
+        elif outcome.error is not None and ref.beside:
+            err = outcome.error
+            self.metrics.failures.labels(err.reason).inc()
+            delay = self._schedule_retry(state, err.backoff_factor)
+            message = f"{err.message}; retrying in {delay:.0f}s (attempt {state.attempts})"
+            failed = {"revision": ref.source.revision, "phase": names.PHASE_FAILED, "reason": err.reason}
+            self.status.set_next(ref.key, {**failed, "message": message})  # the served copy serves on
         elif outcome.error is not None:
             err = outcome.error
             self.metrics.failures.labels(err.reason).inc()

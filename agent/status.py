@@ -1,7 +1,8 @@
 """ModelCacheNode status: the shape the agent writes, built by pure functions.
 
 Status fields: phase, localPath, progress{bytesDone,bytesTotal}, resolvedRevision,
-sizeBytes, lastUsedTime (RFC 3339), message, observedGeneration and conditions:
+sizeBytes, lastUsedTime (RFC 3339), message, observedGeneration, next (a revision fetched
+beside the served one during a rolling update: agent/rolling.py) and conditions:
 
 * `Ready`: True (reason `Cached`) or False with the reason why not: `Pending`,
   `Downloading`, a downloader reason (`RepoNotFound`, `Unauthorized`, ...),

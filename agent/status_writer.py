@@ -117,6 +117,15 @@ class StatusWriter:
         """Patch these status fields as they are (pod-start accounting); raises when refused."""
         self.copies.keep(self.kube.patch_status(key[0], key[1], fields))
 
+    def set_next(self, key: CopyKey, fields: Fields) -> None:
+        """Replace status.next (a revision beside the served copy) with `fields` as a whole: keys of
+        an earlier report (a failure's reason, a download's progress) do not linger; nothing is
+        written when it already says this."""
+        obj = self.copies.get(key)
+        old = ((obj or {}).get("status") or {}).get("next") or {}
+        if old != fields:
+            self.merge(key, {"next": {**dict.fromkeys(old), **fields}})
+
     def evicted(self, namespace: str, cache: str, cause: str) -> None:
         """Every copy of a store directory the disk room took off the node says so (and how to undo it)."""
         why = "unused for longer than spec.unusedTTL" if cause == "ttl" else "to make room for another cache"
@@ -150,6 +159,9 @@ class StatusWriter:
         """Called from downloader threads: progress file always, status at most every few seconds."""
         pct = f"{100 * done // total}%" if total else "0%"
         message = f"downloading {pct} of {format_bytes(total)}"
+        if ref.beside:
+            self._next_progress(ref, done, total, force, revision)
+            return
         with self.copies.lock:
             to_file = self.file_throttle.allow(ref.name) or force
             allowed = self.throttle.allow(ref.name) or force
@@ -172,3 +184,24 @@ class StatusWriter:
                 self.log.warning(
                     "could not report progress", extra={"cache": ref.cache, "error": short_error(err)}
                 )
+
+    def _next_progress(self, ref: CacheRef, done: int, total: int, force: bool, revision: str | None) -> None:
+        """A revision fetched beside the served copy: status.next only; the served copy stays Ready
+        (phase, readiness label, CSI progress file untouched), so new Pods keep starting meanwhile."""
+        with self.copies.lock:
+            allowed = self.throttle.allow(ref.name) or force
+        if not allowed:
+            return
+        beside: Fields = {
+            "revision": ref.source.revision,
+            "phase": names.NEXT_DOWNLOADING,
+            "progress": {"bytesDone": done, "bytesTotal": total},
+        }
+        if revision is not None:
+            beside["resolvedRevision"] = revision
+        try:
+            self.merge(ref.key, {"next": beside})
+        except Exception as err:  # best effort, as above
+            self.log.warning(
+                "could not report progress", extra={"cache": ref.cache, "error": short_error(err)}
+            )

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import grpc
 from praesto.csi import mounts
 from praesto.csi.coldstart_recorder import PodStartRecorder
-from praesto.csi.recovery import CacheLocator, Recovery, rebuild_records
+from praesto.csi.recovery import CacheLocator, Recovery, rebuild_records, revision_at
 from praesto.csi.storefs import CsiStore
 from praesto.csi.volume import CsiError, PublishRequest
 from praesto.csi.waiting import waiting_answer
@@ -124,9 +124,13 @@ class Publisher:
                 if not self.layout.is_complete(req.namespace, req.name):
                     raise self._not_ready(req)
                 # Record first: the agent never evicts a cache with a record, so
-                # it cannot pull the directory away while we mount it.
+                # it cannot pull the directory away while we mount it. The record names the
+                # commit this fd holds: a revision switch may rename it into `retired` now,
+                # and the agent keeps a retired copy while a record names its commit.
                 self.fs.record_mount(
-                    store.MountRecord(req.volume_id, req.namespace, req.name, req.target_path, time.time()),
+                    store.MountRecord(
+                        req.volume_id, req.namespace, req.name, req.target_path, time.time(), revision_at(fd)
+                    ),
                 )
                 # ...and look again: the agent takes the marker away before it checks the
                 # records, so a removal that began before our record is visible here.
@@ -184,8 +188,11 @@ class Publisher:
                 mounts.MS_REMOUNT | mounts.MS_BIND | mounts.MS_RDONLY | mounts.MS_NOSUID | mounts.MS_NODEV,
             )
         if at_target is None:
+            revision = locator.revision_of(stacked[-1])
             self.fs.record_mount(
-                store.MountRecord(req.volume_id, req.namespace, req.name, req.target_path, time.time()),
+                store.MountRecord(
+                    req.volume_id, req.namespace, req.name, req.target_path, time.time(), revision
+                ),
             )
         return True
 

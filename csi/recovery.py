@@ -9,17 +9,33 @@ cache is never evicted). Both are settled from the mount table at start.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from praesto.csi.mounts import MountInfo, fs_location, is_within
+from praesto.csi.mounts import MountInfo, fs_location, is_within, open_dir_nofollow
 from praesto.csi.storefs import CsiStore
 
 from praesto import names, store
 
 RECOVERED_PREFIX = "recovered-"
+
+
+def revision_at(fd: int) -> str:
+    """The commit of the copy open at `fd` (its manifest's resolvedRevision), "" when unreadable."""
+    try:
+        manifest = os.open(names.MANIFEST_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    except OSError:
+        return ""
+    with os.fdopen(manifest, "rb") as handle:
+        try:
+            data = json.loads(handle.read())
+        except (ValueError, OSError):
+            return ""
+    value = data.get("resolvedRevision") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else ""
 
 
 @dataclass(frozen=True)
@@ -45,7 +61,27 @@ class CacheLocator:
         parts = os.path.relpath(entry.root, self.root).split("/")
         if len(parts) == 2 and all(names.is_dns_label(p) for p in parts):
             return parts[0], parts[1]
+        # a copy a revision switch retired while this mount showed it (store.py): still this cache
+        if len(parts) == 4 and parts[:2] == [store.INTERNAL_DIR, names.STORE_RETIRED_DIR]:
+            namespace, _, name = parts[2].partition("_")
+            if names.is_dns_label(namespace) and names.is_dns_label(name):
+                return namespace, name
         return None
+
+    def revision_of(self, entry: MountInfo) -> str:
+        """The commit of the copy a mount of a cache shows, read from its manifest without following
+        a symlink (the driver runs as root); "" when unreadable (the agent then keeps the copy)."""
+        if self.cache_of(entry) is None:
+            return ""
+        parts = os.path.relpath(entry.root, self.root).split("/")
+        try:
+            fd = open_dir_nofollow(self.base, parts)
+        except OSError:
+            return ""
+        try:
+            return revision_at(fd)
+        finally:
+            os.close(fd)
 
     def cache_mounts(self, entries: Sequence[MountInfo]) -> dict[str, tuple[str, str]]:
         """target path -> cache, for the top mount of every target showing a cache."""
@@ -84,9 +120,11 @@ def rebuild_records(fs: CsiStore, entries: Sequence[MountInfo], now: float | Non
             fs.drop_mount(record.volume_id, now)
             result.dropped.append(record)
     when = time.time() if now is None else now
+    top = {entry.mount_point: entry for entry in entries}
     for target, (namespace, name) in sorted(shown.items()):
         if target not in kept_targets:
-            record = store.MountRecord(recovered_volume_id(target), namespace, name, target, when)
+            revision = locator.revision_of(top[target]) if locator is not None else ""
+            record = store.MountRecord(recovered_volume_id(target), namespace, name, target, when, revision)
             fs.record_mount(record)
             result.adopted.append(record)
     return result

@@ -11,14 +11,14 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from praesto.hooks import hook_protocol
-from praesto.hooks.common import Obj, child_metadata, consumer_pods, meta, section
+from praesto.hooks import hook_protocol, rolling
+from praesto.hooks.common import Obj, child_metadata, consumer_pods, meta, previous_status, section
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.local_status import aggregate
 
 from praesto import names
 from praesto.rbac import AGENT_CONFIGMAP_GRANT, AGENT_SECRET_GRANT, Permission
-from praesto.spec import ModelCacheSpec, Source
+from praesto.spec import ModelCacheSpec
 
 
 def selected_nodes(nodes: Iterable[Mapping[str, Any]], selector: Mapping[str, str]) -> list[str]:
@@ -46,24 +46,9 @@ def demand_nodes(pods: Iterable[Mapping[str, Any]]) -> set[str]:
     return out
 
 
-def pinned_source(spec: ModelCacheSpec, status: Mapping[str, Any]) -> Source:
-    """The spec's source, pinned to the commit in `status` (this response's) once it is known.
-
-    Every node then downloads the same bytes even if the branch moves meanwhile.
-    `status` must be the status computed in the same pass, never the parent's
-    previous one: with `ignoreStatusChanges` Metacontroller makes no pass after
-    its own status write (`pkg/controller/composite/controller.go`
-    `updateParentObject`), so a pin taken from the old status would wait for an
-    unrelated event (issue 22).
-    """
-    resolved = status.get("resolvedRevision")
-    source = spec.source
-    if source.resolves and not source.pinned and isinstance(resolved, str) and source.is_pin(resolved):
-        return source.with_revision(resolved)
-    return source
-
-
-def modelcachenode(parent: Mapping[str, Any], spec: ModelCacheSpec, node: str, source: dict[str, Any]) -> Obj:
+def modelcachenode(
+    parent: Mapping[str, Any], spec: ModelCacheSpec, node: str, source: dict[str, Any], switch: bool = True
+) -> Obj:
     cache = str(meta(parent)["name"])
     node_spec: Obj = {
         "modelCacheName": cache,
@@ -71,6 +56,8 @@ def modelcachenode(parent: Mapping[str, Any], spec: ModelCacheSpec, node: str, s
         "source": source,  # shared, never mutated: serialised as is
         "size": spec.size,
     }
+    if not switch:  # hold the revision beside the served copy (spec.updateStrategy AllNodes)
+        node_spec["switch"] = False
     if spec.unused_ttl:
         node_spec["unusedTTL"] = spec.unused_ttl
     if spec.prewarm:
@@ -160,10 +147,17 @@ def sync_local(
     demand = demand_nodes(pods) - wanted
     node_names = sorted(wanted | demand)
     observed = hook_protocol.objects(request, "children", hook_protocol.MODELCACHENODE)
-    # Status first: the children derive from the status this response reports.
     status = aggregate(parent, spec, node_names, len(demand), observed, now)
-    source = pinned_source(spec, status).to_dict()
-    children = [modelcachenode(parent, spec, node, source) for node in node_names]
+    # The same pure plan the status was computed from: each node's revision (the commit once a node
+    # resolved it, so every node holds the same bytes) and whether it may serve it yet.
+    rollout = rolling.plan(spec, previous_status(parent), node_names, observed)
+    sources: dict[str, dict[str, Any]] = {}
+    children = []
+    for node in node_names:
+        told = rollout.nodes[node]
+        if told.revision not in sources:
+            sources[told.revision] = spec.source.with_revision(told.revision).to_dict()
+        children.append(modelcachenode(parent, spec, node, sources[told.revision], told.switch))
     granted = granted_objects(spec)
     if granted and copies_need_secret(node_names, observed):
         children.extend(secret_grant(parent, granted, config))

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from praesto.hooks import coldstart_summary
+from praesto.hooks import coldstart_summary, rolling
 from praesto.hooks.common import (
     READY,
     Obj,
@@ -107,7 +107,6 @@ def aggregate(
         if isinstance(node, str):
             by_node[node] = section(child, "status")
     counts: Counter[str] = Counter()
-    revisions: Counter[str] = Counter()
     failures: list[str] = []
     failure_reasons: set[str] = set()
     failed_copies: list[str] = []
@@ -124,14 +123,6 @@ def aggregate(
             failures.append(_failure_text(node, status))
             failure_reasons.add(str(_ready_condition(status).get("reason") or ""))
             failed_copies.append(names.modelcachenode_name(spec_cache, node))
-        revision = status.get("resolvedRevision")
-        # a moving name (a branch, a tag) is never what a source resolves to: only a pin counts
-        if (
-            isinstance(revision, str)
-            and revision
-            and (not spec.source.resolves or spec.source.is_pin(revision))
-        ):
-            revisions[revision] += 1
         # Every copy is the same model: any node's size (or planned total) is each node's size.
         size = max(size, _int(status.get("sizeBytes")), _int(section(status, "progress").get("bytesTotal")))
         used = parse_time(status.get("lastUsedTime"))
@@ -178,9 +169,8 @@ def aggregate(
         "pendingNodes": count - ready - downloading - failed,
         "evictedNodes": counts[names.PHASE_EVICTED],
     }
-    resolved = _resolved_revision(spec, before, revisions)
-    if resolved:
-        out["resolvedRevision"] = resolved
+    rollout = rolling.plan(spec, before, node_names, observed)
+    out.update(rolling.status_fields(rollout))
     if size:
         out["sizeBytes"] = size
     if total:
@@ -211,6 +201,12 @@ def aggregate(
         out["conditions"].append(size_condition(before, spec, size, now, out["observedGeneration"]))
     if spec.warm_new_nodes:
         out["conditions"].append(_warm_condition(before, by_node, now, gen))
+    if rollout.rolling or any(
+        isinstance(c, dict) and c.get("type") == names.CONDITION_ROLLING
+        for c in before.get("conditions") or ()
+    ):  # only caches whose revision changed once carry it
+        ok, why, text = rolling.rolling_condition(rollout, spec, count)
+        out["conditions"].append(condition(before, names.CONDITION_ROLLING, ok, why, text, now, gen))
     return out
 
 
@@ -276,18 +272,6 @@ def size_condition(
         return condition(before, SIZE_WITHIN_REQUEST, False, "SizeExceedsRequest", message, now, gen)
     message = f"the model is {format_bytes(size)}, within storage.size {spec.size}"
     return condition(before, SIZE_WITHIN_REQUEST, True, "SizeWithinRequest", message, now, gen)
-
-
-def _resolved_revision(spec: ModelCacheSpec, before: Mapping[str, Any], revisions: Counter[str]) -> str:
-    """Pinned spec commit; else the one already chosen; else what most nodes resolved."""
-    if spec.source.pinned:
-        return spec.source.revision
-    chosen = before.get("resolvedRevision")
-    if isinstance(chosen, str) and chosen:
-        return chosen
-    if not revisions:
-        return ""
-    return min(revisions, key=lambda r: (-revisions[r], r))
 
 
 def _ready_reason(

@@ -247,3 +247,23 @@ SCRUB_REPAIR_PROGRESS = "the at-rest scrub found bad files, new mounts wait whil
 SCRUB_MISMATCHED_MAX = 10  # status.scrub.mismatched lists at most this many paths
 DEFAULT_SCRUB_INTERVAL = "168h"  # chart nodeAgent.scrub.interval; "0" disables
 DEFAULT_SCRUB_BYTES_PER_SECOND = "64Mi"  # chart nodeAgent.scrub.bytesPerSecond
+
+# ---- rolling revision updates (issue #25 part 1) ----
+# spec.updateStrategy.switch: when a node that holds the new revision beside the old one starts
+# serving it to new Pods: at once (each node on its own), or only once every selected node holds it.
+SWITCH_EACH_NODE = "EachNode"
+SWITCH_ALL_NODES = "AllNodes"
+SWITCH_POLICIES = (SWITCH_EACH_NODE, SWITCH_ALL_NODES)
+DEFAULT_SWITCH_POLICY = SWITCH_EACH_NODE
+# The ModelCache condition while some selected node does not serve the target revision yet, and
+# its reasons; the Normal Event a node's switch records on its ModelCacheNode.
+CONDITION_ROLLING = "Rolling"
+REASON_ROLLING = "RevisionRolling"
+REASON_ROLLED = "RevisionRolled"
+REASON_REVISION_SWITCHED = "RevisionSwitched"
+# ModelCacheNode status.next.phase: the copy beside the served one
+NEXT_DOWNLOADING = "Downloading"
+NEXT_READY = "Ready"
+# Store: the copy fetched beside the served one, and copies a switch retired (kept while mounted)
+STORE_NEXT_DIR = "next"
+STORE_RETIRED_DIR = "retired"

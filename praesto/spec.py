@@ -19,6 +19,8 @@ from praesto.refs import SECRET_KEY as _SECRET_KEY
 from praesto.refs import SecretRef as SecretRef
 from praesto.refs import SpecError as SpecError
 from praesto.refs import check_secret_name as _check_secret_name
+from praesto.updatestrategy import UpdateStrategy as UpdateStrategy
+from praesto.updatestrategy import parse_update_strategy
 from praesto.verification import Verification, parse_verification
 
 HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
@@ -94,6 +96,7 @@ class ModelCacheSpec:
     prewarm: bool = False  # spec.prewarm: read the copy into the page cache when a Pod mounts it
     warm_new_nodes: bool = False  # spec.warmNewNodes: new nodes stay tainted until this copy is Ready
     verification: Verification | None = None  # spec.verification: the signature the model must carry
+    update_strategy: UpdateStrategy = field(default_factory=UpdateStrategy)  # spec.updateStrategy
 
     @property
     def mode(self) -> str:
@@ -414,6 +417,7 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
         )
 
     verification = parse_verification(spec.get("verification"), errors)
+    update_strategy = parse_update_strategy(spec.get("updateStrategy"), errors)
 
     if errors or source is None:
         raise InvalidSpec(
@@ -431,6 +435,7 @@ def parse_spec(spec: Any) -> ModelCacheSpec:
         prewarm=prewarm is True,
         warm_new_nodes=warm is True,
         verification=verification,
+        update_strategy=update_strategy,
     )
 
 

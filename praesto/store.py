@@ -14,6 +14,13 @@ both DNS labels, so they never contain `_` or start with `.`):
     <base>/.praesto/pods/<hash>.json    CSI: when a Pod first asked for a cache and got it (praesto.coldstart_record)
     <base>/.praesto/copies/<ns>_<name>.json     agent: where the bytes of the current copy came from
     <base>/.praesto/scrub/<ns>_<name>.json      agent: when the copy was last scrubbed, and how it went
+    <base>/.praesto/next/<ns>_<name>/           agent: a new revision fetched beside the served copy
+    <base>/.praesto/retired/<ns>_<name>/<commit>/  agent: a copy a revision switch took out of
+                                                service, kept while a mount record names its commit
+
+A revision switch renames the served copy into `retired` and the `next` copy onto the
+cache directory (one filesystem, so a running Pod's bind mount keeps the inode it has);
+mount records carry the commit they mounted, which says when a retired copy may go.
 
 The agent is the only writer of cache directories, staging, blobs, progress and
 copy records; the CSI driver is the only writer of mount records, `used` stamps,
@@ -117,6 +124,21 @@ class StoreLayout:
     def pod_starts_dir(self) -> Path:
         return self.internal / "pods"
 
+    def next_dir(self, namespace: str, name: str) -> Path:
+        """Where a new revision is published beside the served copy (rolling updates)."""
+        return self.internal / names.STORE_NEXT_DIR / cache_key(namespace, name)
+
+    def next_staging_dir(self, namespace: str, name: str) -> Path:
+        """Staging of the copy beside: `.` never occurs in a DNS label, so no cache's staging is this."""
+        return self.internal / "staging" / (cache_key(namespace, name) + "." + names.STORE_NEXT_DIR)
+
+    def retired_root(self, namespace: str, name: str) -> Path:
+        return self.internal / names.STORE_RETIRED_DIR / cache_key(namespace, name)
+
+    def retired_dir(self, namespace: str, name: str, revision: str) -> Path:
+        """A copy a switch took out of service, by the commit it holds (a 40-hex id or a digest)."""
+        return self.retired_root(namespace, name) / revision.replace(":", "_").replace("/", "_")
+
     def copy_record(self, namespace: str, name: str) -> Path:
         return self.internal / "copies" / (cache_key(namespace, name) + ".json")
 
@@ -174,6 +196,7 @@ class MountRecord:
     name: str
     target_path: str
     mounted_at: float
+    revision: str = ""  # the commit of the copy mounted (its manifest's resolvedRevision); "" if unknown
 
     @property
     def file_name(self) -> str:
@@ -192,6 +215,7 @@ def record_from(data: dict[str, Any] | None) -> MountRecord | None:
             str(data["name"]),
             str(data["target_path"]),
             float(data["mounted_at"]),
+            str(data.get("revision") or ""),
         )
     except (KeyError, TypeError, ValueError):
         return None

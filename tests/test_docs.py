@@ -10,6 +10,7 @@ the controller makes, paths exist in the repository.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 import yaml
 from praesto.agent.cli import build_parser
 from praesto.hooks.admission.annotations import parse_annotations
+from praesto.hooks.admission.validate import immutable_changes
 
 from praesto import names
 from praesto.spec import parse_spec
@@ -98,6 +100,14 @@ def _check_kubectl(argv: list[str]) -> None:
         assert rest[0] in OUR_RESOURCES
         if rest[0] == "modelcachenode" and verb == "delete":
             assert rest[1] == names.modelcachenode_name("tinyllama", "gpu-node-1")
+    elif verb == "patch":  # only what a rolling update may change (hooks/admission/validate.py)
+        assert rest[0] == "modelcache" and rest[rest.index("--type") + 1] == "merge"
+        new = json.loads(rest[rest.index("-p") + 1])
+        hf: dict[str, Any] = {"repo": "org/model", "revision": "main"}
+        old: dict[str, Any] = {"source": {"huggingface": hf}, "storage": {"size": "5Gi"}}
+        patched = {**old, **new["spec"]}
+        patched["source"] = {"huggingface": {**hf, **new["spec"]["source"]["huggingface"]}}
+        assert immutable_changes(old, patched) == [], "the guide patches an immutable field"
     elif verb == "apply":
         assert rest[0] == "-f"
     elif verb == "create" and rest[:2] == ["secret", "docker-registry"]:  # its type's key: .dockerconfigjson

@@ -47,6 +47,43 @@ def changed_fields(old: Any, new: Any, path: str = "spec") -> list[str]:
     return [] if old == new else [path]
 
 
+# What may change after create (issue #25 part 1): the Hugging Face revision (a rolling update
+# in local mode) and the policy that rolls it. Everything else stays as created.
+MUTABLE_FIELDS = ("spec.source.huggingface.revision", "spec.updateStrategy")
+
+
+def immutable_changes(old_spec: Any, spec: Any) -> list[str]:
+    """The changed paths no rolling update allows (`spec.updateStrategy.switch` is within one)."""
+    return [
+        path
+        for path in changed_fields(old_spec, spec)
+        if not any(path == f or path.startswith(f + ".") for f in MUTABLE_FIELDS)
+    ]
+
+
+def _check_update(old_spec: Any, spec: Any, namespace: str, config: HooksConfig | None) -> None:
+    """An UPDATE changes only what may change, into a spec that is still valid."""
+    changed = immutable_changes(old_spec, spec)
+    if changed:
+        raise Refusal(
+            ", ".join(changed[:MAX_LISTED_ERRORS]),
+            "field is immutable: a ModelCache's spec cannot change after creation, but for "
+            "spec.source.huggingface.revision (a rolling update) and spec.updateStrategy",
+            "delete the ModelCache and create it again (or create one under a new name)",
+            BAD_REQUEST,
+        )
+    if not changed_fields(old_spec, spec):
+        return  # metadata-only change: never block finalizers or labels
+    parsed = _parse(spec, namespace, config)
+    if parsed.storage_class_name and changed_fields(section(old_spec, "source"), section(spec, "source")):
+        raise Refusal(
+            "spec.source.huggingface.revision",
+            "a shared PVC (storage.storageClassName set) holds one revision; rolling updates are for local mode",
+            "create another ModelCache for the new revision",
+            BAD_REQUEST,
+        )
+
+
 def _check_name(obj: dict[str, Any]) -> None:
     meta = section(obj, "metadata")
     name = meta.get("name")
@@ -160,16 +197,8 @@ def validate(
     spec = obj.get("spec")
     try:
         if request.operation == "UPDATE":
-            old_spec = (request.old or {}).get("spec")
-            changed = changed_fields(old_spec, spec)
-            if changed:
-                raise Refusal(
-                    ", ".join(changed[:MAX_LISTED_ERRORS]),
-                    "field is immutable: a ModelCache's spec cannot change after creation",
-                    "delete the ModelCache and create it again (or create one under a new name)",
-                    BAD_REQUEST,
-                )
-            return review.allow(request.uid)  # metadata-only change: never block finalizers or labels
+            _check_update((request.old or {}).get("spec"), spec, request.namespace, config)
+            return review.allow(request.uid)
         _check_name(obj)
         parsed = _parse(spec, request.namespace, config)
         _check_storage_class(parsed, lookups)

@@ -162,6 +162,27 @@ def test_spec_is_immutable_on_update_naming_changed_fields() -> None:
     assert "delete the ModelCache and create it again" in message
 
 
+def test_the_revision_and_update_strategy_may_change_in_local_mode_only() -> None:
+    old = cache(hf_spec())
+    new = copy.deepcopy(old)
+    new["spec"]["source"]["huggingface"]["revision"] = "v2"  # a rolling update
+    new["spec"]["updateStrategy"] = {"switch": names.SWITCH_ALL_NODES, "maxFetching": 1}
+    assert run(new, "UPDATE", old)["response"]["allowed"] is True
+    new["spec"]["source"]["huggingface"]["repo"] = "org/other"
+    code, message = denial(run(new, "UPDATE", old))
+    assert code == 400 and message.startswith("spec.source.huggingface.repo: field is immutable")
+    assert "but for spec.source.huggingface.revision" in message
+    bad = copy.deepcopy(old)
+    bad["spec"]["updateStrategy"] = {"switch": "Sometimes"}
+    code, message = denial(run(bad, "UPDATE", old))
+    assert code == 400 and "spec.updateStrategy.switch" in message and names.SWITCH_EACH_NODE in message
+    shared = cache(hf_spec(storage={"size": "5Gi", "storageClassName": "rwx"}))
+    moved = copy.deepcopy(shared)
+    moved["spec"]["source"]["huggingface"]["revision"] = "v2"
+    code, message = denial(run(moved, "UPDATE", shared))
+    assert code == 400 and message.startswith("spec.source.huggingface.revision: a shared PVC")
+
+
 def test_metadata_and_status_updates_are_allowed_even_if_now_invalid() -> None:
     # A StorageClass deleted later must never block removing a finalizer.
     old = cache(hf_spec(storage={"size": "5Gi", "storageClassName": "gone"}))

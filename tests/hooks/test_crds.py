@@ -106,6 +106,21 @@ def test_cel_rules_decide_as_documented() -> None:
     assert _cel(name_rule, {"metadata": {"name": "tinyllama"}})
     assert not _cel(name_rule, {"metadata": {"name": "x" * 64}})
     assert not _cel(name_rule, {"metadata": {"name": "Bad_Name"}})
+    # a rolling update: the Hugging Face revision and updateStrategy may change, nothing else
+    source_change = source_rules[1]
+    hf = {"huggingface": {"repo": "a/b", "revision": "main", "allowPatterns": ["*.json"]}}
+    moved = {"huggingface": {**hf["huggingface"], "revision": "v2"}}
+    assert _cel(source_change, moved, hf)
+    assert not _cel(source_change, {"huggingface": {**hf["huggingface"], "repo": "a/c"}}, hf)
+    assert not _cel(source_change, {"huggingface": {**hf["huggingface"], "allowPatterns": []}}, hf)
+    assert not _cel(source_change, {"uri": "hf://a/b:v2"}, {"uri": "hf://a/b"})
+    local = {"source": hf, "storage": {"size": "1Gi"}}
+    assert _cel(rules[".spec"], {**local, "source": moved, "updateStrategy": {"switch": "AllNodes"}}, local)
+    assert not _cel(rules[".spec"], {**local, "prewarm": True}, local)
+    pvc_rule = next(r for p, r in _rules(_schema(MC)) if p == ".spec" and "storageClassName" in r)
+    shared = {"source": hf, "storage": {"size": "1Gi", "storageClassName": "rwx"}}
+    assert not _cel(pvc_rule, {**shared, "source": moved}, shared)
+    assert _cel(pvc_rule, {**local, "source": moved}, local)
     node_rule = next(r for p, r in _rules(_schema(MCN)) if p == ".spec")
     node_spec = {"modelCacheName": "a", "nodeName": "n1"}
     assert _cel(node_rule, {**node_spec, "source": {"revision": "x"}}, node_spec)

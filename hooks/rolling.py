@@ -1,0 +1,221 @@
+"""Rolling revision updates across the selected nodes (issue #25 part 1): pure, from the request.
+
+`spec.source.huggingface.revision` may change. Each node agent then fetches the new revision
+beside the copy it serves and switches when its ModelCacheNode's `spec.switch` allows
+(agent/rolling.py). This module decides, from the parent's previous status and the copies'
+reports, which commit the spec's revision resolves to (the target), what each node is told
+(the target, pinned once known, or its old source while `maxFetching` nodes fetch already;
+`switch` per the policy) and what the cache's status says (the revision served and the next
+one, ready counts per revision, the `Rolling` condition).
+
+Why the previous status is read: a branch or tag is resolved by the first node that fetches it,
+and its commit must then be pinned on every node (they must all hold the same bytes). The
+commit, with the spec revision it answers (`status.requestedRevision`), is kept in the status
+written in the same pass as the pinned children, so no pass waits for another (issue 22).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from praesto.hooks.common import Obj, section
+
+from praesto import names
+from praesto.spec import ModelCacheSpec
+
+
+@dataclass(frozen=True)
+class NodeRoll:
+    """What one node is told: the source revision to hold and whether to serve it once held."""
+
+    revision: str
+    switch: bool = True
+
+
+@dataclass
+class Rollout:
+    target: str  # the commit the spec's revision resolves to ("" until a node resolved it)
+    current: str  # the commit served: the old one until every selected node serves the target
+    requested: str  # the spec revision `target` (else `current`) answers
+    nodes: dict[str, NodeRoll] = field(default_factory=dict)
+    serving: int = 0  # selected nodes serving the target
+    holding: int = 0  # selected nodes holding it beside their served copy
+    fetching: int = 0
+    revisions: list[Obj] = field(default_factory=list)  # [{revision, readyNodes}]
+
+    @property
+    def rolling(self) -> bool:
+        return bool(self.current) and self.target != self.current
+
+
+def _next(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    return section(status, "next")
+
+
+def _ready_at(status: Mapping[str, Any]) -> str:
+    """The commit a node serves, "" unless its copy is Ready."""
+    revision = status.get("resolvedRevision")
+    return revision if status.get("phase") == names.PHASE_READY and isinstance(revision, str) else ""
+
+
+def target_revision(
+    spec: ModelCacheSpec,
+    before: Mapping[str, Any],
+    statuses: Mapping[str, Mapping[str, Any]],
+    told: Mapping[str, str],
+) -> tuple[str, str]:
+    """(target commit or "", the spec revision the previous status's commits answered).
+
+    A status from before rolling updates has no requestedRevision: the spec was immutable then,
+    so it answers the spec's revision. `told` is each node's observed child's source revision.
+    """
+    source = spec.source
+    wanted = source.revision
+    answered = before.get("requestedRevision")
+    answered = answered if isinstance(answered, str) and answered else wanted
+    if not source.resolves:
+        return "", answered
+    if source.is_pin(wanted):
+        return wanted, answered
+    known = before.get("nextRevision") or before.get("resolvedRevision")
+    if answered == wanted and isinstance(known, str) and known:
+        return known, answered
+    old = before.get("resolvedRevision") if answered != wanted else None
+    votes: Counter[str] = Counter()
+    for node, status in statuses.items():
+        beside = _next(status)
+        if beside.get("revision") == wanted and source.is_pin(str(beside.get("resolvedRevision") or "")):
+            votes[str(beside["resolvedRevision"])] += 1
+        elif not beside and (told.get(node) == wanted or not old):
+            # a node told the branch that reports a commit: resolved it now, unless it is the old copy
+            # it served before it reacted (the agent says `next` as soon as it fetches beside)
+            revision = status.get("resolvedRevision")
+            fetched = status.get("phase") in (names.PHASE_READY, names.PHASE_DOWNLOADING)
+            if isinstance(revision, str) and source.is_pin(revision) and revision != old and fetched:
+                votes[revision] += 1
+    if not votes:
+        return "", answered
+    return min(votes, key=lambda r: (-votes[r], r)), answered
+
+
+def plan(
+    spec: ModelCacheSpec,
+    before: Mapping[str, Any],
+    node_names: Sequence[str],
+    observed: Sequence[Mapping[str, Any]],
+) -> Rollout:
+    """The rollout for this pass: the target, the served commit, what each node is told."""
+    statuses: dict[str, Mapping[str, Any]] = {}
+    told: dict[str, str] = {}
+    for child in observed:
+        node = section(child, "spec").get("nodeName")
+        if isinstance(node, str):
+            statuses[node] = section(child, "status")
+            told[node] = str(section(section(child, "spec"), "source").get("revision") or "")
+    target, answered = target_revision(spec, before, statuses, told)
+    selected = [statuses.get(n, {}) for n in node_names]
+    serving = sum(1 for s in selected if target and _ready_at(s) == target)
+    holding = sum(
+        1 for s in selected
+        if target and _next(s).get("phase") == names.NEXT_READY and _next(s).get("resolvedRevision") == target
+    )  # fmt: skip
+    previous = before.get("resolvedRevision")
+    current = previous if isinstance(previous, str) and previous else target
+    if target and node_names and serving == len(node_names):
+        current = target  # every selected node serves it: the roll is over
+    requested = spec.source.revision if target else answered
+    out = Rollout(target, current, requested, serving=serving, holding=holding)
+    if not out.rolling:
+        out.nodes = {n: NodeRoll(target or spec.source.revision) for n in node_names}
+        out.revisions = _ready_counts(selected, target)
+        return out
+    _tell_nodes(out, spec, node_names, statuses, told)
+    out.revisions = _ready_counts(selected, target)
+    return out
+
+
+def _tell_nodes(
+    out: Rollout,
+    spec: ModelCacheSpec,
+    node_names: Sequence[str],
+    statuses: Mapping[str, Mapping[str, Any]],
+    told: Mapping[str, str],
+) -> None:
+    """Each node's revision and switch while rolling: at most maxFetching nodes fetch at once.
+
+    A node holds a fetch slot from the pass that tells it the new revision (its observed child
+    says so) until it holds or serves it: judged from what was told, not from its report, since a
+    pass may run before the node reported that it started (its own child update triggers one).
+    A node with no copy yet downloads the new revision as its first, and takes no slot.
+    """
+    strategy = spec.update_strategy
+    asked = out.target or spec.source.revision
+
+    def done(node: str) -> bool:
+        status = statuses.get(node, {})
+        beside = _next(status)
+        held = beside.get("phase") == names.NEXT_READY and beside.get("resolvedRevision") == out.target
+        return bool(out.target) and (_ready_at(status) == out.target or held)
+
+    def rolling_node(node: str) -> bool:  # serves a copy of another revision
+        return bool(_ready_at(statuses.get(node, {}))) and not done(node)
+
+    switch = strategy.switch == names.SWITCH_EACH_NODE or all(done(n) for n in node_names)
+    moving = [n for n in node_names if rolling_node(n) and told.get(n) in (asked, spec.source.revision)]
+    out.fetching = sum(
+        1 for n in node_names if _next(statuses.get(n, {})).get("phase") == names.NEXT_DOWNLOADING
+    )
+    slots = strategy.max_fetching - len(moving) if strategy.max_fetching else len(node_names)
+    for node in node_names:
+        if not rolling_node(node) or node in moving:
+            out.nodes[node] = NodeRoll(asked, switch)
+        elif slots > 0:
+            slots -= 1
+            out.nodes[node] = NodeRoll(asked, switch)
+        else:  # waits for a fetch slot: keeps what it was told, and serves it
+            out.nodes[node] = NodeRoll(told.get(node) or _ready_at(statuses.get(node, {})), True)
+
+
+def _ready_counts(selected: Sequence[Mapping[str, Any]], target: str) -> list[Obj]:
+    """Ready copies per commit: served ones, and the target held beside (ready to switch)."""
+    counts: Counter[str] = Counter()
+    for status in selected:
+        served = _ready_at(status)
+        if served:
+            counts[served] += 1
+        beside = _next(status)
+        if beside.get("phase") == names.NEXT_READY and beside.get("resolvedRevision") == target and target:
+            counts[target] += 1
+    return [{"revision": r, "readyNodes": counts[r]} for r in sorted(counts)]
+
+
+def status_fields(out: Rollout) -> Obj:
+    """The cache's status fields for the rollout (resolvedRevision is the served commit)."""
+    fields: Obj = {}
+    if out.current:
+        fields["resolvedRevision"] = out.current
+    if out.requested:
+        fields["requestedRevision"] = out.requested
+    if out.rolling and out.target:
+        fields["nextRevision"] = out.target
+    if out.revisions:
+        fields["revisions"] = out.revisions
+    return fields
+
+
+def rolling_condition(out: Rollout, spec: ModelCacheSpec, total: int) -> tuple[bool, str, str]:
+    """(status, reason, message) of the Rolling condition."""
+    if not out.rolling:
+        return False, names.REASON_ROLLED, f"every selected node serves revision {out.current[:12]}"
+    target = out.target[:12] if out.target else f"{spec.source.revision} (not resolved yet)"
+    strategy = spec.update_strategy
+    limit = f", at most {strategy.max_fetching} fetching at once" if strategy.max_fetching else ""
+    message = (
+        f"rolling from revision {out.current[:12]} to {target}: {out.serving} of {total} nodes serve it, "
+        f"{out.holding} hold it beside the old one, {out.fetching} fetching; switch {strategy.switch}{limit}; "
+        "running Pods keep the revision they mounted until they end"
+    )
+    return True, names.REASON_ROLLING, message

@@ -1,0 +1,280 @@
+"""Rolling revision updates end to end (issue #25 part 1) on the real control-plane tier.
+
+The real parts: kube-apiserver with the chart's CRDs (their CEL rules) and webhook; Metacontroller's
+composite and decorator controllers over the hooks; a `praesto-agent run` process; the CSI node
+plugin mounting for real (root). Two revisions of one repo share one file and differ in another:
+the origin serves only the changed file, a Pod that mounted the first revision keeps reading it
+after the switch, a rollback while that Pod runs fetches nothing, and a revision goes from the
+node once the last Pod that mounts it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.dynamic.exceptions import DynamicApiError
+
+from praesto import names
+from praesto.store import StoreLayout
+from testkit.controlplane import wait_for
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request, unmount_all_under
+from testkit.hub import LocalHub
+from testkit.metacontroller import CompositeController, DecoratorController
+from tests.cluster.agents import AgentProcess
+from tests.cluster.flows import merge_patch, modelcachenodes
+from tests.cluster.installed import Installed
+from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
+
+NS = "rolling-tests"
+NODE = "rolling-a"
+POOL = "test.praesto.io/pool"
+CACHE = "roll"
+SHARED = os.urandom(300_000)
+OLD, NEW = os.urandom(200_000), os.urandom(1_000_000)
+
+
+@pytest.fixture(scope="module")
+def node_side(
+    installed: Installed, tmp_path_factory: pytest.TempPathFactory, hub: LocalHub
+) -> Iterator[tuple[AgentProcess, InProcessDriver]]:
+    opted_in_namespace(installed.admin, NS)
+    ready_node(installed.admin, NODE, {POOL: "rolling"})
+    work = tmp_path_factory.mktemp("rolling")
+    with ExitStack() as stack:
+        agent = stack.enter_context(AgentProcess(installed, NODE, hub.endpoint, work / NODE))
+        stack.callback(unmount_all_under, work)
+        driver = stack.enter_context(InProcessDriver(agent.base))
+        yield agent, driver
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _status_of(installed: Installed, cache: str) -> dict[str, Any]:
+    found = installed.admin.get(names.API_VERSION, names.MODELCACHE_KIND, cache, NS) or {}
+    return dict(found.get("status") or {})
+
+
+def _status(installed: Installed) -> dict[str, Any]:
+    return _status_of(installed, CACHE)
+
+
+def _rolling(status: dict[str, Any]) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == names.CONDITION_ROLLING), {})
+
+
+def _serves(installed: Installed, commit: str) -> bool:
+    status = _status(installed)
+    return (
+        status.get("phase") == names.PHASE_READY
+        and status.get("resolvedRevision") == commit
+        and "nextRevision" not in status
+        and _rolling(status).get("status") == "False"
+    )
+
+
+def _ask(installed: Installed, revision: str) -> None:
+    body = {"spec": {"source": {"huggingface": {"revision": revision}}}}
+    merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, CACHE, body, NS)
+
+
+def test_a_revision_rolls_beside_the_old_one_and_back_without_a_download(
+    installed: Installed,
+    hub: LocalHub,
+    composite: CompositeController,
+    decorator: DecoratorController,
+    node_side: tuple[AgentProcess, InProcessDriver],
+    tmp_path: Path,
+) -> None:
+    agent, driver = node_side
+    layout = StoreLayout(agent.base)
+    first = hub.add_repo(f"org/{CACHE}", {"shared.bin": SHARED, "weights.bin": OLD})
+    second = hub.commit(f"org/{CACHE}", {"shared.bin": SHARED, "weights.bin": NEW}, branch="v2")
+    source = {"huggingface": {"repo": f"org/{CACHE}"}}
+    installed.admin.create(modelcache(CACHE, NS, node_selector={POOL: "rolling"}, source=source))
+    wait_for("the first revision Ready", lambda: _status(installed).get("resolvedRevision") == first
+             and _status(installed).get("phase") == names.PHASE_READY, 90)  # fmt: skip
+
+    # Anything but the revision stays as created: the CRD's rule and the webhook say so.
+    body = {"spec": {"source": {"huggingface": {"repo": "org/other"}}}}
+    with pytest.raises(DynamicApiError) as refused:
+        merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, CACHE, body, NS)
+    said = str(refused.value.body)  # the CRD's rule answers first (422), naming the field and the exception
+    assert "spec.source" in said and "immutable but for source.huggingface.revision" in said
+
+    old_pod = tmp_path / "old-pod"
+    driver.client.publish(publish_request("csi-roll-old", str(old_pod), CACHE, NS))  # a Pod on the first
+    hub.reset_counters()
+    hub.faults.rate = 200_000  # bytes/s: the changed file takes seconds, long enough to see the roll
+    try:
+        _ask(installed, "v2")
+        wait_for(
+            "the Rolling condition while the new revision is fetched beside the old one",
+            lambda: (
+                _rolling(_status(installed)).get("status") == "True"
+                and _status(installed).get("nextRevision") == second
+            ),
+            60,
+        )
+        rolling = _status(installed)
+        assert rolling["phase"] == names.PHASE_READY and rolling["resolvedRevision"] == first  # still serving
+        assert rolling["requestedRevision"] == "v2"
+        wait_for("the switch to the new revision", lambda: _serves(installed, second), 90)
+    finally:
+        hub.faults.rate = 0
+    assert hub.bytes_served == len(NEW)  # the shared file was linked from the blob the first revision left
+    assert (old_pod / "weights.bin").read_bytes() == OLD  # the running Pod's mount is untouched
+    new_pod = tmp_path / "new-pod"
+    driver.client.publish(publish_request("csi-roll-new", str(new_pod), CACHE, NS))
+    assert (new_pod / "weights.bin").read_bytes() == NEW and (new_pod / "shared.bin").read_bytes() == SHARED
+    assert len(list(layout.retired_root(NS, CACHE).iterdir())) == 1  # the first revision, mounted
+    assert _status(installed)["revisions"] == [{"revision": second, "readyNodes": 1}]
+
+    # Back to the first revision while its Pod runs: it is still on the node, nothing is fetched.
+    hub.reset_counters()
+    _ask(installed, first)
+    wait_for("the rollback", lambda: _serves(installed, first), 90)
+    assert hub.bytes_served == 0
+    node_copy = modelcachenodes(installed.admin, NS, CACHE)[NODE]
+    assert node_copy["spec"]["source"]["revision"] == first and "next" not in node_copy["status"]
+    assert (old_pod / "weights.bin").read_bytes() == OLD and (new_pod / "weights.bin").read_bytes() == NEW
+
+    # The second revision's last Pod ends: that revision leaves the node.
+    driver.client.unpublish("csi-roll-new", str(new_pod))
+    wait_for("the unmounted revision removed", lambda: not layout.retired_root(NS, CACHE).exists(), 30)
+    assert (layout.cache_dir(NS, CACHE) / "weights.bin").read_bytes() == OLD
+    driver.client.unpublish("csi-roll-old", str(old_pod))
+
+
+PAIR = ("rolling-b", "rolling-c")
+
+
+@pytest.fixture(scope="module")
+def pair(installed: Installed, tmp_path_factory: pytest.TempPathFactory, hub: LocalHub) -> Iterator[None]:
+    opted_in_namespace(installed.admin, NS)
+    for node in PAIR:
+        ready_node(installed.admin, node, {POOL: "rolling-all"})
+    work = tmp_path_factory.mktemp("rolling-all")
+    with ExitStack() as stack:
+        for node in PAIR:
+            stack.enter_context(AgentProcess(installed, node, hub.endpoint, work / node))
+        yield
+
+
+def test_all_nodes_hold_the_new_revision_before_any_serves_it_one_fetching_at_a_time(
+    installed: Installed,
+    hub: LocalHub,
+    composite: CompositeController,
+    decorator: DecoratorController,
+    pair: None,
+) -> None:
+    cache = "roll-all"
+    first = hub.add_repo(f"org/{cache}", {"shared.bin": SHARED, "weights.bin": OLD})
+    second = hub.commit(f"org/{cache}", {"shared.bin": SHARED, "weights.bin": NEW}, branch="v2")
+    source = {"huggingface": {"repo": f"org/{cache}"}}
+    strategy = {"switch": names.SWITCH_ALL_NODES, "maxFetching": 1}
+    installed.admin.create(
+        modelcache(cache, NS, node_selector={POOL: "rolling-all"}, source=source, updateStrategy=strategy)
+    )
+
+    def copies() -> list[dict[str, Any]]:
+        return [dict(o.get("status") or {}) for o in modelcachenodes(installed.admin, NS, cache).values()]
+
+    wait_for("both nodes Ready on the first revision", lambda: [
+        (s.get("phase"), s.get("resolvedRevision")) for s in copies()
+    ] == [(names.PHASE_READY, first)] * 2, 90)  # fmt: skip
+    hub.reset_counters()
+    seen: list[str] = []
+
+    def rolled() -> bool:
+        """Checked on every poll: never two fetching; nobody serves it while a node still fetches."""
+        statuses = copies()
+        fetching = [s for s in statuses if (s.get("next") or {}).get("phase") == names.NEXT_DOWNLOADING]
+        serving = [s for s in statuses if s.get("resolvedRevision") == second]
+        assert len(fetching) <= 1, statuses
+        assert not (serving and fetching), statuses
+        if any((s.get("next") or {}).get("phase") == names.NEXT_READY for s in statuses):
+            seen.append("held")  # a node holds it beside the old one, and waits
+        return len(serving) == 2 and all(s.get("phase") == names.PHASE_READY for s in statuses)
+
+    hub.faults.rate = 200_000
+    try:
+        merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, cache,
+                    {"spec": {"source": {"huggingface": {"revision": "v2"}}}}, NS)  # fmt: skip
+        wait_for("both nodes to serve the new revision", rolled, 120)
+    finally:
+        hub.faults.rate = 0
+    assert seen, "no node was seen holding the new revision beside the old one"
+    assert hub.bytes_served == 2 * len(NEW)  # each node fetched only the changed file
+    wait_for(
+        "the roll over",
+        lambda: _rolling(_status_of(installed, cache)).get("reason") == names.REASON_ROLLED,
+        30,
+    )
+    assert _status_of(installed, cache)["resolvedRevision"] == second
+
+
+PEERED = ("rolling-d", "rolling-e")
+
+
+@pytest.fixture(scope="module")
+def peered(installed: Installed, tmp_path_factory: pytest.TempPathFactory, hub: LocalHub) -> Iterator[None]:
+    """Two agents that serve and fetch from each other (the chart's nodeAgent.peers)."""
+    opted_in_namespace(installed.admin, NS)
+    for node in PEERED:
+        ready_node(installed.admin, node, {POOL: "rolling-peers"})
+    work = tmp_path_factory.mktemp("rolling-peers")
+    with ExitStack() as stack:
+        for node in PEERED:
+            stack.enter_context(
+                AgentProcess(installed, node, hub.endpoint, work / node, peer_port=free_port())
+            )
+        yield
+
+
+def test_each_node_switches_and_the_next_one_fetches_the_change_from_it(
+    installed: Installed,
+    hub: LocalHub,
+    composite: CompositeController,
+    decorator: DecoratorController,
+    peered: None,
+) -> None:
+    cache = "roll-peers"
+    first = hub.add_repo(f"org/{cache}", {"shared.bin": SHARED, "weights.bin": OLD})
+    second = hub.commit(f"org/{cache}", {"shared.bin": SHARED, "weights.bin": NEW}, branch="v2")
+    source = {"huggingface": {"repo": f"org/{cache}"}}
+    installed.admin.create(
+        modelcache(
+            cache, NS, node_selector={POOL: "rolling-peers"}, source=source, updateStrategy={"maxFetching": 1}
+        )
+    )
+
+    def copies() -> list[dict[str, Any]]:
+        return [dict(o.get("status") or {}) for o in modelcachenodes(installed.admin, NS, cache).values()]
+
+    wait_for("both nodes Ready on the first revision", lambda: [
+        (s.get("phase"), s.get("resolvedRevision")) for s in copies()
+    ] == [(names.PHASE_READY, first)] * 2, 90)  # fmt: skip
+    hub.reset_counters()
+    merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, cache,
+                {"spec": {"source": {"huggingface": {"revision": "v2"}}}}, NS)  # fmt: skip
+    wait_for(
+        "the roll over",
+        lambda: _rolling(_status_of(installed, cache)).get("reason") == names.REASON_ROLLED,
+        120,
+    )
+    statuses = copies()
+    assert [s.get("resolvedRevision") for s in statuses] == [second] * 2
+    assert hub.bytes_served == len(NEW)  # the origin once; the second node took it from the first
+    assert sorted(s.get("bytesFromPeers") or 0 for s in statuses)[-1] == len(NEW)

@@ -1,0 +1,158 @@
+"""Rolling revision updates in the sync hook (hooks/rolling.py): what each node is told, what the cache says.
+
+Requests in Metacontroller's shape (testkit/hook_objects.py); the node agents' reports are the
+ModelCacheNode statuses agent/rolling.py writes (status.next while a revision is beside the served one).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from praesto.hooks import modelcache
+
+from praesto import names
+from testkit.hook_objects import COMMIT, NOW, cache_node, mcn, node_status, sync_request
+from testkit.hook_objects import modelcache as mc
+from tests.hooks import golden
+
+NEW = "b" * 40
+NODES = ("node-a", "node-b", "node-c")
+
+
+def _spec(revision: str = "v2", **strategy: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "source": {"huggingface": {"repo": "TinyLlama/TinyLlama-1.1B-Chat-v1.0", "revision": revision}},
+        "storage": {"size": "5Gi"},
+        "nodeSelector": {"praesto.io/cache-node": "true"},
+    }
+    if strategy:
+        spec["updateStrategy"] = strategy
+    return spec
+
+
+def _served(commit: str = COMMIT, **extra: Any) -> dict[str, Any]:
+    return node_status(names.PHASE_READY, resolvedRevision=commit, **extra)
+
+
+def _child(node: str, status: dict[str, Any], told: str = COMMIT) -> dict[str, Any]:
+    obj = mcn("tinyllama", node, status)
+    obj["spec"]["source"]["revision"] = told
+    return obj
+
+
+def _sync(spec: dict[str, Any], children: list[dict[str, Any]], before: dict[str, Any]) -> dict[str, Any]:
+    parent = mc("tinyllama", spec, status=copy.deepcopy(before))
+    parent["metadata"]["generation"] = 2
+    request = sync_request(parent, nodes=[cache_node(n) for n in NODES], children=children)
+    return modelcache.sync(request, golden.CONFIG, NOW)
+
+
+def _told(response: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    return {
+        c["spec"]["nodeName"]: (c["spec"]["source"]["revision"], c["spec"].get("switch", True))
+        for c in response["children"]
+        if c["kind"] == names.MODELCACHENODE_KIND
+    }
+
+
+def _condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+BEFORE = {"resolvedRevision": COMMIT, "requestedRevision": "main"}
+
+
+def test_a_changed_branch_is_asked_unpinned_then_pinned_to_the_commit_a_node_resolved() -> None:
+    children = [_child(n, _served()) for n in NODES]
+    first = _sync(_spec("v2"), children, BEFORE)
+    assert set(_told(first).values()) == {("v2", True)}  # nobody resolved v2 yet
+    assert first["status"]["resolvedRevision"] == COMMIT and "nextRevision" not in first["status"]
+    assert first["status"]["requestedRevision"] == "main"  # what resolvedRevision answers
+    # the node told the old commit, reporting its old copy before it reacted, is no vote for v2
+    assert _condition(first["status"], names.CONDITION_ROLLING)["status"] == "True"
+
+    fetching = {"revision": "v2", "resolvedRevision": NEW, "phase": names.NEXT_DOWNLOADING}
+    children = [_child("node-a", _served(next=fetching), "v2")] + [
+        _child(n, _served(), "v2") for n in NODES[1:]
+    ]
+    second = _sync(_spec("v2"), children, first["status"])
+    assert set(_told(second).values()) == {(NEW, True)}
+    status = second["status"]
+    assert (status["resolvedRevision"], status["nextRevision"], status["requestedRevision"]) == (
+        COMMIT,
+        NEW,
+        "v2",
+    )
+    rolling = _condition(status, names.CONDITION_ROLLING)
+    assert (rolling["status"], rolling["reason"]) == ("True", names.REASON_ROLLING)
+    assert "0 of 3 nodes serve it" in rolling["message"] and "1 fetching" in rolling["message"]
+    assert status["phase"] == names.PHASE_READY  # the old revision serves meanwhile
+
+    again = _sync(_spec("v2"), children, second["status"])  # the same pass again: nothing moves
+    assert _told(again) == _told(second) and again["status"]["nextRevision"] == NEW
+
+
+def test_each_node_switches_on_its_own_and_the_roll_ends_when_all_serve_it() -> None:
+    before = {**BEFORE, "nextRevision": NEW, "requestedRevision": "v2"}
+    children = [_child("node-a", _served(NEW), NEW)] + [_child(n, _served(), NEW) for n in NODES[1:]]
+    mid = _sync(_spec("v2"), children, before)
+    assert set(_told(mid).values()) == {(NEW, True)}
+    assert mid["status"]["revisions"] == [
+        {"revision": COMMIT, "readyNodes": 2},
+        {"revision": NEW, "readyNodes": 1},
+    ]
+    done = _sync(_spec("v2"), [_child(n, _served(NEW), NEW) for n in NODES], mid["status"])
+    status = done["status"]
+    assert status["resolvedRevision"] == NEW and "nextRevision" not in status
+    rolled = _condition(status, names.CONDITION_ROLLING)
+    assert (rolled["status"], rolled["reason"]) == ("False", names.REASON_ROLLED)
+
+
+def test_all_nodes_hold_it_before_any_switches() -> None:
+    before = {**BEFORE, "nextRevision": NEW, "requestedRevision": "v2"}
+    held = {"revision": NEW, "resolvedRevision": NEW, "phase": names.NEXT_READY}
+    fetching = {"revision": NEW, "phase": names.NEXT_DOWNLOADING}
+    children = [_child(n, _served(next=held), NEW) for n in NODES[:2]]
+    children.append(_child("node-c", _served(next=fetching), NEW))
+    spec = _spec("v2", switch=names.SWITCH_ALL_NODES)
+    waiting = _sync(spec, children, before)
+    assert set(_told(waiting).values()) == {(NEW, False)}
+    children[2] = _child("node-c", _served(next=held), NEW)
+    together = _sync(spec, children, waiting["status"])
+    assert set(_told(together).values()) == {(NEW, True)}
+
+
+def test_max_fetching_keeps_the_other_nodes_on_their_revision() -> None:
+    before = {**BEFORE, "nextRevision": NEW, "requestedRevision": "v2"}
+    fetching = {"revision": NEW, "phase": names.NEXT_DOWNLOADING}
+    children = [_child("node-a", _served(next=fetching), NEW)] + [_child(n, _served()) for n in NODES[1:]]
+    response = _sync(_spec("v2", maxFetching=1), children, before)
+    assert _told(response) == {"node-a": (NEW, True), "node-b": (COMMIT, True), "node-c": (COMMIT, True)}
+    children[0] = _child("node-a", _served(NEW), NEW)  # node-a switched: one slot free
+    response = _sync(_spec("v2", maxFetching=1), children, response["status"])
+    assert _told(response) == {"node-a": (NEW, True), "node-b": (NEW, True), "node-c": (COMMIT, True)}
+
+
+def test_a_commit_in_the_spec_is_the_target_at_once_and_a_rollback_is_one_too() -> None:
+    children = [_child(n, _served(NEW), NEW) for n in NODES]
+    back = _sync(_spec(COMMIT), children, {"resolvedRevision": NEW, "requestedRevision": "v2"})
+    assert set(_told(back).values()) == {(COMMIT, True)}
+    assert back["status"]["nextRevision"] == COMMIT and back["status"]["resolvedRevision"] == NEW
+
+
+def test_a_status_from_before_rolling_updates_answers_the_spec_revision() -> None:
+    children = [_child(n, _served()) for n in NODES]
+    response = _sync(_spec("main"), children, {"resolvedRevision": COMMIT})
+    assert set(_told(response).values()) == {(COMMIT, True)}
+    status = response["status"]
+    assert status["resolvedRevision"] == COMMIT and "nextRevision" not in status
+    assert names.CONDITION_ROLLING not in {c["type"] for c in status["conditions"]}
+
+
+def test_a_node_told_to_fetch_holds_its_slot_before_it_reports() -> None:
+    """The pass its own child update triggers may see the new spec but not yet the node's report."""
+    before = {**BEFORE, "nextRevision": NEW, "requestedRevision": "v2"}
+    children = [_child("node-a", _served(), NEW)] + [_child(n, _served()) for n in NODES[1:]]
+    response = _sync(_spec("v2", maxFetching=1), children, before)
+    assert _told(response) == {"node-a": (NEW, True), "node-b": (COMMIT, True), "node-c": (COMMIT, True)}
