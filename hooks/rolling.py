@@ -1,7 +1,7 @@
 """Rolling revision updates across the selected nodes (issue #25 part 1): pure, from the request.
 
-`spec.source.huggingface.revision` may change. Each node agent then fetches the new revision
-beside the copy it serves and switches when its ModelCacheNode's `spec.switch` allows
+A source's revision may change (the Hub revision, an OCI tag or digest). Each node agent then
+fetches the new revision beside the copy it serves and switches when its ModelCacheNode's `spec.switch` allows
 (agent/rolling.py). This module decides, from the parent's previous status and the copies'
 reports, which commit the spec's revision resolves to (the target), what each node is told
 (the target, pinned once known, or its old source while `maxFetching` nodes fetch already;

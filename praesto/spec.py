@@ -61,6 +61,11 @@ class Source:
         """Whether a moving name (branch, tag) is resolved once and pinned for every node."""
         return self.scheme in ("hf", ocireference.SCHEME)
 
+    def rolls_to(self, other: Source) -> bool:
+        """Whether `other` is this source at another revision (a rolling update may make that
+        change): a source that resolves revisions (Hub, OCI), everything but the revision equal."""
+        return self.resolves and self.with_revision("") == other.with_revision("")
+
     def with_revision(self, revision: str) -> Source:
         return Source(
             self.scheme, self.location, revision, self.allow_patterns, self.ignore_patterns, self.secret_ref
@@ -307,6 +312,11 @@ def _parse_source(source: Any, errors: list[SpecError]) -> Source | None:
                     SecretRef(secret["name"], key),
                 )
     return None if errors else parsed
+
+
+def source_of(source: Any) -> Source | None:
+    """`spec.source` parsed, None when it is not valid (parse_spec says why)."""
+    return _parse_source(source, [])
 
 
 def _parse_node_selector(value: Any, errors: list[SpecError]) -> dict[str, str]:

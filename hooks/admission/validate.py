@@ -28,7 +28,7 @@ from praesto.hooks.pvc_job import image_not_allowed
 
 from praesto import names
 from praesto.quota import Quotas
-from praesto.spec import InvalidSpec, ModelCacheSpec, parse_spec
+from praesto.spec import InvalidSpec, ModelCacheSpec, parse_spec, source_of
 
 from . import quota, review
 from .lookup import Lookups, LookupUnavailable
@@ -47,18 +47,35 @@ def changed_fields(old: Any, new: Any, path: str = "spec") -> list[str]:
     return [] if old == new else [path]
 
 
-# What may change after create (issue #25 part 1): the Hugging Face revision (a rolling update
-# in local mode) and the policy that rolls it. Everything else stays as created.
+# What may change after create (issue #25 part 1): the revision of a source that has revisions
+# (a rolling update in local mode) and the policy that rolls it. Everything else stays as created.
 MUTABLE_FIELDS = ("spec.source.huggingface.revision", "spec.updateStrategy")
+# Where else a revision is written: `uri: hf://org/name:rev` or `oci://host/repo:tag`, and
+# `oci.reference`'s tag or digest. These may change only when nothing but the revision does.
+REVISION_CARRIERS = ("spec.source.uri", "spec.source.oci.reference")
+IMMUTABLE_CAUSE = (
+    "field is immutable: a ModelCache's spec cannot change after creation, but for the source's "
+    "revision (source.huggingface.revision, the :revision of an hf:// uri, the tag or digest of an "
+    "OCI reference: a rolling update) and spec.updateStrategy"
+)
 
 
 def immutable_changes(old_spec: Any, spec: Any) -> list[str]:
     """The changed paths no rolling update allows (`spec.updateStrategy.switch` is within one)."""
-    return [
+    changed = [
         path
         for path in changed_fields(old_spec, spec)
         if not any(path == f or path.startswith(f + ".") for f in MUTABLE_FIELDS)
     ]
+    if any(path in REVISION_CARRIERS for path in changed) and _only_the_revision_moved(old_spec, spec):
+        changed = [path for path in changed if path not in REVISION_CARRIERS]
+    return changed
+
+
+def _only_the_revision_moved(old_spec: Any, spec: Any) -> bool:
+    old = source_of(section(old_spec, "source"))
+    new = source_of(section(spec, "source"))
+    return old is not None and new is not None and old.rolls_to(new)
 
 
 def _check_update(old_spec: Any, spec: Any, namespace: str, config: HooksConfig | None) -> None:
@@ -67,17 +84,17 @@ def _check_update(old_spec: Any, spec: Any, namespace: str, config: HooksConfig 
     if changed:
         raise Refusal(
             ", ".join(changed[:MAX_LISTED_ERRORS]),
-            "field is immutable: a ModelCache's spec cannot change after creation, but for "
-            "spec.source.huggingface.revision (a rolling update) and spec.updateStrategy",
+            IMMUTABLE_CAUSE,
             "delete the ModelCache and create it again (or create one under a new name)",
             BAD_REQUEST,
         )
     if not changed_fields(old_spec, spec):
         return  # metadata-only change: never block finalizers or labels
     parsed = _parse(spec, namespace, config)
-    if parsed.storage_class_name and changed_fields(section(old_spec, "source"), section(spec, "source")):
+    moved = changed_fields(section(old_spec, "source"), section(spec, "source"), "spec.source")
+    if parsed.storage_class_name and moved:
         raise Refusal(
-            "spec.source.huggingface.revision",
+            moved[0],
             "a shared PVC (storage.storageClassName set) holds one revision; rolling updates are for local mode",
             "create another ModelCache for the new revision",
             BAD_REQUEST,

@@ -171,7 +171,7 @@ def test_the_revision_and_update_strategy_may_change_in_local_mode_only() -> Non
     new["spec"]["source"]["huggingface"]["repo"] = "org/other"
     code, message = denial(run(new, "UPDATE", old))
     assert code == 400 and message.startswith("spec.source.huggingface.repo: field is immutable")
-    assert "but for spec.source.huggingface.revision" in message
+    assert "but for the source's revision" in message
     bad = copy.deepcopy(old)
     bad["spec"]["updateStrategy"] = {"switch": "Sometimes"}
     code, message = denial(run(bad, "UPDATE", old))
@@ -181,6 +181,34 @@ def test_the_revision_and_update_strategy_may_change_in_local_mode_only() -> Non
     moved["spec"]["source"]["huggingface"]["revision"] = "v2"
     code, message = denial(run(moved, "UPDATE", shared))
     assert code == 400 and message.startswith("spec.source.huggingface.revision: a shared PVC")
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "allowed"),
+    [
+        ({"uri": "hf://org/model"}, {"uri": "hf://org/model:v2"}, True),
+        ({"uri": "hf://org/model:main"}, {"uri": "hf://org/other:main"}, False),
+        ({"oci": {"reference": "reg.example.com:5000/team/llama:1.0"}},
+         {"oci": {"reference": "reg.example.com:5000/team/llama@sha256:" + "a" * 64}}, True),
+        ({"oci": {"reference": "reg.example.com/team/llama:1.0"}}, {"oci": {"reference": "reg.example.com/team/other:1.0"}}, False),
+        ({"oci": {"reference": "reg.example.com/team/llama:1.0"}}, {"oci": {"reference": "mirror.example.com/team/llama:1.0"}}, False),
+        ({"uri": "oci://reg.example.com/team/llama:1.0"}, {"uri": "oci://reg.example.com/team/llama:1.1"}, True),
+        ({"uri": "s3://bucket/models/v1"}, {"uri": "s3://bucket/models/v2"}, False),
+        ({"uri": "hf://org/model"}, {"huggingface": {"repo": "org/model", "revision": "v2"}}, False),
+    ],
+)  # fmt: skip
+def test_a_revision_may_change_wherever_it_is_written_and_nothing_else(
+    before: Obj, after: Obj, allowed: bool
+) -> None:
+    """The revision of an hf:// uri and the tag or digest of an OCI reference roll like
+    huggingface.revision; the repository, registry, an object-store prefix or the source's form do not."""
+    old = cache({"source": before, "storage": {"size": "5Gi"}})
+    new = cache({"source": after, "storage": {"size": "5Gi"}})
+    response = run(new, "UPDATE", old)
+    assert response["response"]["allowed"] is allowed, response
+    if not allowed:
+        code, message = denial(response)
+        assert code == 400 and "field is immutable" in message and message.startswith("spec.source.")
 
 
 def test_metadata_and_status_updates_are_allowed_even_if_now_invalid() -> None:

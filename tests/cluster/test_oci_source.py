@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.dynamic.exceptions import DynamicApiError
 
 from praesto import names
 from praesto.store import StoreLayout
@@ -26,7 +27,7 @@ from testkit.registry import Registry, docker_config
 from testkit.registry_token import Grants
 from testkit.s3server import free_port
 from tests.cluster.agents import AgentProcess
-from tests.cluster.flows import phase_is
+from tests.cluster.flows import merge_patch, phase_is
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 from tests.download.conftest import tree_of
@@ -148,3 +149,59 @@ def test_an_oras_pushed_artifact_of_files_and_a_folder_is_ready_without_a_login(
         )
         installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "public", NS)
         composite.wait_parent(NS, "public", gone, deadline=60)
+
+
+def test_a_new_tag_rolls_beside_the_old_one_and_only_the_changed_layer_is_read(
+    installed: Installed, registry: Registry, composite: CompositeController, tmp_path: Path
+) -> None:
+    """A rolling update of an OCI source (#25 part 1): the reference's tag changes, the registry
+    and repository may not. The unchanged weight layer is shared by content; the registry
+    serves only the changed one, and the cache serves the new digest afterwards."""
+    weights, old_tokenizer, new_tokenizer = os.urandom(2 << 20), b'{"v": 1}' * 300, b'{"v": 2}' * 400
+    pushed = {
+        tag: push_modelpack(registry, "team/public", tag,
+                            [Layer("model.safetensors", weights), Layer("tokenizer.json", tokenizer, kind="weight.config")],
+                            tmp_path / tag, user=("pusher", "push-pw"))
+        for tag, tokenizer in (("r1", old_tokenizer), ("r2", new_tokenizer))
+    }  # fmt: skip
+    opted_in_namespace(installed.admin, NS)
+    ready_node(installed.admin, "oci-d", {POOL: "roll"})
+    with AgentProcess(
+        installed, "oci-d", "http://127.0.0.1:9", tmp_path / "oci-d", (f"--ca-bundle={registry.ca_path}",)
+    ) as agent:
+        source = {"oci": {"reference": registry.reference("team/public", "r1")}}
+        installed.admin.create(modelcache("rolls", NS, node_selector={POOL: "roll"}, source=source))
+        composite.wait_parent(NS, "rolls", serving(pushed["r1"]), deadline=90)
+
+        def ask(reference: str) -> None:
+            body = {"spec": {"source": {"oci": {"reference": reference}}}}
+            merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, "rolls", body, NS)
+
+        with pytest.raises(DynamicApiError) as refused:  # another repository is another cache
+            ask(registry.reference("team/llama", "r1"))
+        assert "immutable but for its revision" in str(refused.value.body)
+
+        served_before = registry.blob_bytes("team/public")
+        ask(registry.reference("team/public", "r2"))
+        composite.wait_parent(NS, "rolls", serving(pushed["r2"]), deadline=90)
+        cache_dir = StoreLayout(agent.base).cache_dir(NS, "rolls")
+        assert tree_of(cache_dir) == {"model.safetensors": weights, "tokenizer.json": new_tokenizer}
+        read = registry.blob_bytes("team/public") - served_before
+        assert len(new_tokenizer) <= read < len(new_tokenizer) + 4096, read  # the changed layer (+ config)
+        installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "rolls", NS)
+        composite.wait_parent(NS, "rolls", gone, deadline=60)
+
+
+def serving(digest: str) -> Callable[[Obj | None], bool]:
+    """For `composite.wait_parent`: Ready, serving `digest` on every selected node, not rolling."""
+
+    def done(parent: Obj | None) -> bool:
+        status = (parent or {}).get("status") or {}
+        return (
+            status.get("phase") == names.PHASE_READY
+            and status.get("resolvedRevision") == digest
+            and "nextRevision" not in status
+            and status.get("readyNodes") == status.get("totalNodes")
+        )
+
+    return done

@@ -111,7 +111,7 @@ def test_a_revision_rolls_beside_the_old_one_and_back_without_a_download(
     with pytest.raises(DynamicApiError) as refused:
         merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, CACHE, body, NS)
     said = str(refused.value.body)  # the CRD's rule answers first (422), naming the field and the exception
-    assert "spec.source" in said and "immutable but for source.huggingface.revision" in said
+    assert "spec.source" in said and "immutable but for its revision" in said
 
     old_pod = tmp_path / "old-pod"
     driver.client.publish(publish_request("csi-roll-old", str(old_pod), CACHE, NS))  # a Pod on the first

@@ -9,6 +9,7 @@ from typing import Any
 import celpy
 import pytest
 import yaml
+from celpy import celtypes
 from celpy.adapter import json_to_cel
 
 from praesto import names
@@ -40,9 +41,18 @@ def _rules(node: Any, path: str = "") -> list[tuple[str, str]]:
     return out
 
 
+# The Kubernetes CEL string library functions our rules use (cel-go ext.Strings, enabled by the
+# API server; celpy has only the CEL core). The tiers run the rules in the real API servers.
+K8S_STRINGS = {
+    "lastIndexOf": lambda s, sub: celtypes.IntType(str(s).rfind(str(sub))),
+    "substring": lambda s, start, end: celtypes.StringType(str(s)[int(start) : int(end)]),
+    "split": lambda s, sep: celtypes.ListType([celtypes.StringType(p) for p in str(s).split(str(sep))]),
+}
+
+
 def _cel(rule: str, self_value: Any, old: Any = None) -> Any:
     env = celpy.Environment()
-    program = env.program(env.compile(rule))
+    program = env.program(env.compile(rule), functions=K8S_STRINGS)
     activation = {"self": json_to_cel(self_value)}
     if old is not None:
         activation["oldSelf"] = json_to_cel(old)
@@ -113,7 +123,18 @@ def test_cel_rules_decide_as_documented() -> None:
     assert _cel(source_change, moved, hf)
     assert not _cel(source_change, {"huggingface": {**hf["huggingface"], "repo": "a/c"}}, hf)
     assert not _cel(source_change, {"huggingface": {**hf["huggingface"], "allowPatterns": []}}, hf)
-    assert not _cel(source_change, {"uri": "hf://a/b:v2"}, {"uri": "hf://a/b"})
+    assert _cel(source_change, {"uri": "hf://a/b:v2"}, {"uri": "hf://a/b"})  # the revision in a uri
+    assert not _cel(source_change, {"uri": "hf://a/c:v2"}, {"uri": "hf://a/b:v2"})
+    assert not _cel(source_change, {"uri": "s3://bkt/models/v2"}, {"uri": "s3://bkt/models/v1"})
+    oci = {"oci": {"reference": "reg.example.com:5000/team/llama:1.0"}}
+    for moved_to in (
+        "reg.example.com:5000/team/llama:1.1",
+        "reg.example.com:5000/team/llama@sha256:" + "a" * 64,
+    ):
+        assert _cel(source_change, {"oci": {"reference": moved_to}}, oci)
+        assert _cel(source_change, {"uri": f"oci://{moved_to}"}, {"uri": f"oci://{oci['oci']['reference']}"})
+    for other in ("reg.example.com:5000/team/other:1.0", "reg.example.com/team/llama:1.0"):
+        assert not _cel(source_change, {"oci": {"reference": other}}, oci)
     local = {"source": hf, "storage": {"size": "1Gi"}}
     assert _cel(rules[".spec"], {**local, "source": moved, "updateStrategy": {"switch": "AllNodes"}}, local)
     assert not _cel(rules[".spec"], {**local, "prewarm": True}, local)
