@@ -43,11 +43,21 @@ def _rules(node: Any, path: str = "") -> list[tuple[str, str]]:
 
 # The Kubernetes CEL string library functions our rules use (cel-go ext.Strings, enabled by the
 # API server; celpy has only the CEL core). The tiers run the rules in the real API servers.
-K8S_STRINGS = {
-    "lastIndexOf": lambda s, sub: celtypes.IntType(str(s).rfind(str(sub))),
-    "substring": lambda s, start, end: celtypes.StringType(str(s)[int(start) : int(end)]),
-    "split": lambda s, sep: celtypes.ListType([celtypes.StringType(p) for p in str(s).split(str(sep))]),
-}
+def _last_index_of(text: celtypes.StringType, sub: celtypes.StringType) -> celtypes.IntType:
+    return celtypes.IntType(str(text).rfind(str(sub)))
+
+
+def _substring(
+    text: celtypes.StringType, start: celtypes.IntType, end: celtypes.IntType
+) -> celtypes.StringType:
+    return celtypes.StringType(str(text)[int(start) : int(end)])
+
+
+def _split(text: celtypes.StringType, sep: celtypes.StringType) -> celtypes.ListType:
+    return celtypes.ListType([celtypes.StringType(p) for p in str(text).split(str(sep))])
+
+
+K8S_STRINGS: dict[str, Any] = {"lastIndexOf": _last_index_of, "substring": _substring, "split": _split}
 
 
 def _cel(rule: str, self_value: Any, old: Any = None) -> Any:
