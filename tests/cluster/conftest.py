@@ -19,8 +19,10 @@ from testkit.installed_wheel import installed_wheel
 from testkit.kube_apply import Kube
 from tests.cluster.controllers import composite, decorator, running_metacontroller
 from tests.cluster.installed import METACONTROLLER_SA, Installed, install_chart
+from tests.cluster.node_side import targets
 
-__all__ = ["composite", "decorator", "running_metacontroller"]  # fixtures (tests/cluster/controllers.py)
+# fixtures defined elsewhere (tests/cluster/controllers.py, node_side.py)
+__all__ = ["composite", "decorator", "running_metacontroller", "targets"]
 _VERSION: list[str] = []
 
 

@@ -11,7 +11,6 @@ pod info the kubelet sets for a real Pod created in the API server.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,12 +23,13 @@ from praesto.agent.coldstart_reporter import REASON_HIT, REASON_MISS
 
 from praesto import names
 from testkit.controlplane import wait_for
-from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request, unmount_all_under
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request
 from testkit.hub import LocalHub
 from testkit.metacontroller import CompositeController
 from tests.cluster.agents import AgentProcess, agent_metric
 from tests.cluster.flows import modelcachenodes, phase_is
 from tests.cluster.installed import Installed
+from tests.cluster.node_side import agent_with_csi
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
@@ -41,12 +41,6 @@ FILES = {"config.json": b'{"model": "starts"}', "model-00001.safetensors": b"a" 
 SIZE = sum(len(v) for v in FILES.values())
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def node_side(
     installed: Installed, hub: LocalHub, tmp_path_factory: pytest.TempPathFactory
@@ -54,24 +48,9 @@ def node_side(
     opted_in_namespace(installed.admin, NS)
     ready_node(installed.admin, NODE, {POOL: "yes"})
     work = tmp_path_factory.mktemp("pod-starts")
-    port = free_port()
     with ExitStack() as stack:
-        agent = stack.enter_context(
-            AgentProcess(
-                installed, NODE, hub.endpoint, work / NODE,
-                extra_args=(f"--metrics-port={port}", "--metrics-address=127.0.0.1"),
-            )
-        )  # fmt: skip
-        stack.callback(unmount_all_under, work)
-        driver = stack.enter_context(InProcessDriver(agent.base))
+        agent, driver, port = agent_with_csi(stack, installed, NODE, hub.endpoint, work)
         yield agent, driver, port
-
-
-@pytest.fixture
-def targets(tmp_path: Path) -> Iterator[Path]:
-    """Stands in for the kubelet's pod volume directories; every mount below is detached afterwards."""
-    yield tmp_path
-    unmount_all_under(tmp_path)
 
 
 def real_pod(installed: Installed, name: str) -> dict[str, str]:

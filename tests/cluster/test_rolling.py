@@ -11,7 +11,6 @@ node once the last Pod that mounts it ends.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -23,12 +22,14 @@ from kubernetes.dynamic.exceptions import DynamicApiError
 from praesto import names
 from praesto.store import StoreLayout
 from testkit.controlplane import wait_for
-from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request, unmount_all_under
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request
 from testkit.hub import LocalHub
 from testkit.metacontroller import CompositeController, DecoratorController
+from testkit.s3server import free_port
 from tests.cluster.agents import AgentProcess
 from tests.cluster.flows import merge_patch, modelcachenodes
 from tests.cluster.installed import Installed
+from tests.cluster.node_side import agent_with_csi
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
@@ -49,16 +50,8 @@ def node_side(
     ready_node(installed.admin, NODE, {POOL: "rolling"})
     work = tmp_path_factory.mktemp("rolling")
     with ExitStack() as stack:
-        agent = stack.enter_context(AgentProcess(installed, NODE, hub.endpoint, work / NODE))
-        stack.callback(unmount_all_under, work)
-        driver = stack.enter_context(InProcessDriver(agent.base))
+        agent, driver, _ = agent_with_csi(stack, installed, NODE, hub.endpoint, work)
         yield agent, driver
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _status_of(installed: Installed, cache: str) -> dict[str, Any]:
@@ -160,16 +153,24 @@ def test_a_revision_rolls_beside_the_old_one_and_back_without_a_download(
 PAIR = ("rolling-b", "rolling-c")
 
 
+def _agents(installed: Installed, hub: LocalHub, work: Path, nodes: tuple[str, ...], pool: str,
+            peers: bool) -> Iterator[None]:  # fmt: skip
+    """`nodes` in `pool`, each with its agent (serving and fetching from the others with `peers`)."""
+    opted_in_namespace(installed.admin, NS)
+    for node in nodes:
+        ready_node(installed.admin, node, {POOL: pool})
+    with ExitStack() as stack:
+        for node in nodes:
+            port = free_port() if peers else 0
+            stack.enter_context(AgentProcess(installed, node, hub.endpoint, work / node, peer_port=port))
+        yield
+
+
 @pytest.fixture(scope="module")
 def pair(installed: Installed, tmp_path_factory: pytest.TempPathFactory, hub: LocalHub) -> Iterator[None]:
-    opted_in_namespace(installed.admin, NS)
-    for node in PAIR:
-        ready_node(installed.admin, node, {POOL: "rolling-all"})
-    work = tmp_path_factory.mktemp("rolling-all")
-    with ExitStack() as stack:
-        for node in PAIR:
-            stack.enter_context(AgentProcess(installed, node, hub.endpoint, work / node))
-        yield
+    yield from _agents(
+        installed, hub, tmp_path_factory.mktemp("rolling-all"), PAIR, "rolling-all", peers=False
+    )
 
 
 def test_all_nodes_hold_the_new_revision_before_any_serves_it_one_fetching_at_a_time(
@@ -231,16 +232,8 @@ PEERED = ("rolling-d", "rolling-e")
 @pytest.fixture(scope="module")
 def peered(installed: Installed, tmp_path_factory: pytest.TempPathFactory, hub: LocalHub) -> Iterator[None]:
     """Two agents that serve and fetch from each other (the chart's nodeAgent.peers)."""
-    opted_in_namespace(installed.admin, NS)
-    for node in PEERED:
-        ready_node(installed.admin, node, {POOL: "rolling-peers"})
     work = tmp_path_factory.mktemp("rolling-peers")
-    with ExitStack() as stack:
-        for node in PEERED:
-            stack.enter_context(
-                AgentProcess(installed, node, hub.endpoint, work / node, peer_port=free_port())
-            )
-        yield
+    yield from _agents(installed, hub, work, PEERED, "rolling-peers", peers=True)
 
 
 def test_each_node_switches_and_the_next_one_fetches_the_change_from_it(

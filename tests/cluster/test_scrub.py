@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -23,12 +22,13 @@ from kubernetes import client
 from praesto import names
 from praesto.store import StoreLayout
 from testkit.controlplane import wait_for
-from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request, unmount_all_under
+from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request
 from testkit.hub import LocalHub
 from testkit.metacontroller import CompositeController, DecoratorController
 from tests.cluster.agents import AgentProcess, agent_metric
 from tests.cluster.flows import modelcachenodes, phase_is
 from tests.cluster.installed import Installed
+from tests.cluster.node_side import agent_with_csi
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
@@ -39,12 +39,6 @@ POOL = "test.praesto.io/pool"
 INTERVAL = 20  # seconds after Ready (or the last scrub) each copy is re-hashed
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def node_side(
     installed: Installed, tmp_path_factory: pytest.TempPathFactory, hub: LocalHub
@@ -52,25 +46,10 @@ def node_side(
     opted_in_namespace(installed.admin, NS)
     ready_node(installed.admin, NODE, {POOL: "scrub"})
     work = tmp_path_factory.mktemp("scrub")
-    port = free_port()
     with ExitStack() as stack:
-        agent = stack.enter_context(
-            AgentProcess(
-                installed, NODE, hub.endpoint, work / NODE,
-                extra_args=(f"--metrics-port={port}", "--metrics-address=127.0.0.1",
-                            f"--scrub-interval={INTERVAL}s", "--scrub-bytes-per-second=64Mi"),
-            )
-        )  # fmt: skip
-        stack.callback(unmount_all_under, work)
-        driver = stack.enter_context(InProcessDriver(agent.base))
+        agent, driver, port = agent_with_csi(stack, installed, NODE, hub.endpoint, work,
+                                             f"--scrub-interval={INTERVAL}s", "--scrub-bytes-per-second=64Mi")  # fmt: skip
         yield agent, driver, port
-
-
-@pytest.fixture
-def mount_dir(tmp_path: Path) -> Iterator[Path]:
-    """Where this test's "Pods" mount the copy; unmounted afterwards whatever the outcome."""
-    yield tmp_path
-    unmount_all_under(tmp_path)
 
 
 def _flip(path: Path, other: Path) -> None:
@@ -116,7 +95,7 @@ def test_scrub_takes_a_bad_copy_out_and_repairs_it(
     composite: CompositeController,
     decorator: DecoratorController,
     node_side: tuple[AgentProcess, InProcessDriver, int],
-    mount_dir: Path,
+    targets: Path,
     cache: str,
     damage: object,
     refetched: bool,
@@ -131,7 +110,7 @@ def test_scrub_takes_a_bad_copy_out_and_repairs_it(
     key = names.ready_label_key(NS, cache)
     wait_for("the readiness label", lambda: _node_labels(installed).get(key) == "true", 30)
     layout = StoreLayout(agent.base)
-    running = publish_request(f"csi-{cache}-1", str(mount_dir / "running"), cache, NS)
+    running = publish_request(f"csi-{cache}-1", str(targets / "running"), cache, NS)
     driver.client.publish(running)  # a Pod mounts the copy before the damage
     root = layout.cache_dir(NS, cache)
     bad = root / "model.bin"
@@ -153,7 +132,7 @@ def test_scrub_takes_a_bad_copy_out_and_repairs_it(
         if refetched:  # out of Ready while the bytes move: the label goes, a new mount is refused
             wait_for("the readiness label to go", lambda: key not in _node_labels(installed), 30)
             with pytest.raises(grpc.RpcError) as refused:
-                driver.client.publish(publish_request(f"csi-{cache}-2", str(mount_dir / "new"), cache, NS))
+                driver.client.publish(publish_request(f"csi-{cache}-2", str(targets / "new"), cache, NS))
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
             assert "model.bin" in str(refused.value.details()) and "scrub" in str(refused.value.details())
         composite.wait_parent(NS, cache, phase_is(names.PHASE_READY), deadline=90)
@@ -161,11 +140,11 @@ def test_scrub_takes_a_bad_copy_out_and_repairs_it(
     finally:
         hub.faults.rate = 0
     assert bad.read_bytes() == weights
-    assert (mount_dir / "running" / "model.bin").read_bytes() == weights  # the running Pod's mount stayed
+    assert (targets / "running" / "model.bin").read_bytes() == weights  # the running Pod's mount stayed
     assert hub.bytes_served == (len(weights) if refetched else 0)  # only the bad file moved (or none)
     wait_for("the readiness label back", lambda: _node_labels(installed).get(key) == "true", 30)
-    driver.client.publish(publish_request(f"csi-{cache}-3", str(mount_dir / "after"), cache, NS))
-    assert (mount_dir / "after" / "model.bin").read_bytes() == weights
+    driver.client.publish(publish_request(f"csi-{cache}-3", str(targets / "after"), cache, NS))
+    assert (targets / "after" / "model.bin").read_bytes() == weights
     warnings = _events(installed, names.REASON_SCRUB_MISMATCH, names.MODELCACHE_KIND, cache)
     assert warnings and warnings[0].type == "Warning" and "model.bin" in warnings[0].message
     assert _events(installed, names.REASON_SCRUB_MISMATCH, names.MODELCACHENODE_KIND, cache)
