@@ -224,6 +224,7 @@ class Reconciler:
         state.attempts, state.retry_at, state.downloaded, state.evicted = 0, 0.0, False, False
         fields: dict[str, Any] = {
             "resolvedRevision": manifest.get("resolvedRevision"),
+            "revision": manifest.get("revision"),  # the spec revision that commit answers
             "sizeBytes": size,
             "progress": {"bytesDone": size, "bytesTotal": size},
             "lastUsedTime": self._last_used(obj, ref),

@@ -1,6 +1,7 @@
 """ModelCacheNode status: the shape the agent writes, built by pure functions.
 
-Status fields: phase, localPath, progress{bytesDone,bytesTotal}, resolvedRevision,
+Status fields: phase, localPath, progress{bytesDone,bytesTotal}, resolvedRevision, revision (the spec
+revision resolvedRevision answers),
 sizeBytes, lastUsedTime (RFC 3339), message, observedGeneration, next (a revision fetched
 beside the served one during a rolling update: agent/rolling.py) and conditions:
 

@@ -176,8 +176,8 @@ class StatusWriter:
             self.write_progress(ref.namespace, ref.cache, record)
         if allowed and obj is not None:
             fields: Fields = {"progress": {"bytesDone": done, "bytesTotal": total}, "sizeBytes": total}
-            if revision is not None:
-                fields["resolvedRevision"] = revision
+            if revision is not None:  # with the spec revision it answers (hooks/rolling.py votes on it)
+                fields["resolvedRevision"], fields["revision"] = revision, ref.source.revision
             try:  # progress is best-effort: a refused status write must not stop the download
                 self.set(obj, names.PHASE_DOWNLOADING, st.REASON_DOWNLOADING, message, fields)
             except Exception as err:

@@ -89,9 +89,7 @@ def target_revision(
         beside = _next(status)
         if beside.get("revision") == wanted and source.is_pin(str(beside.get("resolvedRevision") or "")):
             votes[str(beside["resolvedRevision"])] += 1
-        elif not beside and (told.get(node) == wanted or not old):
-            # a node told the branch that reports a commit: resolved it now, unless it is the old copy
-            # it served before it reacted (the agent says `next` as soon as it fetches beside)
+        elif not beside and _answers(status, wanted, told.get(node), old):
             revision = status.get("resolvedRevision")
             fetched = status.get("phase") in (names.PHASE_READY, names.PHASE_DOWNLOADING)
             if isinstance(revision, str) and source.is_pin(revision) and revision != old and fetched:
@@ -99,6 +97,18 @@ def target_revision(
     if not votes:
         return "", answered
     return min(votes, key=lambda r: (-votes[r], r)), answered
+
+
+def _answers(status: Mapping[str, Any], wanted: str, told: str | None, old: Any) -> bool:
+    """Whether a copy's resolvedRevision is what `wanted` resolves to. The copy says which spec
+    revision it answers (status.revision); without it (an agent from before that field), a node
+    told the branch that reports a commit resolved it, unless it is the old copy it served before
+    it reacted. That guess once pinned a branch changed right after the first download to the
+    old commit (the cache's status lagged its nodes, so the old commit was not known yet)."""
+    reported = status.get("revision")
+    if isinstance(reported, str) and reported:
+        return reported == wanted
+    return told == wanted or not old
 
 
 def plan(
@@ -123,7 +133,10 @@ def plan(
         if target and _next(s).get("phase") == names.NEXT_READY and _next(s).get("resolvedRevision") == target
     )  # fmt: skip
     previous = before.get("resolvedRevision")
-    current = previous if isinstance(previous, str) and previous else target
+    if not (isinstance(previous, str) and previous):  # the cache's status lags its nodes: what they serve
+        served = Counter(_ready_at(s) for s in selected if _ready_at(s))
+        previous = min(served, key=lambda r: (-served[r], r)) if served else ""
+    current = previous or target
     if target and node_names and serving == len(node_names):
         current = target  # every selected node serves it: the roll is over
     requested = spec.source.revision if target else answered

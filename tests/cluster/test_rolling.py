@@ -213,7 +213,12 @@ def test_all_nodes_hold_the_new_revision_before_any_serves_it_one_fetching_at_a_
     try:
         merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, cache,
                     {"spec": {"source": {"huggingface": {"revision": "v2"}}}}, NS)  # fmt: skip
-        wait_for("both nodes to serve the new revision", rolled, 120)
+        try:
+            wait_for("both nodes to serve the new revision", rolled, 120)
+        except TimeoutError as err:  # say where it stopped: each copy's spec and status, the cache's status
+            nodes = {n: {"spec": o.get("spec"), "status": o.get("status")}
+                     for n, o in modelcachenodes(installed.admin, NS, cache).items()}  # fmt: skip
+            raise AssertionError(f"{err}: nodes {nodes}; cache {_status_of(installed, cache)}") from None
     finally:
         hub.faults.rate = 0
     assert seen, "no node was seen holding the new revision beside the old one"

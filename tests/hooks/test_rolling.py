@@ -156,3 +156,19 @@ def test_a_node_told_to_fetch_holds_its_slot_before_it_reports() -> None:
     children = [_child("node-a", _served(), NEW)] + [_child(n, _served()) for n in NODES[1:]]
     response = _sync(_spec("v2", maxFetching=1), children, before)
     assert _told(response) == {"node-a": (NEW, True), "node-b": (COMMIT, True), "node-c": (COMMIT, True)}
+
+
+def test_a_branch_changed_before_the_cache_status_knew_the_old_commit_is_not_pinned_to_it() -> None:
+    """The cache's status lags its nodes: both copies are Ready on `main`'s commit, the parent's
+    last status has no resolvedRevision yet, and the spec moves to `v2`. A copy that answers
+    `main` (status.revision) is not a vote for `v2`: the nodes are told `v2` and fetch it."""
+    before = {"requestedRevision": "main"}  # written before any node reported
+    children = [_child(n, _served(revision="main"), told="main") for n in NODES]
+    response = _sync(_spec("v2", maxFetching=1), children, before)
+    told = [revision for revision, _ in _told(response).values()]  # one node fetches v2, the others wait
+    assert told.count("v2") == 1, told
+    # once a copy reports that it answers v2, its commit is the target, pinned for every node
+    answered = [_child("node-a", node_status(names.PHASE_DOWNLOADING, resolvedRevision=NEW, revision="v2"),
+                       told="v2")] + [_child(n, _served(revision="main"), told="v2") for n in NODES[1:]]  # fmt: skip
+    pinned = _sync(_spec("v2"), answered, response["status"])
+    assert {revision for revision, _ in _told(pinned).values()} == {NEW}
