@@ -31,6 +31,9 @@ from praesto.agent.download.ocimedia import (
 from testkit.registry import Registry
 
 _DIGEST = re.compile(r"Digest: (sha256:[0-9a-f]{64})")
+# oras stamps the push time (seconds) unless told: the same artifact pushed to two registries must
+# have one digest, even when the pushes straddle a second (a mirror test failed in CI on it).
+_REPRODUCIBLE = {"org.opencontainers.image.created": "2026-01-01T00:00:00Z"}
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,9 @@ def push_modelpack(
     config = {"descriptor": {"name": repository, "version": tag}, "config": {"format": "safetensors"},
               "modelfs": {"type": "layers", "diffIds": []}}  # fmt: skip
     (workdir / "config.json").write_text(json.dumps(config))
-    annotations: dict[str, dict[str, str]] = {"$manifest": {"org.cncf.model.name": repository}}
+    annotations: dict[str, dict[str, str]] = {
+        "$manifest": {"org.cncf.model.name": repository, **_REPRODUCIBLE}
+    }
     args = []
     for number, layer in enumerate(layers):
         blob = layer.blob if layer.blob is not None else (
