@@ -31,7 +31,7 @@ from praesto.agent.jobs import JobRunner
 from praesto.agent.kube import KubeApi, key_of, short_error
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.removal import Removal
-from praesto.agent.rolling import Rolling, Step
+from praesto.agent.rolling import Rolling, Step, version_of
 from praesto.agent.room import DiskRoom
 from praesto.agent.scrub import schedule as scrub_schedule
 from praesto.agent.status_writer import StatusWriter
@@ -185,7 +185,7 @@ class Reconciler:
             if step is Step.FETCH:
                 failed = ((obj.get("status") or {}).get("next") or {}).get("revision")
                 # the backoff is the failed revision's: another one asked meanwhile starts at once
-                if self.clock() >= state.retry_at or failed != ref.source.revision:
+                if self.clock() >= state.retry_at or failed != ref.source.version:
                     self._start(obj, replace(ref, beside=True), state)
                 return
         if self.removal.foreign_copy_stays(obj, ref, state):
@@ -224,7 +224,7 @@ class Reconciler:
         state.attempts, state.retry_at, state.downloaded, state.evicted = 0, 0.0, False, False
         fields: dict[str, Any] = {
             "resolvedRevision": manifest.get("resolvedRevision"),
-            "revision": manifest.get("revision"),  # the spec revision that commit answers
+            "revision": version_of(manifest),  # the spec revision (object stores: prefix) it answers
             "sizeBytes": size,
             "progress": {"bytesDone": size, "bytesTotal": size},
             "lastUsedTime": self._last_used(obj, ref),
@@ -263,7 +263,7 @@ class Reconciler:
             state.job, state.evicted = job, False
             busy = self.copies.busy()
         if ref.beside:  # the served copy stays Ready; status.next says how the new revision goes
-            self.status.set_next(ref.key, {"revision": ref.source.revision, "phase": names.NEXT_DOWNLOADING})
+            self.status.set_next(ref.key, {"revision": ref.source.version, "phase": names.NEXT_DOWNLOADING})
             return
         if busy > self.config.max_parallel_caches:
             self.status.set(
@@ -317,7 +317,7 @@ class Reconciler:
             self.metrics.failures.labels(err.reason).inc()
             delay = self._schedule_retry(state, err.backoff_factor)
             message = f"{err.message}; retrying in {delay:.0f}s (attempt {state.attempts})"
-            failed = {"revision": ref.source.revision, "phase": names.PHASE_FAILED, "reason": err.reason}
+            failed = {"revision": ref.source.version, "phase": names.PHASE_FAILED, "reason": err.reason}
             self.status.set_next(ref.key, {**failed, "message": message})  # the served copy serves on
         elif outcome.error is not None:
             err = outcome.error

@@ -1,9 +1,10 @@
 """Rolling revision updates on one node (issue #25 part 1): a new revision beside the served one.
 
-When a ModelCacheNode asks for another revision of the same source (same repo, filters and
-owning cache) than the copy the node serves, that copy keeps serving while the new revision
-is published beside it, in `<base>/.praesto/next/<ns>_<cache>` (files whose content did not
-change are hard links to the blobs the served copy already holds, so only changed bytes move).
+When a ModelCacheNode asks for another version of the same source (same repo or bucket, filters
+and owning cache; `Source.version` is a revision, or an object store's prefix) than the copy the
+node serves, that copy keeps serving while the new version is published beside it, in
+`<base>/.praesto/next/<ns>_<cache>` (files whose content did not change are hard links to the
+blobs the served copy already holds, so only changed bytes move).
 Once the node holds it and `spec.switch` allows, the two trade places: the served copy is
 renamed into `.praesto/retired/<ns>_<cache>/<commit>` and the new one onto the cache
 directory. A rename keeps the inode, so a Pod that mounted the old copy keeps reading it; new
@@ -32,6 +33,7 @@ from praesto.agent.kube import KubeApi
 from praesto.agent.status_writer import StatusWriter
 
 from praesto import names, store
+from praesto.spec import parse_uri
 from praesto.store import StoreLayout
 
 RETIRING = ".praesto-retiring"  # the complete marker, set aside while a retired copy's mounts are read
@@ -45,10 +47,17 @@ class Step(Enum):
 
 
 def _mismatch(manifest: dict[str, Any], ref: CacheRef, *, revision: bool) -> str | None:
+    """Why `manifest` is not a copy of this cache at the asked version (`revision`), or at any
+    version of its source (not `revision`: an object store's other prefix in the same bucket too)."""
     source = ref.source
+    uri = source.uri
+    if not revision:
+        held = parse_uri(str(manifest.get("source") or ""))[0]
+        if held is not None and held.lineage == source.lineage:
+            uri = held.uri
     return store.copy_mismatch(
         manifest,
-        source=source.uri,
+        source=uri,
         revision=source.revision if revision else "",
         allow_patterns=source.allow_patterns,
         ignore_patterns=source.ignore_patterns,
@@ -66,6 +75,15 @@ def complete_manifest(path: Path) -> dict[str, Any] | None:
 
 def commit_of(manifest: dict[str, Any] | None) -> str:
     return str((manifest or {}).get("resolvedRevision") or "")
+
+
+def version_of(manifest: dict[str, Any]) -> str:
+    """The spec version a copy answers (`Source.version`, reported as status.revision): the
+    revision it was asked for, or for an object store the bucket/prefix it was listed from."""
+    held = parse_uri(str(manifest.get("source") or ""))[0]
+    if held is not None and held.object_store:
+        return held.version
+    return str(manifest.get("revision") or "")
 
 
 def exchange(a: Path, b: Path) -> None:
@@ -125,7 +143,7 @@ class Rolling:
         return Step.SERVE
 
     def _next_status(self, ref: CacheRef, manifest: dict[str, Any], phase: str) -> dict[str, Any]:
-        return {"revision": ref.source.revision, "resolvedRevision": commit_of(manifest), "phase": phase}
+        return {"revision": ref.source.version, "resolvedRevision": commit_of(manifest), "phase": phase}
 
     def _switch(self, obj: Obj, ref: CacheRef, served: dict[str, Any], held: dict[str, Any]) -> None:
         ns, cache = ref.namespace, ref.cache
@@ -223,7 +241,7 @@ def _identity(manifest: Path, ref: CacheRef) -> tuple[int, int, int, str, str] |
         seen = manifest.stat()
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return seen.st_ino, seen.st_mtime_ns, seen.st_size, ref.source.revision, ref.cache_uid
+    return seen.st_ino, seen.st_mtime_ns, seen.st_size, ref.source.version, ref.cache_uid
 
 
 def _mounted(layout: StoreLayout, ns: str, cache: str, commit: str) -> bool:

@@ -177,7 +177,7 @@ class StatusWriter:
         if allowed and obj is not None:
             fields: Fields = {"progress": {"bytesDone": done, "bytesTotal": total}, "sizeBytes": total}
             if revision is not None:  # with the spec revision it answers (hooks/rolling.py votes on it)
-                fields["resolvedRevision"], fields["revision"] = revision, ref.source.revision
+                fields["resolvedRevision"], fields["revision"] = revision, ref.source.version
             try:  # progress is best-effort: a refused status write must not stop the download
                 self.set(obj, names.PHASE_DOWNLOADING, st.REASON_DOWNLOADING, message, fields)
             except Exception as err:
@@ -193,7 +193,7 @@ class StatusWriter:
         if not allowed:
             return
         beside: Fields = {
-            "revision": ref.source.revision,
+            "revision": ref.source.version,
             "phase": names.NEXT_DOWNLOADING,
             "progress": {"bytesDone": done, "bytesTotal": total},
         }

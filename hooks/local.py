@@ -156,7 +156,7 @@ def sync_local(
     for node in node_names:
         told = rollout.nodes[node]
         if told.revision not in sources:
-            sources[told.revision] = spec.source.with_revision(told.revision).to_dict()
+            sources[told.revision] = spec.source.with_version(told.revision).to_dict()
         children.append(modelcachenode(parent, spec, node, sources[told.revision], told.switch))
     granted = granted_objects(spec)
     if granted and copies_need_secret(node_names, observed):

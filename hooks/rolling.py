@@ -1,6 +1,7 @@
 """Rolling revision updates across the selected nodes (issue #25 part 1): pure, from the request.
 
-A source's revision may change (the Hub revision, an OCI tag or digest). Each node agent then
+A source's version may change (the Hub revision, an OCI tag or digest, an object store's prefix
+within its bucket: `Source.version`). Each node agent then
 fetches the new revision beside the copy it serves and switches when its ModelCacheNode's `spec.switch` allows
 (agent/rolling.py). This module decides, from the parent's previous status and the copies'
 reports, which commit the spec's revision resolves to (the target), what each node is told
@@ -12,6 +13,12 @@ Why the previous status is read: a branch or tag is resolved by the first node t
 and its commit must then be pinned on every node (they must all hold the same bytes). The
 commit, with the spec revision it answers (`status.requestedRevision`), is kept in the status
 written in the same pass as the pinned children, so no pass waits for another (issue 22).
+
+Object stores have no commit to pin: each node lists the prefix itself, and its listing digest
+(resolvedRevision) is its own. Their copies are told apart by the version they answer (the
+`bucket/prefix` each copy reports as status.revision), so a listing that changed between two
+nodes' fetches cannot leave a roll unable to finish; the cache's resolvedRevision still shows
+a listing digest of the served prefix.
 """
 
 from __future__ import annotations
@@ -24,12 +31,12 @@ from typing import Any
 from praesto.hooks.common import Obj, section
 
 from praesto import names
-from praesto.spec import ModelCacheSpec
+from praesto.spec import ModelCacheSpec, parse_uri
 
 
 @dataclass(frozen=True)
 class NodeRoll:
-    """What one node is told: the source revision to hold and whether to serve it once held."""
+    """What one node is told: the source version to hold and whether to serve it once held."""
 
     revision: str
     switch: bool = True
@@ -40,6 +47,7 @@ class Rollout:
     target: str  # the commit the spec's revision resolves to ("" until a node resolved it)
     current: str  # the commit served: the old one until every selected node serves the target
     requested: str  # the spec revision `target` (else `current`) answers
+    resolved: str = ""  # status.resolvedRevision: `current`, or for object stores its listing digest
     nodes: dict[str, NodeRoll] = field(default_factory=dict)
     serving: int = 0  # selected nodes serving the target
     holding: int = 0  # selected nodes holding it beside their served copy
@@ -55,10 +63,44 @@ def _next(status: Mapping[str, Any]) -> Mapping[str, Any]:
     return section(status, "next")
 
 
-def _ready_at(status: Mapping[str, Any]) -> str:
-    """The commit a node serves, "" unless its copy is Ready."""
-    revision = status.get("resolvedRevision")
-    return revision if status.get("phase") == names.PHASE_READY and isinstance(revision, str) else ""
+@dataclass(frozen=True)
+class _Keys:
+    """How a node's copies are named in a rollout: by commit (status resolvedRevision) for sources
+    that resolve, by version (status revision: `bucket/prefix`) for object stores."""
+
+    by_version: bool
+
+    @property
+    def field(self) -> str:
+        return "revision" if self.by_version else "resolvedRevision"
+
+    def served(self, status: Mapping[str, Any]) -> str:
+        """What a node serves, "" unless its copy is Ready."""
+        value = status.get(self.field)
+        return value if status.get("phase") == names.PHASE_READY and isinstance(value, str) else ""
+
+    def held(self, status: Mapping[str, Any]) -> str:
+        """What a node holds beside the served copy, ready to switch to ("" if nothing)."""
+        beside = _next(status)
+        value = beside.get(self.field)
+        return value if beside.get("phase") == names.NEXT_READY and isinstance(value, str) else ""
+
+
+def _keys(spec: ModelCacheSpec) -> _Keys:
+    return _Keys(spec.source.object_store)
+
+
+def _majority(counts: Counter[str]) -> str:
+    return min(counts, key=lambda r: (-counts[r], r)) if counts else ""
+
+
+def told_version(child_source: Mapping[str, Any]) -> str:
+    """The version a ModelCacheNode's resolved source names (its uri's prefix for object stores)."""
+    uri = child_source.get("uri")
+    parsed = parse_uri(uri)[0] if isinstance(uri, str) else None
+    if parsed is not None and parsed.object_store:
+        return parsed.version
+    return str(child_source.get("revision") or "")
 
 
 def target_revision(
@@ -73,9 +115,11 @@ def target_revision(
     so it answers the spec's revision. `told` is each node's observed child's source revision.
     """
     source = spec.source
-    wanted = source.revision
+    wanted = source.version
     answered = before.get("requestedRevision")
     answered = answered if isinstance(answered, str) and answered else wanted
+    if source.object_store:
+        return wanted, answered  # a prefix names itself: nothing to resolve, nothing to pin
     if not source.resolves:
         return "", answered
     if source.is_pin(wanted):
@@ -124,30 +168,55 @@ def plan(
         node = section(child, "spec").get("nodeName")
         if isinstance(node, str):
             statuses[node] = section(child, "status")
-            told[node] = str(section(section(child, "spec"), "source").get("revision") or "")
+            told[node] = told_version(section(section(child, "spec"), "source"))
     target, answered = target_revision(spec, before, statuses, told)
+    keys = _keys(spec)
     selected = [statuses.get(n, {}) for n in node_names]
-    serving = sum(1 for s in selected if target and _ready_at(s) == target)
-    holding = sum(
-        1 for s in selected
-        if target and _next(s).get("phase") == names.NEXT_READY and _next(s).get("resolvedRevision") == target
-    )  # fmt: skip
-    previous = before.get("resolvedRevision")
-    if not (isinstance(previous, str) and previous):  # the cache's status lags its nodes: what they serve
-        served = Counter(_ready_at(s) for s in selected if _ready_at(s))
-        previous = min(served, key=lambda r: (-served[r], r)) if served else ""
-    current = previous or target
+    serving = sum(1 for s in selected if target and keys.served(s) == target)
+    holding = sum(1 for s in selected if target and keys.held(s) == target)
+    current = _current(keys, before, selected, target)
     if target and node_names and serving == len(node_names):
         current = target  # every selected node serves it: the roll is over
-    requested = spec.source.revision if target else answered
+    requested = spec.source.version if target else answered
     out = Rollout(target, current, requested, serving=serving, holding=holding)
+    out.resolved = _resolved(keys, before, selected, current)
     if not out.rolling:
-        out.nodes = {n: NodeRoll(target or spec.source.revision) for n in node_names}
-        out.revisions = _ready_counts(selected, target)
+        out.nodes = {n: NodeRoll(target or spec.source.version) for n in node_names}
+        out.revisions = _ready_counts(keys, selected, target)
         return out
     _tell_nodes(out, spec, node_names, statuses, told)
-    out.revisions = _ready_counts(selected, target)
+    out.revisions = _ready_counts(keys, selected, target)
     return out
+
+
+def _current(
+    keys: _Keys, before: Mapping[str, Any], selected: Sequence[Mapping[str, Any]], target: str
+) -> str:
+    """What the cache serves: the previous status's commit; for object stores (and while the
+    cache's status lags its nodes) what most nodes serve, another version than the target first."""
+    if keys.by_version:
+        others = Counter(keys.served(s) for s in selected if keys.served(s) not in ("", target))
+        return _majority(others) or target
+    previous = before.get("resolvedRevision")
+    if isinstance(previous, str) and previous:
+        return previous
+    return _majority(Counter(keys.served(s) for s in selected if keys.served(s))) or target
+
+
+def _resolved(
+    keys: _Keys, before: Mapping[str, Any], selected: Sequence[Mapping[str, Any]], current: str
+) -> str:
+    """status.resolvedRevision: the served commit, or the listing digest most nodes serving the
+    current object-store version hold (the previous one while none is Ready)."""
+    if not keys.by_version:
+        return current
+    digests = Counter(
+        str(s.get("resolvedRevision"))
+        for s in selected
+        if keys.served(s) == current and s.get("resolvedRevision")
+    )
+    previous = before.get("resolvedRevision")
+    return _majority(digests) or (previous if isinstance(previous, str) else "")
 
 
 def _tell_nodes(
@@ -165,19 +234,18 @@ def _tell_nodes(
     A node with no copy yet downloads the new revision as its first, and takes no slot.
     """
     strategy = spec.update_strategy
-    asked = out.target or spec.source.revision
+    asked = out.target or spec.source.version
+    keys = _keys(spec)
 
     def done(node: str) -> bool:
         status = statuses.get(node, {})
-        beside = _next(status)
-        held = beside.get("phase") == names.NEXT_READY and beside.get("resolvedRevision") == out.target
-        return bool(out.target) and (_ready_at(status) == out.target or held)
+        return bool(out.target) and out.target in (keys.served(status), keys.held(status))
 
     def rolling_node(node: str) -> bool:  # serves a copy of another revision
-        return bool(_ready_at(statuses.get(node, {}))) and not done(node)
+        return bool(keys.served(statuses.get(node, {}))) and not done(node)
 
     switch = strategy.switch == names.SWITCH_EACH_NODE or all(done(n) for n in node_names)
-    moving = [n for n in node_names if rolling_node(n) and told.get(n) in (asked, spec.source.revision)]
+    moving = [n for n in node_names if rolling_node(n) and told.get(n) in (asked, spec.source.version)]
     out.fetching = sum(
         1 for n in node_names if _next(statuses.get(n, {})).get("phase") == names.NEXT_DOWNLOADING
     )
@@ -189,18 +257,17 @@ def _tell_nodes(
             slots -= 1
             out.nodes[node] = NodeRoll(asked, switch)
         else:  # waits for a fetch slot: keeps what it was told, and serves it
-            out.nodes[node] = NodeRoll(told.get(node) or _ready_at(statuses.get(node, {})), True)
+            out.nodes[node] = NodeRoll(told.get(node) or keys.served(statuses.get(node, {})), True)
 
 
-def _ready_counts(selected: Sequence[Mapping[str, Any]], target: str) -> list[Obj]:
-    """Ready copies per commit: served ones, and the target held beside (ready to switch)."""
+def _ready_counts(keys: _Keys, selected: Sequence[Mapping[str, Any]], target: str) -> list[Obj]:
+    """Ready copies per commit (version): served ones, and the target held beside (ready to switch)."""
     counts: Counter[str] = Counter()
     for status in selected:
-        served = _ready_at(status)
+        served = keys.served(status)
         if served:
             counts[served] += 1
-        beside = _next(status)
-        if beside.get("phase") == names.NEXT_READY and beside.get("resolvedRevision") == target and target:
+        if target and keys.held(status) == target:
             counts[target] += 1
     return [{"revision": r, "readyNodes": counts[r]} for r in sorted(counts)]
 
@@ -208,8 +275,8 @@ def _ready_counts(selected: Sequence[Mapping[str, Any]], target: str) -> list[Ob
 def status_fields(out: Rollout) -> Obj:
     """The cache's status fields for the rollout (resolvedRevision is the served commit)."""
     fields: Obj = {}
-    if out.current:
-        fields["resolvedRevision"] = out.current
+    if out.resolved:
+        fields["resolvedRevision"] = out.resolved
     if out.requested:
         fields["requestedRevision"] = out.requested
     if out.rolling and out.target:
@@ -222,13 +289,18 @@ def status_fields(out: Rollout) -> Obj:
 def rolling_condition(out: Rollout, spec: ModelCacheSpec, total: int) -> tuple[bool, str, str]:
     """(status, reason, message) of the Rolling condition."""
     if not out.rolling:
-        return False, names.REASON_ROLLED, f"every selected node serves revision {out.current[:12]}"
-    target = out.target[:12] if out.target else f"{spec.source.revision} (not resolved yet)"
+        return False, names.REASON_ROLLED, f"every selected node serves revision {_short(out.current)}"
+    target = _short(out.target) if out.target else f"{spec.source.version} (not resolved yet)"
     strategy = spec.update_strategy
     limit = f", at most {strategy.max_fetching} fetching at once" if strategy.max_fetching else ""
     message = (
-        f"rolling from revision {out.current[:12]} to {target}: {out.serving} of {total} nodes serve it, "
+        f"rolling from revision {_short(out.current)} to {target}: {out.serving} of {total} nodes serve it, "
         f"{out.holding} hold it beside the old one, {out.fetching} fetching; switch {strategy.switch}{limit}; "
         "running Pods keep the revision they mounted until they end"
     )
     return True, names.REASON_ROLLING, message
+
+
+def _short(revision: str) -> str:
+    """A commit or digest cut to 12 characters, as git and kubectl show them; a prefix whole."""
+    return revision if "/" in revision else revision[:12]

@@ -27,7 +27,8 @@ HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0
 _HF_REPO = re.compile(HF_REPO_PATTERN)
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,253}[a-z0-9]$")
 _LABEL_KEY_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-URI_SCHEMES = ("hf", "s3", "gs", "az", ocireference.SCHEME)
+OBJECT_STORE_SCHEMES = ("s3", "gs", "az")
+URI_SCHEMES = ("hf", *OBJECT_STORE_SCHEMES, ocireference.SCHEME)
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 SOURCE_FORMS = ("huggingface", "oci", "uri")  # spec.source's one-of
 
@@ -61,10 +62,35 @@ class Source:
         """Whether a moving name (branch, tag) is resolved once and pinned for every node."""
         return self.scheme in ("hf", ocireference.SCHEME)
 
+    @property
+    def object_store(self) -> bool:
+        return self.scheme in OBJECT_STORE_SCHEMES
+
+    @property
+    def version(self) -> str:
+        """What a rolling update changes: the revision of a Hub repo or OCI repository (branch,
+        tag, commit or digest), the `bucket/prefix` of an object store (its objects have no
+        revision a spec could name; a new model version is published under a new prefix)."""
+        return self.location if self.object_store else self.revision
+
+    def with_version(self, version: str) -> Source:
+        if self.object_store:
+            return Source(
+                self.scheme, version, "", self.allow_patterns, self.ignore_patterns, self.secret_ref
+            )
+        return self.with_revision(version)
+
+    @property
+    def lineage(self) -> str:
+        """What stays across a rolling update: the repository, or the object store's bucket."""
+        if self.object_store:
+            return f"{self.scheme}://{self.location.partition('/')[0]}"
+        return self.uri
+
     def rolls_to(self, other: Source) -> bool:
-        """Whether `other` is this source at another revision (a rolling update may make that
-        change): a source that resolves revisions (Hub, OCI), everything but the revision equal."""
-        return self.resolves and self.with_revision("") == other.with_revision("")
+        """Whether `other` is this source at another version (a rolling update may make that
+        change): the same repository (Hub, OCI) or bucket (object stores), filters and secret."""
+        return self.lineage == other.lineage and self.with_version(other.version) == other
 
     def with_revision(self, revision: str) -> Source:
         return Source(

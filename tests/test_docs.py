@@ -103,10 +103,15 @@ def _check_kubectl(argv: list[str]) -> None:
     elif verb == "patch":  # only what a rolling update may change (hooks/admission/validate.py)
         assert rest[0] == "modelcache" and rest[rest.index("--type") + 1] == "merge"
         new = json.loads(rest[rest.index("-p") + 1])
-        hf: dict[str, Any] = {"repo": "org/model", "revision": "main"}
-        old: dict[str, Any] = {"source": {"huggingface": hf}, "storage": {"size": "5Gi"}}
-        patched = {**old, **new["spec"]}
-        patched["source"] = {"huggingface": {**hf, **new["spec"]["source"]["huggingface"]}}
+        source = new["spec"]["source"]
+        if "uri" in source:  # an object store's prefix: the bucket stays
+            old_source: dict[str, Any] = {"uri": source["uri"].rsplit("/", 1)[0] + "/v1"}
+            patched_source: dict[str, Any] = source
+        else:
+            old_source = {"huggingface": {"repo": "org/model", "revision": "main"}}
+            patched_source = {"huggingface": {**old_source["huggingface"], **source["huggingface"]}}
+        old: dict[str, Any] = {"source": old_source, "storage": {"size": "5Gi"}}
+        patched = {**old, **new["spec"], "source": patched_source}
         assert immutable_changes(old, patched) == [], "the guide patches an immutable field"
     elif verb == "apply":
         assert rest[0] == "-f"

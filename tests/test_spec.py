@@ -6,7 +6,7 @@ import pytest
 
 from praesto import names
 from praesto.quantity import parse_duration, parse_quantity
-from praesto.spec import InvalidSpec, parse_spec, parse_uri
+from praesto.spec import InvalidSpec, SecretRef, Source, parse_spec, parse_uri
 
 
 def test_seed_local_example_parses() -> None:
@@ -91,3 +91,24 @@ def test_names_are_bounded_and_distinct() -> None:
     assert names.is_label_value(names.node_label_value(long_a))
     assert len(names.download_job_name("x" * 63)) <= 63
     assert names.ready_label_key("ns", "m").startswith(names.READY_LABEL_PREFIX)
+
+
+def test_a_source_version_is_what_a_rolling_update_changes() -> None:
+    """The revision of a Hub or OCI source, the bucket/prefix of an object store (same bucket only)."""
+
+    def src(uri: str) -> Source:
+        parsed, errors = parse_uri(uri)
+        assert parsed is not None and not errors
+        return parsed
+
+    assert src("hf://org/m:v2").version == "v2" and src("hf://org/m").rolls_to(src("hf://org/m:v2"))
+    assert not src("hf://org/m").rolls_to(src("hf://org/n"))
+    v1, v2 = src("s3://bkt/llama/v1"), src("s3://bkt/llama/v2")
+    assert (v1.version, v1.lineage) == ("bkt/llama/v1", "s3://bkt")
+    assert v1.rolls_to(v2) and v1.with_version(v2.version) == v2
+    assert v1.rolls_to(src("s3://bkt")) and src("s3://bkt").version == "bkt"
+    assert not v1.rolls_to(src("s3://other/llama/v2")) and not v1.rolls_to(src("gs://bkt/llama/v2"))
+    with_secret = Source(v2.scheme, v2.location, secret_ref=SecretRef("creds", None))
+    assert not v1.rolls_to(with_secret)
+    oci = src("oci://reg.example.com/team/m:1.0")
+    assert oci.rolls_to(src("oci://reg.example.com/team/m:1.1")) and oci.version == "1.0"

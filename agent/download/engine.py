@@ -64,6 +64,7 @@ from praesto.agent.download.publish import (
     origin_key,
     recall_origin,
     remember_origin,
+    stored_object_key,
 )
 
 log = logging.getLogger("praesto.download")
@@ -164,16 +165,21 @@ class Engine:
             if job.file.size and job.remaining == len(job.parts):
                 os.posix_fallocate(job.fd, 0, job.file.size)
 
-    def _origin_key(self, f: RemoteFile) -> str:
-        assert f.git_sha1 is not None
+    def _origin_key(self, f: RemoteFile) -> str | None:
+        """The origin's name for `f`'s bytes when no sha256 is published: a Hub file's git id at this
+        source and revision, an object's store digest in this bucket (None: a CRC names nothing)."""
         scope = self.options.dedup_scope
-        return origin_key(scope, self.plan.source.uri, self.plan.revision, f.path, f.git_sha1, f.size)
+        if f.git_sha1 is not None:
+            return origin_key(scope, self.plan.source.uri, self.plan.revision, f.path, f.git_sha1, f.size)
+        if f.digest is not None and f.digest.cryptographic:
+            bucket = self.plan.source.lineage
+            return stored_object_key(scope, bucket, f.digest.algorithm, f.digest.value, f.size)
+        return None
 
     def _recalled(self, f: RemoteFile) -> str | None:
-        """A small file fetched before at this exact source and revision: its verified blob."""
-        if f.git_sha1 is None:
-            return None
-        return recall_origin(self.options.blobs_dir, self._origin_key(f))
+        """A file fetched and verified before under the same origin name: its blob."""
+        key = self._origin_key(f)
+        return None if key is None else recall_origin(self.options.blobs_dir, key)
 
     def _open(self, job: FileJob, *, keep: bool) -> None:
         job.staged.parent.mkdir(parents=True, exist_ok=True)
@@ -405,8 +411,9 @@ class Engine:
         os.chmod(job.staged, 0o444)
         crash_point(FILE_READ_ONLY)
         add_to_blobs(self.options.blobs_dir, sha256, job.staged)
-        if f.sha256 is None and f.git_sha1 is not None:  # verified by its git id: remember the bytes
-            remember_origin(self.options.blobs_dir, self._origin_key(f), sha256)
+        key = None if f.sha256 else self._origin_key(f)
+        if key is not None:  # verified by the origin's other digest: remember the bytes by it
+            remember_origin(self.options.blobs_dir, key, sha256)
         self.sha256[f.path] = sha256
         if job.hasher.read_back:
             log.debug("file=%s hashed %d bytes from disk", f.path, job.hasher.read_back)

@@ -191,6 +191,16 @@ def origin_key(scope: str, source_uri: str, revision: str, path: str, git_sha1: 
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def stored_object_key(scope: str, bucket_uri: str, algorithm: str, value: str, size: int) -> str:
+    """The name of an object store's bytes by the digest the store published (MD5, SHA-1, sha256),
+    within one bucket and one namespace: an unchanged file under a new prefix (a rolling update,
+    issue #25) is linked, not fetched again. MD5 can be collided on purpose, but only by whoever
+    writes to that bucket, who can change the model anyway; no other bucket or namespace shares it.
+    """
+    text = f"{scope}\n{bucket_uri}\n{algorithm}\n{value}\n{size}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def recall_origin(blobs: Path | None, key: str) -> str | None:
     """The sha256 recorded for `key`, if any (the blob itself may be gone: link_from_blob says)."""
     if blobs is None:

@@ -50,13 +50,15 @@ def changed_fields(old: Any, new: Any, path: str = "spec") -> list[str]:
 # What may change after create (issue #25 part 1): the revision of a source that has revisions
 # (a rolling update in local mode) and the policy that rolls it. Everything else stays as created.
 MUTABLE_FIELDS = ("spec.source.huggingface.revision", "spec.updateStrategy")
-# Where else a revision is written: `uri: hf://org/name:rev` or `oci://host/repo:tag`, and
-# `oci.reference`'s tag or digest. These may change only when nothing but the revision does.
+# Where else a version is written: `uri: hf://org/name:rev`, `oci://host/repo:tag` or an object
+# store's `s3://bucket/prefix`, and `oci.reference`'s tag or digest. These may change only when
+# nothing but the version does (Source.rolls_to: same repository or bucket).
 REVISION_CARRIERS = ("spec.source.uri", "spec.source.oci.reference")
 IMMUTABLE_CAUSE = (
     "field is immutable: a ModelCache's spec cannot change after creation, but for the source's "
     "revision (source.huggingface.revision, the :revision of an hf:// uri, the tag or digest of an "
-    "OCI reference: a rolling update) and spec.updateStrategy"
+    "OCI reference, the prefix of an object-store uri within its bucket: a rolling update) and "
+    "spec.updateStrategy"
 )
 
 

@@ -193,15 +193,20 @@ def test_the_revision_and_update_strategy_may_change_in_local_mode_only() -> Non
         ({"oci": {"reference": "reg.example.com/team/llama:1.0"}}, {"oci": {"reference": "reg.example.com/team/other:1.0"}}, False),
         ({"oci": {"reference": "reg.example.com/team/llama:1.0"}}, {"oci": {"reference": "mirror.example.com/team/llama:1.0"}}, False),
         ({"uri": "oci://reg.example.com/team/llama:1.0"}, {"uri": "oci://reg.example.com/team/llama:1.1"}, True),
-        ({"uri": "s3://bucket/models/v1"}, {"uri": "s3://bucket/models/v2"}, False),
+        ({"uri": "s3://bucket/models/v1"}, {"uri": "s3://bucket/models/v2"}, True),
+        ({"uri": "gs://bucket/v1"}, {"uri": "gs://bucket"}, True),
+        ({"uri": "s3://bucket/models/v1"}, {"uri": "s3://other/models/v1"}, False),
+        ({"uri": "s3://bucket/models/v1"}, {"uri": "gs://bucket/models/v1"}, False),
+        ({"uri": "s3://bucket/v1", "secretRef": {"name": "a"}}, {"uri": "s3://bucket/v2", "secretRef": {"name": "b"}}, False),
         ({"uri": "hf://org/model"}, {"huggingface": {"repo": "org/model", "revision": "v2"}}, False),
     ],
 )  # fmt: skip
 def test_a_revision_may_change_wherever_it_is_written_and_nothing_else(
     before: Obj, after: Obj, allowed: bool
 ) -> None:
-    """The revision of an hf:// uri and the tag or digest of an OCI reference roll like
-    huggingface.revision; the repository, registry, an object-store prefix or the source's form do not."""
+    """The revision of an hf:// uri, the tag or digest of an OCI reference and an object store's
+    prefix within its bucket roll like huggingface.revision; the repository, registry, bucket,
+    secret or the source's form do not."""
     old = cache({"source": before, "storage": {"size": "5Gi"}})
     new = cache({"source": after, "storage": {"size": "5Gi"}})
     response = run(new, "UPDATE", old)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from praesto.csi.storefs import CsiStore
 
-from praesto import names
+from praesto import names, store
 from testkit.agent_harness import MCN, Env, dump_api, env_context, tree
 from testkit.kube_real import RealKube
 from testkit.s3server import S3Server, private_bucket_endpoint
@@ -168,3 +170,45 @@ def test_cluster_credentials_allowed_reads_namespaces_and_prefixes(monkeypatch: 
     assert cluster_credentials_allowed("team-b", "hf://org/model")
     assert not cluster_credentials_allowed("team-b", "s3://models/private/")
     assert not cluster_credentials_allowed("team-b", "hf://organisation-evil/model")
+
+
+def test_a_new_prefix_in_the_bucket_rolls_beside_and_unchanged_objects_are_linked_not_fetched(
+    env: Env, s3: tuple[S3Server, tuple[str, str]]
+) -> None:
+    """Issue #25 part 1 for object stores: the prefix is the version. The new one is fetched beside the
+    served copy, objects whose store MD5 did not change are linked to the blobs the old copy holds (one
+    inode in both), the switch keeps the mounted old copy until its Pod ends, then it goes."""
+    server, key = s3
+    client = server.client(key)
+    shared, old, new = os.urandom(1 << 20), os.urandom(5000), os.urandom(7000)
+    for prefix, weights in (("v1", old), ("v2", new)):
+        for path, data in {"shared.bin": shared, "w.bin": weights}.items():
+            client.put_object(Bucket="models", Key=f"roll/{prefix}/{path}", Body=data)
+    _secret(env, "s3-creds", {"AWS_ACCESS_KEY_ID": key[0], "AWS_SECRET_ACCESS_KEY": key[1],
+                              "AWS_ENDPOINT_URL": server.endpoint})  # fmt: skip
+    _mcn(env, "roll", "s3://models/roll/v1", "s3-creds")
+    env.start()
+    first = env.wait_phase("roll", names.PHASE_READY)
+    assert first["revision"] == "models/roll/v1" and len(first["resolvedRevision"]) == 64
+    CsiStore(env.layout).record_mount(
+        store.MountRecord(
+            "vol-old", "team-a", "roll", "/pods/old/volumes/m", time.time(), first["resolvedRevision"]
+        )
+    )  # a Pod reads the first version
+
+    name = names.modelcachenode_name("roll", "node-a")
+    env.kube.patch(MCN, name, {"spec": {"source": {"uri": "s3://models/roll/v2"}}}, "team-a")
+    env.wait(lambda: env.status("roll").get("revision") == "models/roll/v2", "the switch", timeout=60)
+    status = env.status("roll")
+    assert status["phase"] == names.PHASE_READY and status["resolvedRevision"] != first["resolvedRevision"]
+    served = env.layout.cache_dir("team-a", "roll")
+    assert tree(served) == {"shared.bin": shared, "w.bin": new}
+    retired = env.layout.retired_root("team-a", "roll")
+    kept = list(retired.iterdir())
+    assert len(kept) == 1 and tree(kept[0]) == {"shared.bin": shared, "w.bin": old}  # still mounted
+    assert (
+        os.stat(kept[0] / "shared.bin").st_ino == os.stat(served / "shared.bin").st_ino
+    )  # not fetched again
+
+    CsiStore(env.layout).drop_mount("vol-old")  # the Pod ended
+    env.wait(lambda: not retired.exists(), "the retired version removed")

@@ -5,7 +5,8 @@ composite and decorator controllers over the hooks; a `praesto-agent run` proces
 plugin mounting for real (root). Two revisions of one repo share one file and differ in another:
 the origin serves only the changed file, a Pod that mounted the first revision keeps reading it
 after the switch, a rollback while that Pod runs fetches nothing, and a revision goes from the
-node once the last Pod that mounts it ends.
+node once the last Pod that mounts it ends. An object store's prefix rolls the same way within its
+bucket (a real moto S3 server).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from testkit.controlplane import wait_for
 from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request
 from testkit.hub import LocalHub
 from testkit.metacontroller import CompositeController, DecoratorController
-from testkit.s3server import free_port
+from testkit.s3server import ADMIN_KEY, S3Server, free_port
 from tests.cluster.agents import AgentProcess
 from tests.cluster.flows import merge_patch, modelcachenodes
 from tests.cluster.installed import Installed
@@ -148,6 +149,77 @@ def test_a_revision_rolls_beside_the_old_one_and_back_without_a_download(
     wait_for("the unmounted revision removed", lambda: not layout.retired_root(NS, CACHE).exists(), 30)
     assert (layout.cache_dir(NS, CACHE) / "weights.bin").read_bytes() == OLD
     driver.client.unpublish("csi-roll-old", str(old_pod))
+
+
+def test_an_object_store_prefix_rolls_within_its_bucket(
+    installed: Installed,
+    composite: CompositeController,
+    decorator: DecoratorController,
+    node_side: tuple[AgentProcess, InProcessDriver],
+    tmp_path: Path,
+    targets: Path,
+) -> None:
+    """An s3:// cache's version is its prefix: a new one in the same bucket rolls like a revision (the
+    unchanged object is linked, not fetched; the old copy stays for its Pod); another bucket is refused."""
+    agent, driver = node_side
+    layout = StoreLayout(agent.base)
+    cache = "roll-s3"
+    shared = os.urandom(300_000)  # not SHARED: bytes another cache put in the blob area are linked from there
+    with S3Server(tmp_path / "moto") as s3:
+        bucket = s3.client()
+        bucket.create_bucket(Bucket="models")
+        for prefix, weights in (("v1", OLD), ("v2", NEW)):
+            for path, data in {"shared.bin": shared, "weights.bin": weights}.items():
+                bucket.put_object(Bucket="models", Key=f"roll/{prefix}/{path}", Body=data)
+        keys = {"AWS_ACCESS_KEY_ID": ADMIN_KEY[0], "AWS_SECRET_ACCESS_KEY": ADMIN_KEY[1],
+                "AWS_ENDPOINT_URL": s3.endpoint}  # fmt: skip
+        installed.admin.create(
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds", "namespace": NS},
+             "stringData": keys}
+        )  # fmt: skip
+        source = {"uri": "s3://models/roll/v1", "secretRef": {"name": "s3-creds"}}
+        installed.admin.create(modelcache(cache, NS, node_selector={POOL: "rolling"}, source=source))
+        wait_for(
+            "the first prefix Ready",
+            lambda: _status_of(installed, cache).get("phase") == names.PHASE_READY,
+            90,
+        )
+        first = _status_of(installed, cache)["resolvedRevision"]  # the listing's digest
+
+        body = {"spec": {"source": {"uri": "s3://other-bucket/roll/v1"}}}
+        with pytest.raises(DynamicApiError) as refused:
+            merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, cache, body, NS)
+        assert "immutable but for its revision" in str(refused.value.body)
+
+        old_pod = targets / "old-pod"
+        driver.client.publish(publish_request("csi-s3-old", str(old_pod), cache, NS))
+        body = {"spec": {"source": {"uri": "s3://models/roll/v2"}}}
+        merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, cache, body, NS)
+
+        def rolled() -> bool:
+            status = _status_of(installed, cache)
+            return (
+                status.get("phase") == names.PHASE_READY
+                and status.get("revisions") == [{"revision": "models/roll/v2", "readyNodes": 1}]
+                and "nextRevision" not in status
+                and _rolling(status).get("status") == "False"
+            )
+
+        wait_for("the switch to the new prefix", rolled, 90)
+    status = _status_of(installed, cache)
+    assert status["requestedRevision"] == "models/roll/v2" and status["resolvedRevision"] != first
+    assert (old_pod / "weights.bin").read_bytes() == OLD  # the running Pod's mount is untouched
+    new_pod = targets / "new-pod"
+    driver.client.publish(publish_request("csi-s3-new", str(new_pod), cache, NS))
+    assert (new_pod / "weights.bin").read_bytes() == NEW
+    (retired,) = layout.retired_root(NS, cache).iterdir()  # the first prefix's copy, mounted
+    served = layout.cache_dir(NS, cache)
+    assert (retired / "shared.bin").stat().st_ino == (
+        served / "shared.bin"
+    ).stat().st_ino  # linked, not fetched
+    driver.client.unpublish("csi-s3-old", str(old_pod))
+    wait_for("the unmounted prefix removed", lambda: not layout.retired_root(NS, cache).exists(), 30)
+    driver.client.unpublish("csi-s3-new", str(new_pod))
 
 
 PAIR = ("rolling-b", "rolling-c")

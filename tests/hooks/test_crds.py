@@ -135,7 +135,10 @@ def test_cel_rules_decide_as_documented() -> None:
     assert not _cel(source_change, {"huggingface": {**hf["huggingface"], "allowPatterns": []}}, hf)
     assert _cel(source_change, {"uri": "hf://a/b:v2"}, {"uri": "hf://a/b"})  # the revision in a uri
     assert not _cel(source_change, {"uri": "hf://a/c:v2"}, {"uri": "hf://a/b:v2"})
-    assert not _cel(source_change, {"uri": "s3://bkt/models/v2"}, {"uri": "s3://bkt/models/v1"})
+    assert _cel(source_change, {"uri": "s3://bkt/models/v2"}, {"uri": "s3://bkt/models/v1"})  # a prefix
+    assert _cel(source_change, {"uri": "az://bkt"}, {"uri": "az://bkt/v1"})
+    assert not _cel(source_change, {"uri": "s3://other/models/v1"}, {"uri": "s3://bkt/models/v1"})
+    assert not _cel(source_change, {"uri": "gs://bkt/models/v1"}, {"uri": "s3://bkt/models/v1"})
     oci = {"oci": {"reference": "reg.example.com:5000/team/llama:1.0"}}
     for moved_to in (
         "reg.example.com:5000/team/llama:1.1",

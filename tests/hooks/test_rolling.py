@@ -172,3 +172,72 @@ def test_a_branch_changed_before_the_cache_status_knew_the_old_commit_is_not_pin
                        told="v2")] + [_child(n, _served(revision="main"), told="v2") for n in NODES[1:]]  # fmt: skip
     pinned = _sync(_spec("v2"), answered, response["status"])
     assert {revision for revision, _ in _told(pinned).values()} == {NEW}
+
+
+# Object stores: a new model version is a new prefix in the same bucket; each node lists it itself.
+OLD_PREFIX, NEW_PREFIX = "models-bkt/llama/v1", "models-bkt/llama/v2"
+LISTING_V1, LISTING_V2, LISTING_V2_LATER = "1" * 64, "2" * 64, "3" * 64
+
+
+def _store_spec(prefix: str = NEW_PREFIX, **strategy: Any) -> dict[str, Any]:
+    spec = _spec(**strategy)
+    spec["source"] = {"uri": f"s3://{prefix}"}
+    return spec
+
+
+def _store_child(node: str, status: dict[str, Any], told: str) -> dict[str, Any]:
+    obj = mcn("tinyllama", node, status)
+    obj["spec"]["source"] = {"uri": f"s3://{told}"}
+    return obj
+
+
+def _store_served(prefix: str, listing: str, **extra: Any) -> dict[str, Any]:
+    return node_status(names.PHASE_READY, resolvedRevision=listing, revision=prefix, **extra)
+
+
+def _told_uris(response: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    return {
+        c["spec"]["nodeName"]: (c["spec"]["source"]["uri"], c["spec"].get("switch", True))
+        for c in response["children"]
+        if c["kind"] == names.MODELCACHENODE_KIND
+    }
+
+
+def test_an_object_store_prefix_rolls_by_version_and_status_keeps_the_listing_digest() -> None:
+    """The new prefix is asked at once (nothing to resolve); the roll is told apart by the version each
+    copy answers, so two nodes whose listings of it differ (an object replaced between their fetches)
+    still end it; resolvedRevision shows the served prefix's listing digest throughout."""
+    before = {"resolvedRevision": LISTING_V1}
+    children = [_store_child(n, _store_served(OLD_PREFIX, LISTING_V1), OLD_PREFIX) for n in NODES]
+    start = _sync(_store_spec(maxFetching=1), children, before)
+    told = _told_uris(start)
+    assert sorted(told.values()) == [(f"s3://{OLD_PREFIX}", True)] * 2 + [(f"s3://{NEW_PREFIX}", True)]
+    status = start["status"]
+    assert (status["resolvedRevision"], status["nextRevision"], status["requestedRevision"]) == (
+        LISTING_V1, NEW_PREFIX, NEW_PREFIX,
+    )  # fmt: skip
+    assert _condition(status, names.CONDITION_ROLLING)["status"] == "True"
+    assert "llama/v2" in _condition(status, names.CONDITION_ROLLING)["message"]
+    switched = [
+        _store_child("node-a", _store_served(NEW_PREFIX, LISTING_V2), NEW_PREFIX),
+        _store_child("node-b", _store_served(NEW_PREFIX, LISTING_V2_LATER), NEW_PREFIX),
+        _store_child("node-c", _store_served(OLD_PREFIX, LISTING_V1), OLD_PREFIX),
+    ]
+    mid = _sync(_store_spec(maxFetching=1), switched, status)
+    assert mid["status"]["resolvedRevision"] == LISTING_V1 and mid["status"]["nextRevision"] == NEW_PREFIX
+    assert _told_uris(mid)["node-c"] == (f"s3://{NEW_PREFIX}", True)  # a slot is free again
+    assert {r["revision"]: r["readyNodes"] for r in mid["status"]["revisions"]} == {
+        OLD_PREFIX: 1,
+        NEW_PREFIX: 2,
+    }
+    switched[2] = _store_child("node-c", _store_served(NEW_PREFIX, LISTING_V2), NEW_PREFIX)
+    done = _sync(_store_spec(maxFetching=1), switched, mid["status"])["status"]
+    assert done["resolvedRevision"] == LISTING_V2 and "nextRevision" not in done
+    assert _condition(done, names.CONDITION_ROLLING)["reason"] == names.REASON_ROLLED
+
+
+def test_an_unchanged_object_store_cache_does_not_roll() -> None:
+    children = [_store_child(n, _store_served(NEW_PREFIX, LISTING_V2), NEW_PREFIX) for n in NODES]
+    status = _sync(_store_spec(), children, {"resolvedRevision": LISTING_V2})["status"]
+    assert status["resolvedRevision"] == LISTING_V2 and "nextRevision" not in status
+    assert not any(c["type"] == names.CONDITION_ROLLING for c in status["conditions"])
