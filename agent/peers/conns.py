@@ -65,12 +65,14 @@ class Connections:
     def admit(self, sock: socket.socket, client: str) -> str | None:
         """Register `sock`, or say which cap refuses it (`TOTAL`, `PER_CLIENT`)."""
         with self._cond:
-            if len(self._open) >= self.max_total:
-                self.refused_total += 1
-                return TOTAL
+            # A client already at its share is told so first: the answer names its own excess
+            # (429, its flag), whatever else happens to be open on the node at that instant.
             if self._per_client.get(client, 0) >= self.max_per_client:
                 self.refused_client += 1
                 return PER_CLIENT
+            if len(self._open) >= self.max_total:
+                self.refused_total += 1
+                return TOTAL
             self._open[sock] = _Open(client)
             self._per_client[client] = self._per_client.get(client, 0) + 1
             return None
