@@ -13,7 +13,10 @@ its `Fanout` sent it `copies` times; a node holding the whole model is Ready and
 serves without that rule. A node has `max_uploads` upload slots (503 beyond, as
 the peer server) and `concurrency` download slots, and a transfer runs at
 min(upload / max_uploads, download / concurrency): a NIC's bandwidth shared by
-its slots, never exceeded. A worker with no peer to ask waits until a part
+its slots, never exceeded. With cut-through (the agent's rule since issue 24 item
+2; `--no-cut-through` for the rule before) a part still arriving at a node is
+offered and passed on: the copy ends at max(its own transfer time, when the part
+is whole at the sender). A worker with no peer to ask waits until a part
 appears at, or a slot frees on, a peer it asked (or the fan-out window passes).
 "star" is the rule before the swarm: every follower copies every part from the
 seeder, which then uploads N-1 copies of the model.
@@ -22,27 +25,32 @@ It prints per N: time until every node holds the model, origin bytes and the
 seeder's upload as multiples of the model. Left out: TCP dynamics, disk and CPU,
 request latency and the agent's polling lag, failing peers (tests/peers).
 
-Run here (`--model-gib 1`, 38 s, 8 x 50 MB/s origin, 10 GbE per node; one node alone 2.7 s):
+Run here 2026-12-06 (defaults: 2 GiB in 16 MiB parts, 8 x 50 MB/s origin, 10 GbE per node;
+one node alone 5.4 s; 55 s on one AMD EPYC core), swarm / one node, with cut-through and
+(`--no-cut-through`) without:
 
-       N   star s  swarm s  swarm/1 node  origin star/swarm  seeder upload star/swarm
-      16     13.2      3.4         1.28x        1.00x/1.00x              15.0x/1.6x
-      64     54.5      3.5         1.32x        1.00x/1.00x              63.0x/1.8x
-     256    219.4      3.9         1.44x        1.00x/1.00x             255.0x/2.1x
-    1024    879.1      4.3         1.60x        1.00x/1.00x            1023.0x/2.6x
+       N   star s  swarm s  swarm/1 node  without cut-through  origin  seeder upload star/swarm
+      16     26.1      5.4         1.00x                1.14x   1.00x              15.0x/1.0x
+      64    108.6      5.5         1.02x                1.16x   1.00x              63.0x/1.0x
+     256    438.4      5.7         1.06x                1.22x   1.00x             255.0x/1.1x
+    1024   1757.8      5.7         1.06x                1.26x   1.00x            1023.0x/1.1x
 
-`--field` adds the shape users quote (#24 item 3), run 2026-12-04 on 2 CPUs (1m44s):
+`--field` adds the shape users quote (#24 item 3), run 2026-12-06 with cut-through (2 min; before
+it, 2026-12-04: 6.0 min, 1.01x one node, at both sizes):
 
     field shape: 140 GB model (522 parts of 256 MiB), origin 8 x 50 MB/s, 25 GbE per node; one node alone 5.9 min
          N  swarm min  swarm/1 node  origin swarm   star min  all-origin min  origin all-origin
-        64        6.0         1.01x         1.00x       47.1             5.9                64x
-      1024        6.0         1.01x         1.00x      764.5             5.9              1024x
+        64        5.9         1.00x         1.00x       47.1             5.9                64x
+      1024        5.9         1.00x         1.00x      764.5             5.9              1024x
 
 How to read it, and what Dragonfly and KServe publish beside it: `FIELD_COMPARISON` below, also
 printed on docs/benchmarks.md.
 
-The swarm's time grows with the depth of the spread (hops of one part time each),
-not with N. A tiny model (parts <= parts in flight) shows a longer tail: nodes whose
-neighbours have all passed a part on twice wait for the fan-out window.
+Without cut-through the swarm's time grows with the depth of the spread (hops of one
+part's transfer each); with it, a hop costs only the moment the part is whole at the
+sender, so the time stays near one node's. A tiny model (parts <= parts in flight)
+shows a longer tail: nodes whose neighbours have all passed a part on twice wait for
+the fan-out window.
 """
 
 from __future__ import annotations
@@ -85,6 +93,7 @@ class Setup:
     max_uploads: int = 8  # the peer server's concurrent uploads
     max_peers: int = MAX_PEERS
     swarm: bool = True
+    cut_through: bool = True  # a part is passed on while it arrives (peers/server.py serves its prefix)
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,7 @@ class _Node:
     fanout: Fanout
     peers: list[str]
     have: set[int] = field(default_factory=set)
+    arriving: dict[int, float] = field(default_factory=dict)  # part -> when it will be whole here
     next: int = 0  # the next part a free worker takes
     uploads: int = 0
     uploaded: int = 0
@@ -171,7 +181,7 @@ class _Sim:
         if node.name == SEEDER:
             seconds = self.s.part_bytes / min(self.s.origin, self.s.download / self.s.concurrency)
             self.origin_bytes += self.s.part_bytes
-            self.at(self.now + seconds, lambda: self._arrived(node, part))
+            self._arriving(node, part, self.now + seconds)
         else:
             self._ask(node, part)
 
@@ -182,8 +192,12 @@ class _Sim:
             peer = self.nodes[name]
             if peer.done_at is not None:
                 offers[name] = Offer(complete=True, busy=peer.uploads)
-            elif part in peer.have and not peer.fanout.sent_enough((FILE, part), self.now):
+            elif peer.fanout.sent_enough((FILE, part), self.now):
+                continue
+            elif part in peer.have:
                 offers[name] = Offer(parts=frozenset({(FILE, part)}), busy=peer.uploads)
+            elif self.s.cut_through and part in peer.arriving:
+                offers[name] = Offer(arriving={(FILE, part): 1}, busy=peer.uploads)  # askers start at 0
         return offers
 
     def _ask(self, node: _Node, part: int) -> None:
@@ -199,7 +213,8 @@ class _Sim:
                 tried.add(chosen)
                 continue
             free = src.done_at is not None or not self.s.swarm  # a Ready copy, or the star's seeder
-            if part in src.have and (free or src.fanout.claim([(FILE, part)], node.name, self.now)):
+            there = part in src.have or (self.s.cut_through and part in src.arriving)
+            if there and (free or src.fanout.claim([(FILE, part)], node.name, self.now)):
                 self._transfer(src, node, part)
                 return
             break  # 425: not there yet, or sent enough: wait
@@ -224,10 +239,23 @@ class _Sim:
                     break
             self._arrived(dst, part)
 
-        self.at(self.now + self.s.part_bytes / self.peer_rate, finish)
+        whole = self.now + self.s.part_bytes / self.peer_rate
+        if part not in src.have:  # cut through: the last byte leaves src only once it arrived there
+            whole = max(whole, src.arriving[part])
+        self._arriving(dst, part, whole, finish)
+
+    def _arriving(self, node: _Node, part: int, whole: float, then: Callable[[], None] | None = None) -> None:
+        """`part` starts arriving at `node` and is whole at `whole`; with cut-through, askers
+        waiting for it may copy it from here now."""
+        node.arriving[part] = whole
+        self.at(whole, then or (lambda: self._arrived(node, part)))
+        if self.s.cut_through:
+            for wake in node.waiting.pop(part, []):
+                wake()
 
     def _arrived(self, node: _Node, part: int) -> None:
         node.have.add(part)
+        node.arriving.pop(part, None)
         if len(node.have) == self.s.parts:
             node.done_at = self.now
         for wake in node.waiting.pop(part, []):
@@ -325,6 +353,11 @@ def main() -> int:
         action="store_true",
         help="also print the field shape: 140 GB to 64 and 1,024 nodes on 25 GbE",
     )
+    parser.add_argument(
+        "--no-cut-through",
+        action="store_true",
+        help="parts passed on only once whole (the agent before it served a part's written prefix)",
+    )
     args = parser.parse_args()
     part = args.part_mib << 20
     base = Setup(
@@ -335,6 +368,7 @@ def main() -> int:
         upload=args.upload_gbps * 1e9 / 8,
         download=args.download_gbps * 1e9 / 8,
         concurrency=args.origin_conns,
+        cut_through=not args.no_cut_through,
     )
     model = base.parts * part
     alone = simulate(base).seconds
@@ -346,7 +380,7 @@ def main() -> int:
     series: dict[str, list[float]] = {"swarm": [], "star": [], "every node from the origin": []}
     counts = [int(v) for v in args.nodes.split(",")]
     for n in counts:
-        star = simulate(Setup(**{**base.__dict__, "nodes": n, "swarm": False}))
+        star = simulate(Setup(**{**base.__dict__, "nodes": n, "swarm": False, "cut_through": False}))
         swarm = simulate(Setup(**{**base.__dict__, "nodes": n}))
         series["swarm"].append(swarm.seconds)
         series["star"].append(star.seconds)

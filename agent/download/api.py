@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from praesto.agent.download.arrivals import Arrivals
 from praesto.agent.download.digests import ALGORITHMS, RunningDigest, StoreDigest
 from praesto.agent.download.proxies import proxies_from_env
 
@@ -292,6 +293,9 @@ class Options:
     memory_budget: int = 32 << 20  # out-of-order bytes held for in-order hashing before re-reading
     checkpoint_seconds: float = 1.0  # how often completed parts are fsync'd and journaled
     peers: PartSource | None = None  # other nodes' copies, tried before the origin per range
+    # Where each part in flight has been written to, for peers copying it as it arrives (arrivals.py);
+    # set by the agent's peering for downloads other nodes may copy, None otherwise.
+    arrivals: Arrivals | None = None
     origin: OriginThrottle | None = None  # the cluster's origin budget (praesto.agent.budget); None: ungated
     # The owning ModelCache's UID, recorded in the manifest: the agent trusts a complete copy only
     # for that cache (praesto.store.copy_mismatch). Empty for `praesto-agent download` (pre-baking).

@@ -291,12 +291,16 @@ class Engine:
         meter = self._meter.__dict__.setdefault("m", [0, 0.0])  # this connection: bytes, seconds
         last = [0.0]  # when the previous chunk of this part arrived
 
+        arrivals = self.options.arrivals
+
         def sink(offset: int, chunk: memoryview, peer: bool = False) -> None:
             written = 0
             while written < len(chunk):
                 written += os.pwrite(fd, chunk[written:], offset + written)
-            hasher.feed(offset, chunk)
             pos[0] = offset + len(chunk)
+            if arrivals is not None:  # peers may copy it now, before the part is whole
+                arrivals.reached(job.file.path, index, pos[0])
+            hasher.feed(offset, chunk)
             self._progress(len(chunk), peer=peer)
             now = time.monotonic()
             if last[0]:  # a part's first chunk waited for the request too: not counted
@@ -393,6 +397,8 @@ class Engine:
             log.warning("checksum mismatch file=%s, fetching it again%s", f.path, " from the origin" * blamed)
             job.checksum_retries += 0 if blamed else 1
             self.journal.reset(f.path)
+            if self.options.arrivals is not None:
+                self.options.arrivals.forget(f.path)
             with self._cond:
                 self.done -= f.size
             job.hasher.discard()

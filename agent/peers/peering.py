@@ -22,8 +22,9 @@ Ready or Downloading (found again while it runs), each for the parts it holds
 (swarm.py: the least busy holder of each part), and a download in flight sends
 each part only a few times (once from the leader, which seeds from the origin,
 twice from a follower), so followers copy most parts from each other and no
-node's upload carries N copies. Parts are journaled, hence offered, as each
-completes (`PROMPT_CHECKPOINT`).
+node's upload carries N copies. A part is offered as soon as its first bytes
+are written, and passed on while it arrives (download/arrivals.py, the
+server's prefix answers), so each hop adds moments, not a part's transfer.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from praesto.store import StoreLayout
 
 log = logging.getLogger("praesto.peers")
 REASON_WAITING_FOR_PEER = "WaitingForPeer"
-PROMPT_CHECKPOINT = 0.0  # seconds between journal checkpoints while peers may copy: every part
 Obj = dict[str, Any]
 Report = Callable[[str], None]  # why the download waits, for the copy's status
 
@@ -91,9 +91,10 @@ class Peering:
         """Set `options.peers` when peers hold `plan` of `namespace`/`cache` or are fetching it;
         wait while a leader plans."""
         if options.staging_dir is not None:  # other nodes may copy this download's written parts
-            self.server.inflight.register(namespace, cache, plan, options.staging_dir)
-            # offered to peers as soon as journaled: a second's lag per hop would hold the swarm back
-            options.checkpoint_seconds = min(options.checkpoint_seconds, PROMPT_CHECKPOINT)
+            flight = self.server.inflight.register(
+                namespace, cache, plan, options.staging_dir, options.part_size
+            )
+            options.arrivals = flight.arrivals
         skipped: set[str] = set()
         watched: tuple[str, Any, float] | None = None  # (leader, what it showed, since when)
         while True:

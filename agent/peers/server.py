@@ -45,7 +45,7 @@ from urllib.parse import unquote, urlsplit
 
 from praesto.agent.peers.conns import Connections, refusal
 from praesto.agent.peers.identity import PeerAuthorizer, Refused
-from praesto.agent.peers.inflight import Flight, InFlight, Written
+from praesto.agent.peers.inflight import InFlight
 from praesto.agent.peers.limits import Limits as Limits  # re-exported: callers import it from here
 from praesto.agent.peers.limits import RateLimiter
 
@@ -60,6 +60,10 @@ _PARTS = re.compile(r"^/v1/caches/([^/]+)/([^/]+)/([^/]+)/parts$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 SENDFILE_CHUNK = 4 << 20
 NOT_YET = 425  # Too Early: a download in flight here has not written that range yet
+# Sent by an asker that takes the written prefix of a range still arriving here (206 with a
+# shorter Content-Range; it asks again for the rest). Askers without it get 425 for such ranges.
+ACCEPT_PREFIX_HEADER = "X-Praesto-Accept-Prefix"
+PREFIX_WAIT = 1.0  # seconds a prefix asker's request waits for the first new bytes before 425
 WRITTEN_HEADER = "X-Praesto-Written"  # with 425: bytes written so far, so askers can tell a stall
 
 
@@ -266,29 +270,23 @@ class _Handler(BaseHTTPRequestHandler):
             span = _range(self.headers.get("Range"), flight.sizes[path])
             written = self.server.inflight.written(flight)
             if span is not None and (written is None or not written.covers(path, *span)):
-                return self._not_yet(path, written.bytes if written is not None else 0)
-            if not self._first_serve(flight, path, span, written, node):
+                upto = None  # for an asker taking a prefix: as far as written (it asks again for the rest)
+                if written is not None and self.headers.get(ACCEPT_PREFIX_HEADER) == "1":
+                    upto = flight.prefix_end(written, path, span, PREFIX_WAIT)
+                if upto is None:
+                    return self._not_yet(path, written.bytes if written is not None else 0)
+                span = span[0], upto
+            if not flight.claim(path, span, written, node):
                 # sent `copies` times moments ago: the asker finds it at a node that got it
                 return self._not_yet(path, written.bytes if written is not None else 0)
         if not self.server.uploads.acquire(blocking=False):
             return self._error(503, "upload limit reached on this node; try another peer", retry_after="1")
         self.server.count_busy(1)
         try:
-            self._send_file(root, entry, in_flight=not complete)
+            self._send_file(root, entry, in_flight=not complete, span=None if complete else span)
         finally:
             self.server.count_busy(-1)
             self.server.uploads.release()
-
-    @staticmethod
-    def _first_serve(
-        flight: Flight, path: str, span: tuple[int, int] | None, written: Written | None, asker: str
-    ) -> bool:
-        """A part of a download in flight goes out only `copies` times per window (swarm.Fanout)."""
-        size = written.part_size if written is not None else 0
-        if span is None or size <= 0 or flight.sizes[path] <= size:
-            return True
-        parts = [(path, i) for i in range(span[0] // size, (span[1] - 1) // size + 1)]
-        return flight.fanout.claim(parts, asker, time.monotonic())
 
     def _parts(self, namespace: str, cache: str, revision: str) -> None:
         """What of `revision` this node can serve now: all of it, or journaled parts per file."""
@@ -303,14 +301,22 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             written = self.server.inflight.written(flight)
             files: dict[str, Any] = {}
+            spent = flight.fanout.spent(time.monotonic())
             if written is not None:
-                files = written.offer(flight.fanout.spent(time.monotonic()))
+                files = written.offer(spent)
+            whole, arriving = flight.unjournaled(written, spent)
+            for path, parts in whole.items():
+                held = files.setdefault(path, [])
+                if isinstance(held, list):
+                    held.extend(parts)
             answer = {
                 "complete": False,
-                "partSize": written.part_size if written is not None else 0,
+                "partSize": written.part_size if written is not None else flight.arrivals.part_size,
                 "written": written.bytes if written is not None else 0,
                 "busy": self.server.busy,
                 "files": files,
+                # per file, [part index, offset written up to]: passed on to askers taking a prefix
+                "arriving": {path: sorted(parts.items()) for path, parts in arriving.items()},
             }
         body = json.dumps(answer).encode()
         self.send_response(200)
@@ -334,8 +340,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _send_file(
-        self, root: str | os.PathLike[str], entry: dict[str, Any], *, in_flight: bool = False
+        self,
+        root: str | os.PathLike[str],
+        entry: dict[str, Any],
+        *,
+        in_flight: bool = False,
+        span: tuple[int, int] | None = None,
     ) -> None:
+        """The file's bytes in the asked Range, or in `span` (a written prefix of it) when given."""
         size = int(entry["size"])
         try:
             fd = os.open(os.path.join(root, entry["path"]), os.O_RDONLY | os.O_NOFOLLOW)
@@ -346,11 +358,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if os.fstat(fd).st_size != size:
                 return self._error(404, "the file on this node does not match its manifest")
-            span = _range(self.headers.get("Range"), size)
+            span = span or _range(self.headers.get("Range"), size)
             if span is None:
                 return self._error(416, "Range not satisfiable", content_range=f"bytes */{size}")
             start, end = span
-            partial = self.headers.get("Range") is not None
+            partial = self.headers.get("Range") is not None or span != (0, size)  # or a prefix
             self.send_response(206 if partial else 200)
             self.send_header("Accept-Ranges", "bytes")
             self.send_header("Content-Type", "application/octet-stream")

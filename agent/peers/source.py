@@ -19,7 +19,11 @@ to the origin. Nothing a peer claims is trusted to mean progress (its offer, its
 written count, its Retry-After), so waiting is bounded twice (issue 21 item 10):
 a range waits on "not yet" at most `Tuning.stall_seconds` beyond its own time
 (then the origin takes the rest and the peer is dropped), and a peer that answers
-"not yet" or "busy" without delivering a byte for `stall_seconds` is dropped.
+only "busy", or only "not yet" for one range of a part its offer claims, without
+delivering a byte for `stall_seconds` is dropped. (The seeder rightly says "not
+yet" to every follower asking early for a part it has not begun, or already sent
+to others: counted per range and only for claimed parts, that does not drop it.
+"Busy" is the node's state, so it counts whatever the range.)
 """
 
 from __future__ import annotations
@@ -32,13 +36,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from praesto.agent.download.api import DownloadCancelled, DownloadError, RemoteFile, Sink, Target
-from praesto.agent.download.http import Expired, Redirect, Transient, Transport, retry_after
+from praesto.agent.download.http import Expired, Redirect, Transient
 from praesto.agent.peers import auth
-from praesto.agent.peers.server import NOT_YET, WRITTEN_HEADER, file_path, parts_path
+from praesto.agent.peers.server import file_path, parts_path
 from praesto.agent.peers.swarm import MAX_PEERS, Offer, neighbours, pick_peer
+from praesto.agent.peers.transport import NotYet, PeerTransport, Slow
 
 log = logging.getLogger("praesto.peers")
 
@@ -55,84 +60,6 @@ class Tuning:
     offer_seconds: float = 0.25  # how old peers' offers (what parts they hold) may get
     discover_seconds: float = 2.0  # how often peers are looked for again (new followers)
     max_peers: int = MAX_PEERS  # peers asked besides the seeders (swarm.neighbours): bounded polling
-
-
-class _Slow(Exception):
-    pass
-
-
-class NotYet(Exception):
-    """The peer is still downloading and has not written that range (HTTP 425)."""
-
-    def __init__(self, written: str, retry_after: float | None) -> None:
-        super().__init__(f"not written yet ({written} bytes so far)")
-        self.written = written
-        self.retry_after = retry_after
-
-
-class _PeerTransport(Transport):
-    """`Transport` that authenticates each request with this Pod's token for the target node's
-    audience (`node_of` maps a peer address to its node), and tells 425 "not yet" apart from
-    every other refusal (which drops the peer)."""
-
-    def __init__(
-        self,
-        credentials: auth.Credentials,
-        timeout: float,
-        node_of: Callable[[str], str],
-        proxies: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__("http://peer.invalid", None, timeout=timeout, proxies=proxies)
-        self.credentials = credentials
-        self.node_of = node_of
-        self._deadline = threading.local()  # of the range being fetched on this thread (fetch_by)
-
-    def _headers(self, url: str, authorized: bool, extra: dict[str, str]) -> dict[str, str]:
-        headers = super()._headers(url, authorized, extra)
-        try:
-            headers["Authorization"] = self.credentials.header(self.node_of(urlsplit(url).netloc))
-        except auth.TokenError as err:
-            raise Transient(str(err)) from None  # this peer is dropped; the origin serves
-        return headers
-
-    def fetch_by(
-        self, deadline: float, target: Target, start: int, end: int, sink: Sink, cancel: threading.Event
-    ) -> int:
-        """`fetch`, cut with `_Slow` at `deadline` even while bytes still trickle in: the socket
-        timeout bounds only each read, and the base loop fills a whole chunk before its sink."""
-        self._deadline.value = deadline
-        try:
-            return self.fetch(target, start, end, sink, cancel)
-        finally:
-            self._deadline.value = None
-
-    def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        authorized: bool,
-        headers: dict[str, str] | None = None,
-        body: bytes | None = None,
-    ) -> http.client.HTTPResponse:
-        resp = super().request(method, url, authorized=authorized, headers=headers, body=body)
-        if resp.status == NOT_YET:
-            resp.read()  # small body: the connection stays usable
-            raise NotYet(resp.getheader(WRITTEN_HEADER, ""), retry_after(resp.getheader("Retry-After")))
-        deadline: float | None = getattr(self._deadline, "value", None)
-        if deadline is not None:
-
-            def readinto_by_deadline(buffer: Any) -> int:
-                """At most one socket read per call (a buffered readinto waits for the whole
-                chunk, one trickled byte at a time), and none after the deadline."""
-                if time.monotonic() > deadline:
-                    raise _Slow()
-                data = resp.read1(len(buffer))
-                memoryview(buffer)[: len(data)] = data
-                return len(data)
-
-            resp.readinto = readinto_by_deadline  # type: ignore[method-assign,assignment]
-        return resp
 
 
 class PeerSource:
@@ -163,7 +90,7 @@ class PeerSource:
         self._polling = threading.Lock()
         self.prefix = (namespace, cache, revision)
         self.nodes = dict(peers)
-        self.transport = _PeerTransport(
+        self.transport = PeerTransport(
             credentials, self.tuning.timeout, lambda address: self.nodes[address], proxies
         )
         asked = neighbours(self.node, list(peers), self.tuning.max_peers)
@@ -174,7 +101,9 @@ class PeerSource:
         self._sent: dict[str, set[str]] = {}  # file path -> peers that delivered bytes of it
         self._origin_only: set[str] = set()
         self._strikes = dict.fromkeys(self.alive, 0)
-        self._waiting: dict[str, float] = {}  # peer -> since when it answered only "not yet"/"busy"
+        # (peer, file, range start) -> since when the peer answered only "not yet" for that range, or
+        # (peer, "", -1): only "busy" (its upload slots are the node's, whatever the range)
+        self._waiting: dict[tuple[str, str, int], float] = {}
 
     # ---- PartSource ------------------------------------------------------------
     def fetch(self, file: RemoteFile, start: int, end: int, sink: Sink, cancel: threading.Event) -> int:
@@ -194,9 +123,14 @@ class PeerSource:
                 tried.clear()
                 continue
             try:
-                delivered += self._from(peer, file, start + delivered, end, sink, cancel, deadline, tried)
+                got, arriving = self._from(peer, file, start + delivered, end, sink, cancel, deadline, tried)
+                delivered += got
             except NotYet as early:
-                if not self._still_waiting(peer, f"answered only 'not yet' ({early})"):
+                # a peer that does not claim the part (the seeder, before it began it) honestly says
+                # "not yet": only `latest` bounds waiting there. One claiming it has `stall_seconds`.
+                claimed = self._claims(peer, file.path, start + delivered)
+                key, said = (peer, file.path, start), f"answered only 'not yet' ({early})"
+                if claimed and not self._still_waiting(key, said):
                     continue
                 if time.monotonic() >= latest:
                     stall = self.tuning.stall_seconds
@@ -209,6 +143,10 @@ class PeerSource:
                 # the range's time starts when its bytes exist, up to `latest`
                 deadline = min(time.monotonic() + budget, latest)
                 continue
+            if arriving:  # the peer passes the range on as it arrives there: the rest's time starts now
+                waits = 0
+                rest = max(self.tuning.min_seconds, (end - start - delivered) / self.tuning.min_rate)
+                deadline = min(time.monotonic() + rest, latest)
             if time.monotonic() >= deadline:
                 break
         return delivered
@@ -232,30 +170,35 @@ class PeerSource:
         cancel: threading.Event,
         deadline: float,
         tried: set[str],
-    ) -> int:
+    ) -> tuple[int, bool]:
+        """Bytes `peer` delivered from `pos`, and whether it sent all it has written of a range still
+        arriving there (a prefix: ask again for the rest)."""
         got = [0]
+        prefix = False
 
         def counted(offset: int, chunk: memoryview) -> None:
             if time.monotonic() > deadline:
-                raise _Slow()
+                raise Slow()
             if not got[0]:
                 with self._lock:
                     self._sent.setdefault(file.path, set()).add(peer)
-                    self._waiting.pop(peer, None)  # it delivers: its clock starts again
+                    for key in [k for k in self._waiting if k[0] == peer]:
+                        del self._waiting[key]  # it delivers: its clocks start again
             sink(offset, chunk)
             got[0] += len(chunk)
 
         path = file_path(*self.prefix, quote(file.path))
         try:
-            self.transport.fetch_by(
+            sent = self.transport.fetch_by(
                 deadline, Target(f"http://{peer}{path}", False), pos, end, counted, cancel
             )
-        except _Slow:
+            prefix = 0 < sent < end - pos
+        except Slow:
             self._strike(peer)
         except Transient as err:
             if err.retry_after is not None:  # busy: it said when to come back
                 tried.add(peer)
-                self._still_waiting(peer, "answered only 'busy'")
+                self._still_waiting((peer, "", -1), "answered only 'busy'")  # the node's, not the range's
             else:
                 self._drop(peer, str(err))
         except (DownloadError, Expired, Redirect) as err:
@@ -263,7 +206,7 @@ class PeerSource:
         finally:
             with self._lock:
                 self._load[peer] = self._load.get(peer, 1) - 1
-        return got[0]
+        return got[0], prefix
 
     def _choose(self, path: str, pos: int, tried: set[str]) -> str | None:
         """`swarm.pick_peer` over the alive peers' offers; peers without an offer count as seeders."""
@@ -277,10 +220,19 @@ class PeerSource:
             if not seeders and not any(o.complete for o in offers.values()):
                 seeders = list(self.alive)  # every offer is partial: wait at whoever may get the part
             part = (path, pos // size if size else 0)
-            peer = pick_peer(part, offers, self._load, self.node, seeders=seeders, exclude=tried)
+            peer = pick_peer(part, offers, self._load, self.node, seeders=seeders, exclude=tried, offset=pos)
             if peer is not None:
                 self._load[peer] = self._load.get(peer, 0) + 1
             return peer
+
+    def _claims(self, peer: str, path: str, pos: int) -> bool:
+        """Whether `peer`'s last offer says it holds, or is receiving beyond `pos`, the part at `pos`."""
+        with self._lock:
+            offer = self.offers.get(peer)
+        if offer is None:
+            return False
+        part = (path, pos // offer.part_size if offer.part_size else 0)
+        return offer.holds(part) or offer.receiving(part, pos)
 
     def _refresh(self) -> None:
         """Poll every alive peer's offer when they are older than `offer_seconds` (one thread at a time)."""
@@ -325,21 +277,27 @@ class PeerSource:
             if data.get("complete"):
                 return Offer(complete=True, busy=busy)
             files = data.get("files") or {}
-            parts = frozenset(
-                (path, int(i)) for path, held in files.items() if isinstance(held, list) for i in held
-            )
             whole = [path for path, held in files.items() if held == "all"]
             size = int(data.get("partSize") or 0)
-            return Offer(parts=parts, whole=frozenset(whole), part_size=size, busy=busy)
+            return Offer(
+                parts=_parts_of(files),
+                whole=frozenset(whole),
+                part_size=size,
+                busy=busy,
+                arriving=_arriving(data.get("arriving") or {}),
+            )
         except (NotYet, Transient, OSError, ValueError, http.client.HTTPException):
             return None
 
-    def _still_waiting(self, peer: str, answered: str) -> bool:
-        """False (and the peer dropped) once it gave no byte for `stall_seconds` of answers that are
-        not bytes: what it says about its own progress (written count, Retry-After) may be a lie."""
+    def _still_waiting(self, key: tuple[str, str, int], answered: str) -> bool:
+        """False (and the peer dropped) once, for one range, it gave no byte for `stall_seconds` of
+        answers that are not bytes: what it says about its own progress (written count, Retry-After)
+        may be a lie. Per range, not per peer: a seeder that rightly says "not yet" to each follower
+        for the parts it already sent to others (swarm.Fanout) is not stalling any one of them."""
+        peer = key[0]
         now = time.monotonic()
         with self._lock:
-            since = self._waiting.setdefault(peer, now)
+            since = self._waiting.setdefault(key, now)
         if now - since <= self.tuning.stall_seconds:
             return True
         self._drop(peer, f"{answered} and sent nothing for {self.tuning.stall_seconds:g}s")
@@ -362,3 +320,18 @@ class PeerSource:
 
     def close(self) -> None:
         self.transport.close()
+
+
+def _parts_of(files: dict[str, Any]) -> frozenset[tuple[str, int]]:
+    """(path, index) of every part listed in a `/parts` answer's per-file lists."""
+    return frozenset((path, int(i)) for path, held in files.items() if isinstance(held, list) for i in held)
+
+
+def _arriving(files: dict[str, Any]) -> dict[tuple[str, int], int]:
+    """(path, index) -> offset written up to, of every part a `/parts` answer lists as arriving."""
+    return {
+        (path, int(index)): int(upto)
+        for path, held in files.items()
+        if isinstance(held, list)
+        for index, upto in (pair for pair in held if isinstance(pair, list) and len(pair) == 2)
+    }

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from praesto.agent.download import DownloadCancelled, DownloadError, Options, download, plan
 from praesto.agent.download.api import Result
+from praesto.agent.download.arrivals import Arrivals
 
 from praesto import names
 from praesto.spec import Source
@@ -137,6 +138,47 @@ def test_corrupt_bytes_are_retried_once_then_fail_without_publishing(hub: LocalH
     assert info.value.reason == "ChecksumMismatch" and path in info.value.message
     assert not (tmp_path / "bad").exists()
     assert not (tmp_path / "stage" / "tree" / path).exists()
+
+
+class _Watched(Arrivals):
+    """Arrivals that also log what the engine tells them, in order."""
+
+    def __init__(self, part_size: int) -> None:
+        super().__init__(part_size)
+        self.log: list[tuple[str, str, int, int]] = []
+
+    def reached(self, path: str, index: int, offset: int) -> None:
+        self.log.append(("reached", path, index, offset))
+        super().reached(path, index, offset)
+
+    def forget(self, path: str) -> None:
+        self.log.append(("forget", path, -1, -1))
+        super().forget(path)
+
+
+def test_the_engine_notes_how_far_each_part_is_written_and_forgets_a_file_written_again(
+    hub: LocalHub, tmp_path: Path
+) -> None:
+    """What peers copy before a part is whole (download/arrivals.py): each part's offsets in order,
+    ending at the part's end; a file that fails verification is forgotten before it is written again."""
+    files = sample_files()
+    hub.add_repo("org/model", files)
+    path = "model-00001-of-00002.safetensors"  # 3 MiB + 123: four parts of 1 MiB
+    arrivals = _Watched(MiB)
+    options = options_for(hub, staging_dir=tmp_path / "stage", arrivals=arrivals)
+    resolved = plan(_src(), options)
+    hub.faults.corrupt[path] = 1  # one bad response: fetched again
+    download(resolved, tmp_path / "ok", options)
+    assert (tmp_path / "ok" / path).read_bytes() == files[path]
+    forgotten = arrivals.log.index(("forget", path, -1, -1))
+    for stage in (arrivals.log[:forgotten], arrivals.log[forgotten + 1 :]):
+        for index in range(4):
+            offsets = [o for what, p, i, o in stage if (what, p, i) == ("reached", path, index)]
+            assert offsets == sorted(offsets) and offsets[-1] == min(len(files[path]), (index + 1) * MiB)
+            assert all(index * MiB < o for o in offsets)
+    size = len(files[path])
+    assert arrivals.snapshot()[path] == {i: min(size, (i + 1) * MiB) for i in range(4)}
+    assert arrivals.upto(path, 2 * MiB + 5) == 3 * MiB
 
 
 def test_small_file_corruption_is_caught_by_the_git_blob_id(hub: LocalHub, tmp_path: Path) -> None:

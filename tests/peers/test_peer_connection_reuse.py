@@ -1,6 +1,6 @@
 """A peer connection stays usable after a whole range was read with the deadline reader.
 
-`_PeerTransport.fetch_by` reads with `read1` (one socket read per call, so a trickling peer is cut
+`PeerTransport.fetch_by` (agent/peers/transport.py) reads with `read1` (one socket read per call, so a trickling peer is cut
 at its deadline), and http.client's `read1` does not close a response it has read to the end. The
 next request on that keep-alive connection then failed with `ResponseNotReady('Request-sent')` and
 the peer was dropped for the rest of the download (`bench.p2p_bench` logged it about a hundred
@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from praesto.agent.download.api import Target
 from praesto.agent.peers.auth import Credentials, TokenMinter
-from praesto.agent.peers.source import _PeerTransport
+from praesto.agent.peers.transport import PeerTransport
 
 DATA = bytes(range(256)) * 4096  # 1 MiB
 
@@ -64,7 +64,7 @@ def server() -> Iterator[ThreadingHTTPServer]:
 
 def test_ranges_read_to_the_end_by_deadline_reuse_one_connection(server: ThreadingHTTPServer) -> None:
     host, port = "127.0.0.1", server.server_address[1]
-    transport = _PeerTransport(Credentials("node-a", _FixedMinter()), 10.0, lambda _address: "node-b")
+    transport = PeerTransport(Credentials("node-a", _FixedMinter()), 10.0, lambda _address: "node-b")
     target = Target(f"http://{host}:{port}/file", authorized=False)
     got = bytearray(len(DATA))
 

@@ -10,18 +10,27 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from praesto.agent.download.api import Plan, RemoteFile
+from praesto.agent.download.arrivals import Arrivals
 from praesto.agent.download.journal import Journal
 from praesto.agent.download.publish import TREE
-from praesto.agent.peers.server import NOT_YET, WRITTEN_HEADER, PeerServer, file_path
+from praesto.agent.peers.server import (
+    ACCEPT_PREFIX_HEADER,
+    NOT_YET,
+    WRITTEN_HEADER,
+    PeerServer,
+    file_path,
+    parts_path,
+)
 from praesto.agent.peers.source import PeerSource, Tuning
 
 from praesto import names
@@ -44,6 +53,7 @@ class Leader:
     journal: Journal
     plan: Plan
     peers: Peers
+    arrivals: Arrivals  # where the download's parts have got to, as its engine notes them
 
 
 def _remote(path: str, data: bytes) -> RemoteFile:
@@ -64,18 +74,20 @@ def leader(tmp_path: Path, peers: Peers) -> Iterator[Leader]:
     journal.parts_done("big.bin", [0, 2])
     plan = Plan(Source("hf", "org/m", "main"), REV, (_remote("big.bin", BIG), _remote("config.json", SMALL)))
     server = PeerServer(layout, peers.authorizer(), ("127.0.0.1", 0)).start()
-    server.inflight.register("team-a", "m", plan, staging)
+    flight = server.inflight.register("team-a", "m", plan, staging, PART)
     try:
-        yield Leader(server, journal, plan, peers)
+        yield Leader(server, journal, plan, peers, flight.arrivals)
     finally:
         journal.close()
         server.stop()
 
 
-def get(leader: Leader, path: str, span: tuple[int, int] | None = None) -> tuple[int, dict[str, str], bytes]:
+def get(
+    leader: Leader, path: str, span: tuple[int, int] | None = None, *, prefix: bool = False
+) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", leader.server.server_port, timeout=10)
     try:
-        headers = {}
+        headers = {ACCEPT_PREFIX_HEADER: "1"} if prefix else {}
         if span is not None:
             headers["Range"] = f"bytes={span[0]}-{span[1] - 1}"
         headers["Authorization"] = leader.peers.header()
@@ -125,26 +137,21 @@ def test_files_outside_the_plan_and_other_revisions_are_refused(leader: Leader) 
     assert leader.server.bytes_served == 0
 
 
-def _source(leader: Leader, stall: float) -> PeerSource:
-    tuning = Tuning(min_seconds=10.0, timeout=5.0, stall_seconds=stall, not_yet_pause=0.05)
+def _source(leader: Leader, stall: float, min_seconds: float = 10.0) -> PeerSource:
+    tuning = Tuning(min_seconds=min_seconds, timeout=5.0, stall_seconds=stall, not_yet_pause=0.05)
     credentials = leader.peers.credentials()
     return PeerSource({leader.server.address: SERVER}, credentials, "team-a", "m", REV, tuning)
 
 
-def test_a_follower_waits_for_a_part_to_be_written_then_copies_it(leader: Leader) -> None:
-    source = _source(leader, stall=30.0)
+def _copy_part_1(leader: Leader, source: PeerSource, leader_side: Callable[[], None]) -> None:
+    """A follower copies part 1 of big.bin from `leader` while `leader_side` (its engine, in a
+    thread) writes it; the follower must end up with exactly the leader's bytes."""
     got = bytearray(len(BIG))
 
     def sink(offset: int, chunk: memoryview) -> None:
         got[offset : offset + len(chunk)] = chunk
 
-    def write_part_once_asked() -> None:  # the leader's engine journals part 1 after the first ask
-        deadline = time.monotonic() + 10
-        while leader.server.not_yet == 0 and time.monotonic() < deadline:
-            threading.Event().wait(0.01)
-        leader.journal.parts_done("big.bin", [1])
-
-    writer = threading.Thread(target=write_part_once_asked)
+    writer = threading.Thread(target=leader_side)
     writer.start()
     try:
         n = source.fetch(leader.plan.files[0], PART, 2 * PART, sink, threading.Event())
@@ -152,17 +159,87 @@ def test_a_follower_waits_for_a_part_to_be_written_then_copies_it(leader: Leader
         writer.join()
         source.close()
     assert n == PART and bytes(got[PART : 2 * PART]) == BIG[PART : 2 * PART]
-    assert source.dropped == {} and leader.server.not_yet >= 1
+    assert source.dropped == {}
+
+
+def test_a_follower_waits_for_a_part_to_be_written_then_copies_it(leader: Leader) -> None:
+    def write_part_once_asked() -> None:  # the leader's engine journals part 1 after the first ask
+        deadline = time.monotonic() + 10
+        while leader.server.not_yet == 0 and time.monotonic() < deadline:
+            threading.Event().wait(0.01)
+        leader.journal.parts_done("big.bin", [1])
+
+    _copy_part_1(leader, _source(leader, stall=30.0), write_part_once_asked)
+    assert leader.server.not_yet >= 1
 
 
 def test_a_leader_whose_written_bytes_stand_still_is_dropped(leader: Leader) -> None:
-    source = _source(leader, stall=0.3)
+    """Part 1 is neither journaled nor arriving there: the range waits its own time and
+    `stall_seconds` more (a seeder may begin a part late), then the origin takes it."""
+    source = _source(leader, stall=0.3, min_seconds=0.5)
+    began = time.monotonic()
     try:
         n = source.fetch(leader.plan.files[0], PART, 2 * PART, lambda o, c: None, threading.Event())
     finally:
         source.close()
     assert n == 0  # the origin fetches it
-    assert "sent nothing for 0.3s" in source.dropped[leader.server.address]
+    assert "had not sent 0.3s after it was due" in source.dropped[leader.server.address]
+    assert time.monotonic() - began < 10  # bounded: 0.5 s + 0.3 s, plus the last ask's wait
+
+
+def test_a_part_still_arriving_goes_to_askers_taking_a_prefix_as_far_as_it_is_written(leader: Leader) -> None:
+    leader.arrivals.reached("big.bin", 1, PART + 1000)  # part 1: its first 1,000 bytes are written
+    assert get(leader, url("big.bin"), (PART, 2 * PART))[0] == 425  # an asker not taking a prefix
+    status, headers, body = get(leader, url("big.bin"), (PART, 2 * PART), prefix=True)
+    assert (status, body) == (206, BIG[PART : PART + 1000])
+    assert headers["content-range"] == f"bytes {PART}-{PART + 999}/{len(BIG)}"
+    # journaled part 0, then part 1 as far as it is written
+    status, _, body = get(leader, url("big.bin"), (10, 2 * PART), prefix=True)
+    assert (status, body) == (206, BIG[10 : PART + 1000])
+    # part 1 whole (not journaled yet), then journaled part 2: one answer
+    leader.arrivals.reached("big.bin", 1, 2 * PART)
+    status, _, body = get(leader, url("big.bin"), (PART, 3 * PART), prefix=True)
+    assert (status, body) == (206, BIG[PART : 3 * PART])
+    # nothing of part 3 yet: the request waits for its first bytes (PREFIX_WAIT), then says not yet
+    status, headers, _ = get(leader, url("big.bin"), (3 * PART, len(BIG)), prefix=True)
+    assert status == 425 and headers[WRITTEN_HEADER.lower()] == str(2 * PART)
+    leader.arrivals.reached("config.json", 0, len(SMALL))  # a single-part file, not verified yet
+    assert get(leader, url("config.json"), prefix=True)[::2] == (200, SMALL)
+    leader.arrivals.forget("config.json")
+    leader.arrivals.reached("config.json", 0, 5)
+    status, headers, body = get(leader, url("config.json"), prefix=True)  # no Range asked: still a prefix
+    assert (status, body, headers["content-range"]) == (206, SMALL[:5], f"bytes 0-4/{len(SMALL)}")
+    leader.arrivals.forget("big.bin")  # its bytes failed verification: written again from scratch
+    assert get(leader, url("big.bin"), (PART, 2 * PART), prefix=True)[0] == 425
+
+
+def test_the_offer_lists_parts_written_whole_and_parts_arriving(leader: Leader) -> None:
+    leader.arrivals.reached("big.bin", 1, 2 * PART)  # whole, not journaled yet
+    leader.arrivals.reached("big.bin", 3, 3 * PART + 7)  # under way
+    leader.arrivals.reached("big.bin", 2, 2 * PART + PART)  # whole and journaled: listed once
+    status, _, body = get(leader, parts_path("team-a", "m", REV))
+    answer = json.loads(body)
+    assert status == 200 and answer["complete"] is False and answer["partSize"] == PART
+    assert sorted(answer["files"]["big.bin"]) == [0, 1, 2]
+    assert answer["arriving"] == {"big.bin": [[3, 3 * PART + 7]]}  # index, offset written up to
+
+
+def test_a_follower_copies_a_part_while_it_arrives(leader: Leader) -> None:
+    """Part 1 reaches the leader 4 KiB at a time and is never journaled: the follower has it whole
+    as soon as the leader does, from the leader's prefix answers."""
+    step = 4096
+
+    def arrive() -> None:
+        for upto in range(PART + step, 2 * PART + 1, step):
+            leader.arrivals.reached("big.bin", 1, upto)
+            threading.Event().wait(0.002)
+
+    _copy_part_1(leader, _source(leader, stall=30.0), arrive)
+    # each byte once, over several prefix answers (counted by the server just after it sent them)
+    deadline = time.monotonic() + 10
+    while leader.server.bytes_served < PART and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    assert leader.server.bytes_served == PART
 
 
 # ---- whole agents -----------------------------------------------------------------------

@@ -67,3 +67,19 @@ def test_neighbours_are_bounded_stable_and_differ_per_asker() -> None:
     assert mine == neighbours("node-a", list(reversed(peers)), 16)
     assert set(mine) != set(neighbours("node-b", peers, 16))
     assert "me" not in neighbours("me", ["me", "x"], 16)
+
+
+def test_a_peer_receiving_the_part_comes_after_holders_and_before_the_seeder() -> None:
+    offers = {
+        "seed": Offer(arriving={PART: 900}),
+        "b": Offer(arriving={PART: 500}),
+        "c": Offer(arriving={PART: 800}, busy=2),
+    }
+    assert pick_peer(PART, offers, {}, "asker", seeders=["seed"]) == "b"  # passes it on as it arrives
+    holder = {**offers, "d": Offer(parts=frozenset({PART}), busy=5)}
+    assert pick_peer(PART, holder, {}, "asker", seeders=["seed"]) == "d"  # whole there: the busy one wins
+    assert pick_peer(PART, offers, {}, "asker", seeders=["seed"], exclude=["b", "c"]) == "seed"
+    assert not Offer(arriving={PART: 900}).holds(PART)
+    # an asker that has the first 600 bytes already: only a peer with more is any use to it
+    assert pick_peer(PART, offers, {}, "asker", seeders=["seed"], offset=600) == "c"
+    assert pick_peer(PART, offers, {}, "asker", seeders=["seed"], offset=800) == "seed"

@@ -34,3 +34,16 @@ def test_swarm_time_stays_flat_to_1024_nodes_while_the_star_grows_linearly() -> 
     # the seeder uploads a few copies in the swarm, N-1 in the star
     assert runs[1024, True].seeder_upload <= 8 * runs[1024, True].model_bytes
     assert runs[256, False].seeder_upload == 255 * runs[256, False].model_bytes
+
+
+def test_passing_parts_on_as_they_arrive_shortens_the_tail() -> None:
+    """The default 2 GiB model: with cut-through the swarm's tail above one node stays small at
+    1,024 nodes; parts passed on only once whole (the agent before it) add a hop per doubling."""
+    whole_only = Setup(nodes=1, cut_through=False)
+    alone = simulate(Setup(nodes=1)).seconds
+    assert simulate(whole_only).seconds == alone  # one node has nobody to pass parts to
+    cut = simulate(Setup(nodes=256))
+    old = simulate(Setup(nodes=256, cut_through=False))
+    assert cut.ready == old.ready == 256 and cut.origin_bytes == cut.model_bytes
+    assert cut.seconds < old.seconds
+    assert cut.seconds <= 1.15 * alone, (cut.seconds, alone)
