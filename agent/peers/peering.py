@@ -7,7 +7,9 @@ of the same cache (label `praesto.io/model-cache`, same namespace) and:
 * some are Ready at the same resolved revision with an address: fetch from them
   (`PeerSource`), the origin only for what they cannot give;
 * none are, but other peer-capable agents are also about to download it: the one
-  on the lowest node name goes to the origin; the others copy from it while it
+  on the lowest node name goes to the origin, unless one of them already shows
+  `Downloading` this revision, whatever its name (an agent whose watch lagged
+  must join, not seed a second copy); the others copy from it while it
   downloads, as soon as it shows `Downloading` with the same `resolvedRevision`
   (published when its download starts): its server hands out the parts its
   journal records as written (inflight.py), and asks for parts not written yet
@@ -116,7 +118,7 @@ class Peering:
                 and _address(o)
                 and _node(o) not in skipped
             }
-            leader = min([self.node_name, *active])
+            leader = _leader(self.node_name, active, plan.revision)
             if leader == self.node_name:
                 self.server.inflight.seed(namespace, cache)
                 return
@@ -200,6 +202,20 @@ class Peering:
             return []
         items: list[Obj] = list(listed.get("items") or [])
         return [o for o in items if _node(o) != self.node_name and _node(o)]
+
+
+def _leader(me: str, active: dict[str, Obj], revision: str) -> str:
+    """Whom to copy from, or `me` to fetch from the origin: a node already downloading this
+    revision (the seeder or one copying it) whatever its name, so an agent that comes late (its
+    watch lagged, it restarted) joins the swarm rather than seeding a second copy from the
+    origin; else the lowest node name among those about to download, which all of them agree on."""
+    downloading = [
+        node
+        for node, obj in active.items()
+        if _phase(obj) == names.PHASE_DOWNLOADING
+        and (obj.get("status") or {}).get("resolvedRevision") == revision
+    ]
+    return min(downloading) if downloading else min([me, *active])
 
 
 def _node(obj: Obj) -> str:

@@ -310,3 +310,23 @@ def test_followers_fall_back_to_the_origin_when_the_leader_dies_mid_download(c: 
     # what node-a never wrote came from the origin (a follower may then copy it from the other)
     assert any(c.status("tiny", node)["bytesFromPeers"] < TOTAL for node in NODES[1:3])
     assert "dropped for this download" in c.log.getvalue()
+
+
+def test_a_node_coming_late_joins_the_download_under_way_even_if_its_name_sorts_first(c: Cluster) -> None:
+    # node-b started alone (node-a's agent lagged: a slow watch, a restart); node-a, the lowest
+    # name, must copy from it, not fetch a second copy from the origin
+    c.start("node-b", concurrency=1)
+    c.select("tiny", "node-b")
+    c.kube.wait_until(lambda: _downloading(c, "node-b"), 20, "node-b downloading")
+    c.start("node-a")
+    c.select("tiny", "node-a")
+    c.kube.wait_until(
+        lambda: c.status("tiny", "node-a").get("phase") == names.PHASE_DOWNLOADING, 20, "node-a downloading"
+    )
+    assert _downloading(c, "node-b")  # node-a chose while node-b was still downloading
+    c.wait_ready("tiny", ["node-a", "node-b"])
+
+    assert c.hub.bytes_served <= 1.1 * TOTAL, (c.hub.bytes_served, TOTAL)
+    assert c.files("tiny", "node-a") == FILES
+    assert c.status("tiny", "node-a")["bytesFromPeers"] == PEERABLE
+    assert "copying team-a/tiny from node node-b while it downloads" in c.log.getvalue()
