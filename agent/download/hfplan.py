@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable
 
 import httpx2
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -35,6 +35,15 @@ from praesto.spec import Source
 log = logging.getLogger("praesto.download")
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
+
+# The agent reports nothing to the Hub. With telemetry on, huggingface_hub 2.4 builds each
+# user agent by fetching huggingface.co/api/agent-harnesses once per process
+# (utils/_detect_agent.py `_fetch_registry`, from `constants.ENDPOINT`, not the HfApi's
+# endpoint): behind a mirror the first plan waited on a host nobody configured (3 s, plus
+# DNS), and an air-gapped cluster's nodes reached for huggingface.co. Set here, where the
+# library is imported, so the CLI and the agent both get it; read at call time
+# (utils/_headers.py `_http_user_agent`).
+constants.HF_HUB_DISABLE_TELEMETRY = True
 RESERVED_PREFIX = ".praesto"  # marker files and staging live at the top of a cache
 
 

@@ -302,3 +302,28 @@ def test_the_hub_planner_refuses_object_store_sources() -> None:
     with pytest.raises(DownloadError) as info:
         hfplan.plan(Source("s3", "bucket/prefix"), Options())
     assert info.value.reason == "SourceUnavailable" and "not a Hugging Face source" in info.value.message
+
+
+def test_planning_against_a_mirror_reaches_no_other_host(
+    hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """huggingface_hub's telemetry fetches huggingface.co/api/agent-harnesses whatever the endpoint
+    (once per process): behind a mirror the agent would wait on, and reach for, a host nobody set."""
+    import socket
+
+    from huggingface_hub import constants as hub_constants
+    from huggingface_hub.utils import _detect_agent
+
+    monkeypatch.setattr(_detect_agent, "_registry", None)  # as in a fresh agent process
+    monkeypatch.setattr(hub_constants, "AGENT_HARNESSES_PATH", str(tmp_path / "none.json"))  # no cached copy
+    resolved: list[str] = []
+    real = socket.getaddrinfo
+
+    def recording(host: str, *args: object, **kwargs: object) -> object:
+        resolved.append(host)
+        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", recording)
+    hub.add_repo("org/model", sample_files())
+    planned = plan(_src(), options_for(hub))
+    assert planned.files and resolved and set(resolved) == {"127.0.0.1"}, resolved
