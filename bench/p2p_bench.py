@@ -81,6 +81,7 @@ from bench.download_bench import REPO, Nginx, _generate
 from testkit.hub import LocalHub
 from testkit.kube_real import proxied, running_plane
 from testkit.peer_cluster import Cluster
+from testkit.peer_processes import ProcessCluster
 
 NODES = [f"node-{c}" for c in "abcdefgh"]  # peer servers on 127.0.0.2-9
 
@@ -116,6 +117,8 @@ def _scenario(
     concurrency: int,
     upload: int,
     hog: int = 0,
+    *,
+    in_process: bool = False,
 ) -> tuple[float, int]:
     """(seconds to all Ready incl. sync, bytes the nginx origin sent); `hog` busy processes beside it."""
     log = work / "nginx-access.log"
@@ -125,19 +128,22 @@ def _scenario(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     with running_plane(work / "kube-plane") as plane, proxied(plane) as kube:
-        c = Cluster(kube, hub, tmp)
+        c = Cluster(kube, hub, tmp) if in_process else ProcessCluster(kube, hub, tmp, plane=plane)
         try:
             for node in nodes:
                 # the node's NIC, as --peer-upload-rate sets it. Every agent here connects from
                 # 127.0.0.1, so the per-client connection cap (one agent's share of a peer) would
                 # count all seven followers as one client: it is the node-wide cap here.
                 limits = Limits(rate=upload, max_connections_per_client=Limits().max_connections)
-                c.start(
-                    node,
-                    limits=limits,
-                    tuning=Tuning(min_rate=1 << 20, min_seconds=20.0),
-                    concurrency=concurrency,
-                )
+                if isinstance(c, ProcessCluster):
+                    c.start_process(node, limits=limits, concurrency=concurrency)
+                else:
+                    c.start(
+                        node,
+                        limits=limits,
+                        tuning=Tuning(min_rate=1 << 20, min_seconds=20.0),
+                        concurrency=concurrency,
+                    )
             subprocess.run(["sync"], check=True)
             with _cpu_hog(hog):
                 started = time.perf_counter()
@@ -167,6 +173,12 @@ def main() -> int:
     parser.add_argument(
         "--no-hog", action="store_true", help="skip the row of one node beside a CPU hog on every CPU"
     )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every agent in this process (one GIL, test timings) instead of one "
+        "`praesto-agent run` process per node from the installed wheel",
+    )
     args = parser.parse_args()
     if shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists():
         print("nginx is missing: run scripts/install.sh", file=sys.stderr)
@@ -186,7 +198,15 @@ def main() -> int:
             upload = int(args.upload_mbps * 1e6)
             scenarios = {
                 f"{n} node{'s' * (n > 1)}": functools.partial(
-                    _scenario, hub, nginx, rate, work, NODES[:n], args.concurrency, upload
+                    _scenario,
+                    hub,
+                    nginx,
+                    rate,
+                    work,
+                    NODES[:n],
+                    args.concurrency,
+                    upload,
+                    in_process=args.in_process,
                 )
                 for n in counts
             }
@@ -201,6 +221,7 @@ def main() -> int:
                     args.concurrency,
                     upload,
                     os.cpu_count() or 1,
+                    in_process=args.in_process,
                 )
             runs = interleaved(scenarios, args.rounds)
     finally:
