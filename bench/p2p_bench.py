@@ -3,8 +3,12 @@
     python -m bench.p2p_bench [--size-gib 0.5] [--cap-mbps 2.5] [--concurrency 8]
                               [--upload-mbps 60] [--nodes 1,2,4,8] [--rounds 3] [--workdir /var/tmp]
 
-Full node agents (watch, reconcile, status, peer server on 127.0.0.2-9) run in this
-process against the real kube-apiserver; the origin is the local hub API with LFS bytes
+Each node is a `praesto-agent run` process from the installed wheel (testkit/peer_processes.py),
+with production defaults and the DaemonSet's flags, its own kubeconfig (a TokenRequest token of
+the agent ServiceAccount bound to the node's agent Pod) and its peer server on its own port,
+against the real kube-apiserver; each agent has started before the cache is selected, as a
+DaemonSet's agent long has. `--in-process` runs them in this process instead (one GIL, the
+tests' shrunk timings), the shape measured before 2026-12-06 afternoon. The origin is the local hub API with LFS bytes
 served by nginx at `limit_rate` per connection (as in bench/download_bench.py),
 whose access log gives the bytes the origin really sent. Each agent's peer server
 uploads at most `--upload-mbps` (its --peer-upload-rate), which models a NIC: a
@@ -24,13 +28,27 @@ few minutes. The lead measures on a quiet machine.
 Parts pass on as they arrive (cut-through, agent/peers/swarm.py): a follower copies
 the written prefix of a part still arriving at its sender, so its copy of the seeder's
 last parts ends moments after the seeder's instead of one whole-part hop per doubling
-of N. What is left above one node's time here is mostly this machine: all eight agents
-share one Python process (one GIL), two CPUs and one disk. In one round of 8 watched
+of N. In process, what was left above one node's time was mostly this machine: all eight
+agents shared one Python process (one GIL), two CPUs and one disk. In one round of 8 watched
 node by node (2026-12-06), the seeder itself was Ready 2.2 s later than alone (26.3 s)
 and the seven followers 0.0-1.3 s after it; with the CPU gate's meter switched off the
 seeder was still 1.6 s late. bench/swarm_sim.py measures the protocol alone.
 
-Measured 2026-12-06 on a quiet 2-core AMD EPYC, `python -m bench.p2p_bench` (defaults),
+Measured 2026-12-06 afternoon, one process per agent (the default since), quiet 2-core AMD EPYC,
+`python -m bench.p2p_bench --nodes 1,8 --no-hog`, median [min-max] of 3 interleaved rounds,
+three invocations:
+  1 node 26.77 [25.43-26.97], 8 nodes 28.87 [28.46-28.98]: 8/1 = 1.08
+  1 node 26.31 [26.23-26.83], 8 nodes 27.94 [27.85-28.48]: 8/1 = 1.06
+  1 node 26.60 [26.33-28.23], 8 nodes 28.81 [28.78-29.28]: 8/1 = 1.08
+  origin 1.00x in every run (after the leader fix in agent/peers/peering.py `_leader`: before
+  it, one of three 8-node runs fetched 2.00x, a lagging agent seeding a second copy). Watched
+  node by node: the seeder's own download took 27.8 s instead of 26.1 s alone (seven other
+  agents hashing and serving on the same two CPUs), the followers were Ready 0-1.2 s after it;
+  followers that found the seeder not yet Downloading looked again 2 s later
+  (PeerConfig.poll_seconds) and still caught up. Before the agents were awaited, their start
+  (eight interpreters importing at once) put 2-4 s before the first status.
+
+Measured 2026-12-06 morning, agents in this process, on a quiet 2-core AMD EPYC, `python -m bench.p2p_bench` (defaults),
 seconds to all Ready, median [min-max] of 3 interleaved rounds, three invocations:
   1 node 26.35 [25.86-27.26], 8 nodes 29.94 [28.70-30.39]: 8/1 = 1.14
   1 node 26.39 [25.73-26.45], 8 nodes 29.42 [29.00-30.98]: 8/1 = 1.11
