@@ -183,10 +183,13 @@ def test_resync_after_seconds_evicts_an_unused_pvc_cache_with_no_event(
     cache = modelcache("ttl", NS, storage=storage, eviction={"unusedTTL": "10s"})
     wait_for("the admission webhook to know the StorageClass", lambda: created(installed, cache), 30)
     composite.wait_parent(NS, "ttl", phase_is(names.PHASE_EVICTED), 60)
-    evicting = next(
-        p for p in composite.passes(f"{NS}/ttl")
-        if ((p.response.get("status") or {}).get("phase")) == names.PHASE_EVICTED
-    )  # fmt: skip
+    # the driver records a pass when it ends, after its status write: wait for the record too
+    evicting = composite.wait_pass(
+        f"{NS}/ttl",
+        lambda p: ((p.response.get("status") or {}).get("phase")) == names.PHASE_EVICTED,
+        30,
+        "answering Evicted",
+    )
     assert any(r.startswith("resyncAfterSeconds") for r in evicting.reasons), evicting.reasons
     wait_gone(installed.admin, "v1", "PersistentVolumeClaim", names.pvc_name("ttl"), NS, 30)
 
