@@ -9,8 +9,9 @@ each file's bytes mostly arrive at its hashing frontier and are hashed on the
 receiving thread while cache-hot; up to `concurrency` when connections are slow
 (a CDN's per-connection cap), where more connections mean more bytes per second.
 Completed parts are fsync'd and journaled every `checkpoint_seconds`, which is what
-a resumed run trusts. A file is verified when its last part lands; a mismatch
-re-fetches that file once, then fails with ChecksumMismatch.
+a resumed run trusts, on a thread of their own (checkpoints.py): no fetch thread waits
+on the disk. A file is verified when its last part lands; a mismatch re-fetches that
+file once, then fails with ChecksumMismatch.
 
 Crash-safety protocol (what a hard kill leaves at each step, and what resume does):
 1. Staging and journal created; the journal's first line pins revision and part
@@ -52,6 +53,7 @@ from praesto.agent.download.api import (
     Target,
     TemporaryDownloadError,
 )
+from praesto.agent.download.checkpoints import Checkpointer
 from praesto.agent.download.concurrency import RATE_WINDOW, START_CONNECTIONS, OwnCpuMeter, PartConcurrency
 from praesto.agent.download.crashpoints import FILE_READ_ONLY, PARTS_JOURNALED, STAGING_CREATED, crash_point
 from praesto.agent.download.hashing import MemoryBudget, StreamHasher
@@ -113,8 +115,8 @@ class Engine:
         self._reported = -1
         self._error: BaseException | None = None
         self._verified_unjournaled: list[tuple[str, str]] = []
-        self._last_checkpoint = time.monotonic()
-        self._checkpointing = threading.Lock()
+        self._checkpointing = threading.Lock()  # a checkpoint, or a file's reset, at a time
+        self._checkpointer = Checkpointer(self._checkpoint, options.checkpoint_seconds, self._failed)
 
     # ---- set-up: resume, dedup, preallocate -----------------------------------------
     def prepare(self) -> None:
@@ -207,16 +209,20 @@ class Engine:
             threading.Thread(target=self._worker, name=f"praesto-fetch-{n}", daemon=True)
             for n in range(max(1, self.options.concurrency))
         ]
+        self._checkpointer.start()
         for w in workers:
             w.start()
-        with self._cond:
-            while self._outstanding and self._error is None:
-                self._cond.wait(0.5)
-        for _ in workers:
-            self._queue.put(None)
-        for w in workers:
-            w.join()
-        self._checkpoint(force=True)
+        try:
+            with self._cond:
+                while self._outstanding and self._error is None:
+                    self._cond.wait(0.5)
+            for _ in workers:
+                self._queue.put(None)
+            for w in workers:
+                w.join()
+        finally:
+            self._checkpointer.stop()
+        self._checkpoint()
         self.close()
         if self._error is not None:
             raise self._error
@@ -260,10 +266,7 @@ class Engine:
                 if self._error is None and not self.options.cancel.is_set():
                     self._fetch_part(*item)
             except BaseException as error:
-                with self._cond:
-                    if self._error is None:
-                        self._error = error
-                    self._cond.notify_all()
+                self._failed(error)
             finally:
                 with self._cond:
                     self._outstanding -= 1
@@ -272,6 +275,13 @@ class Engine:
         finally:
             if gated:
                 self.concurrency.leave()
+
+    def _failed(self, error: BaseException) -> None:
+        """The first error of a fetch or checkpoint thread ends the download."""
+        with self._cond:
+            if self._error is None:
+                self._error = error
+            self._cond.notify_all()
 
     def _resolve_url(self, f: RemoteFile) -> str:
         return f"{self.endpoint}/{self.plan.source.location}/resolve/{self.plan.revision}/{quote(f.path)}"
@@ -373,7 +383,7 @@ class Engine:
             last = job.remaining == 0
         if last:
             self._verify(job)
-        self._checkpoint()
+        self._checkpointer.due()
 
     def _verify(self, job: FileJob) -> None:
         assert job.hasher is not None
@@ -396,17 +406,18 @@ class Engine:
                 )
             log.warning("checksum mismatch file=%s, fetching it again%s", f.path, " from the origin" * blamed)
             job.checksum_retries += 0 if blamed else 1
-            self.journal.reset(f.path)
-            if self.options.arrivals is not None:
-                self.options.arrivals.forget(f.path)
-            with self._cond:
-                self.done -= f.size
-            job.hasher.discard()
-            with job.lock:
-                os.close(job.fd)
-                self._open(job, keep=False)
-                job.remaining = len(job.parts)
-                job.unjournaled.clear()
+            with self._checkpointing:  # no checkpoint journals this file's old parts after the reset
+                self.journal.reset(f.path)
+                if self.options.arrivals is not None:
+                    self.options.arrivals.forget(f.path)
+                with self._cond:
+                    self.done -= f.size
+                job.hasher.discard()
+                with job.lock:
+                    os.close(job.fd)
+                    self._open(job, keep=False)
+                    job.remaining = len(job.parts)
+                    job.unjournaled.clear()
             self._enqueue([(job, i) for i in range(len(job.parts))])
             return
         with job.lock:
@@ -426,27 +437,25 @@ class Engine:
         with self._cond:
             self._verified_unjournaled.append((f.path, sha256))
 
-    def _checkpoint(self, *, force: bool = False) -> None:
-        """fsync files with newly completed parts, then record them; at most every few seconds."""
-        if not force and time.monotonic() - self._last_checkpoint < self.options.checkpoint_seconds:
-            return
-        if not self._checkpointing.acquire(blocking=force):
-            return
-        try:
-            self._last_checkpoint = time.monotonic()
+    def _checkpoint(self) -> None:
+        """fdatasync files with newly completed parts, then journal them and the files verified since
+        (on the Checkpointer's thread, and once more after the fetch threads end)."""
+        with self._checkpointing:
             for job in self.jobs:
-                with job.lock:  # held so _verify cannot close the fd meanwhile
-                    parts = list(job.unjournaled)
-                    job.unjournaled.clear()
-                    if parts and job.fd >= 0:
-                        os.fdatasync(job.fd)
-                        self.journal.parts_done(job.file.path, parts)
-                        crash_point(PARTS_JOURNALED)
+                with job.lock:  # a duplicate, so _verify may close the file while it is flushed
+                    parts, job.unjournaled = job.unjournaled, []
+                    fd = os.dup(job.fd) if parts and job.fd >= 0 else -1
+                if fd < 0:
+                    continue
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+                self.journal.parts_done(job.file.path, parts)
+                crash_point(PARTS_JOURNALED)
             with self._cond:
                 verified, self._verified_unjournaled = self._verified_unjournaled, []
             self.journal.verified(verified)
-        finally:
-            self._checkpointing.release()
 
 
 def _split(size: int, part_size: int) -> list[tuple[int, int]]:

@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 from praesto.agent.download import download, plan
 from praesto.agent.download.api import RemoteFile, Sink
 from praesto.agent.download.concurrency import (
@@ -30,6 +31,8 @@ from praesto.agent.download.publish import publish, staging_for
 from praesto.spec import Source
 from testkit.hub import LocalHub
 from tests.download.conftest import MiB, options_for, tree_of
+
+FLUSH_DEADLINE = 20.0  # seconds: a held flush or a checkpoint that never came fails the test, not hangs it
 
 
 class Clock:
@@ -230,3 +233,38 @@ def test_whole_parts_in_one_sink_call_complete_and_verify(hub: LocalHub, tmp_pat
     assert result.bytes_from_peers == sum(len(d) for d in files.values()) - small
     assert result.bytes_from_origin == small
     assert peer.calls == 4 + 5  # every part (16 MiB: 4, 16 MiB + 1: 5), not the small file
+
+
+def test_parts_keep_arriving_while_a_checkpoint_waits_on_the_disk(
+    hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints flush beside the fetch threads: a disk slow to flush (one shared with other
+    writers, a network volume) holds no connection between parts. With one connection, every
+    part arrives while the first checkpoint's fdatasync is still held; then the download
+    journals, verifies and publishes as before."""
+    big = os.urandom(6 * MiB)
+    hub.add_repo("org/flush", {"big.bin": big})
+    flushing, disk_free, held_to_the_end = threading.Event(), threading.Event(), threading.Event()
+    flush = os.fdatasync
+
+    def slow_disk(fd: int) -> None:
+        flushing.set()
+        assert disk_free.wait(FLUSH_DEADLINE), "a fetch thread waited on the flush"
+        flush(fd)
+
+    def progress(done: int, total: int) -> None:
+        if done > MiB:  # the first part is whole: its checkpoint has begun, or begins now
+            assert flushing.wait(FLUSH_DEADLINE), "no checkpoint after the first part"
+        if done == total:
+            if not disk_free.is_set():
+                held_to_the_end.set()
+            disk_free.set()
+
+    monkeypatch.setattr(os, "fdatasync", slow_disk)
+    options = options_for(
+        hub, progress=progress, staging_dir=tmp_path / "stage", checkpoint_seconds=0.0, concurrency=1
+    )
+    dest = tmp_path / "dest"
+    download(plan(Source("hf", "org/flush", "main"), options), dest, options)
+    assert held_to_the_end.is_set()
+    assert tree_of(dest) == {"big.bin": big}
