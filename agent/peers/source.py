@@ -113,8 +113,10 @@ class PeerSource:
         deadline = time.monotonic() + budget
         latest = deadline + self.tuning.stall_seconds  # "not yet" never stretches a range beyond this
         delivered, tried, waits = 0, set[str](), 0
+        follow: str | None = None  # the peer that just passed a prefix: it has the next bytes first
         while start + delivered < end:
-            peer = self._choose(file.path, start + delivered, tried)
+            peer = self._again(follow) or self._choose(file.path, start + delivered, tried)
+            follow = None
             if peer is None:
                 if not self.alive or time.monotonic() >= deadline:  # every one that may have it is busy
                     break
@@ -145,6 +147,7 @@ class PeerSource:
                 continue
             if arriving:  # the peer passes the range on as it arrives there: the rest's time starts now
                 waits = 0
+                follow = peer
                 rest = max(self.tuning.min_seconds, (end - start - delivered) / self.tuning.min_rate)
                 deadline = min(time.monotonic() + rest, latest)
             if time.monotonic() >= deadline:
@@ -223,6 +226,21 @@ class PeerSource:
             peer = pick_peer(part, offers, self._load, self.node, seeders=seeders, exclude=tried, offset=pos)
             if peer is not None:
                 self._load[peer] = self._load.get(peer, 0) + 1
+            return peer
+
+    def _again(self, peer: str | None) -> str | None:
+        """`peer` again, for the rest of a range it is passing on as it arrives there, while it is
+        alive. Not chosen afresh: its offer, up to `offer_seconds` old, shows it written only up to
+        where the asker now is, so `pick_peer` would send the asker to the seeder for a "not yet" and
+        a pause; its server instead waits for the next bytes. Each hop of the swarm lagged its sender
+        by about a pause and an offer's age (bench/p2p_bench.py: followers Ready 0.4-1.4 s after the
+        seeder); the simulation's copy follows its sender to the part's end (bench/swarm_sim.py)."""
+        if peer is None:
+            return None
+        with self._lock:
+            if peer not in self.alive:
+                return None
+            self._load[peer] = self._load.get(peer, 0) + 1
             return peer
 
     def _claims(self, peer: str, path: str, pos: int) -> bool:

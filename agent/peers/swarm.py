@@ -23,8 +23,9 @@ keeps its tail short; none of them touches the downloader's part order (engine.p
   download. Ready copies serve without this rule: their work is done.
 * Cut-through: a part is passed on while it arrives. A node serves the bytes of
   a part it has written so far (download/arrivals.py) to askers that take a
-  prefix, and they ask again for the rest, so a follower's copy of a part ends
-  moments after its sender's instead of one part's transfer later at each hop.
+  prefix, and they ask the same node again for the rest (source.py `_again`: its
+  server waits for the next bytes), so a follower's copy of a part ends moments
+  after its sender's instead of one part's transfer later at each hop.
   Without it the last parts the seeder fetches reach the Nth node only after
   log2(N) whole-part hops: the tail issue 24 measured (1.26x one node at 1,024
   nodes in bench/swarm_sim.py, 1.09-1.16x at 8 agents in bench/p2p_bench.py).

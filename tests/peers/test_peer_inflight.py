@@ -242,6 +242,50 @@ def test_a_follower_copies_a_part_while_it_arrives(leader: Leader) -> None:
     assert leader.server.bytes_served == PART
 
 
+def test_the_rest_of_a_part_is_asked_of_the_peer_passing_it_on_not_the_seeder(
+    leader: Leader, peers: Peers, tmp_path: Path
+) -> None:
+    """After a prefix, the follower asks the peer that sent it for the rest (its server waits for the
+    next bytes) instead of choosing afresh by that peer's offer, which still shows it written only up
+    to where the follower now is: that sent the follower to the seeder for a "not yet" and a pause
+    at every prefix, and each hop of the swarm lagged its sender (bench/p2p_bench.py). Offers here
+    are polled once (stale from then on), as they are between polls."""
+    layout = StoreLayout(tmp_path / "seeder-store")
+    staging = layout.staging_dir("team-a", "m")
+    (staging / TREE).mkdir(parents=True)
+    journal = Journal(staging, {"revision": REV, "partSize": PART, "v": 1})
+    journal.open(fresh=True)  # the seeder has written nothing of part 1: it can only say "not yet"
+    seeder = PeerServer(layout, peers.authorizer("node-c"), ("127.0.0.1", 0)).start()
+    seeder.inflight.register("team-a", "m", leader.plan, staging, PART)
+    step = 4096
+    leader.arrivals.reached("big.bin", 1, PART + step)  # the relay has begun part 1
+
+    def arrive() -> None:  # the rest arrives once the follower took the first prefix (and the offer)
+        deadline = time.monotonic() + 10
+        while leader.server.bytes_served < step and time.monotonic() < deadline:
+            threading.Event().wait(0.01)
+        for upto in range(PART + 2 * step, 2 * PART + 1, step):
+            leader.arrivals.reached("big.bin", 1, upto)
+            threading.Event().wait(0.002)
+
+    tuning = Tuning(min_seconds=3.0, timeout=5.0, stall_seconds=2.0, not_yet_pause=0.05, offer_seconds=60.0)
+    source = PeerSource(
+        {leader.server.address: SERVER, seeder.address: "node-c"},
+        peers.credentials(),
+        "team-a",
+        "m",
+        REV,
+        tuning,
+        seeders=[seeder.address],
+    )
+    try:
+        _copy_part_1(leader, source, arrive)
+    finally:
+        seeder.stop()
+        journal.close()
+    assert seeder.not_yet == 0
+
+
 # ---- whole agents -----------------------------------------------------------------------
 
 NODES = ["node-a", "node-b", "node-c", "node-d"]
