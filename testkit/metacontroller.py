@@ -194,6 +194,11 @@ class CompositeController(Controller):
             record.writes.append(f"update {parent['kind']} {key} (finalizer)")
             parent = added
         observed = self._claim_children(parent, record)
+        record.children_versions = {
+            key: str(meta(child).get("resourceVersion"))
+            for group in observed.values()
+            for key, child in group.items()
+        }
         related = self.customize.related(parent)
         deleting = bool(meta(parent).get("deletionTimestamp"))
         finalizing = self.has_finalize and (

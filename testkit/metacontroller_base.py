@@ -213,6 +213,7 @@ class Pass:
     error: str = ""
     finished: float = 0.0
     parent_version: str = ""  # the resourceVersion of the parent this pass read from the cache
+    children_versions: dict[str, str] = field(default_factory=dict)  # key -> resourceVersion it read
 
     def triggered_by(self, what: str, obj: Mapping[str, Any]) -> bool:
         return any(r.endswith(describe(what, obj)) for r in self.reasons)
