@@ -73,6 +73,18 @@ Re-measured 2026-12-05 (AMD EPYC, 2 cores, a VM with steal time), same commands,
   rose to 4.5-6.2 s (the writes wait for the disk; a writer thread per connection with double
   buffers to overlap them did not recover it: 5.6-6.1 s), and receiving straight into an mmap of
   the staged file saved nothing (page faults cost what the copy did) and put 2 GiB in RSS.
+
+Re-measured 2026-12-06 evening on another machine of the kind (Intel Xeon, 2 cores), after
+checkpoints (fdatasync + journal) left the fetch threads (agent/download/checkpoints.py),
+three invocations each, median [min-max]:
+  warm:   ours 3.30 [3.22-3.36]  3.49 [3.37-3.69]  3.34 [3.32-3.42]
+          aria2c 4.29 [4.28-4.40]  4.45 [4.38-4.53]  4.10 [4.03-4.14]   -> 1.30x, 1.28x, 1.23x
+  --cold: ours 3.50 [3.37-3.55]  3.42 [3.34-3.50]  3.24 [3.16-3.33]
+          cp 3.43 [3.37-3.49]  3.60 [3.59-4.23]  3.09 [2.96-3.83]      -> ours/cp 1.02x, 0.95x, 1.05x
+  peak RSS medians 94-102 MiB. The engine before the change, one invocation each on the same
+  machine: warm ours 4.81 [3.84-4.86] (aria2c 4.37: 0.91x), cold 3.67 [3.32-3.73] (cp 3.92).
+  On this CPU aria2c is much faster than on the EPYC (4.1-4.5 s against 7.2-7.5 s) while ours
+  is 3.3-3.5 s on both: the 1.5x warm target holds on the EPYC (1.84x) but not here.
 """
 
 from __future__ import annotations

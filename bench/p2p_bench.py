@@ -34,6 +34,18 @@ node by node (2026-12-06), the seeder itself was Ready 2.2 s later than alone (2
 and the seven followers 0.0-1.3 s after it; with the CPU gate's meter switched off the
 seeder was still 1.6 s late. bench/swarm_sim.py measures the protocol alone.
 
+Measured 2026-12-06 evening on another machine of the kind (quiet 2-core Intel Xeon), after
+checkpoints left the fetch threads (download/checkpoints.py) and a follower asks the peer that
+passed it a prefix for the rest (peers/source.py `_again`), `python -m bench.p2p_bench --nodes 1,8
+--no-hog`, median [min-max] of 3 interleaved rounds, three invocations:
+  1 node 26.15 [25.54-27.11], 8 nodes 27.01 [26.63-27.32]: 8/1 = 1.03
+  1 node 26.45 [26.14-26.64], 8 nodes 27.11 [26.67-32.74]: 8/1 = 1.03
+  1 node 26.47 [26.12-26.64], 8 nodes 27.43 [27.13-27.44]: 8/1 = 1.04
+  origin 1.00x in every run. With the checkpoint change alone, one invocation on this machine:
+  8/1 = 1.08 (1 node 26.46, 8 nodes 28.54). Watched node by node (one round): before, the followers' last
+  bytes came 0.4-1.4 s after the seeder's (each hop re-chose its sender from an offer up to
+  0.25 s old, was sent to the seeder for a "not yet" and paused); after, within 0.1 s.
+
 Measured 2026-12-06 afternoon, one process per agent (the default since), quiet 2-core AMD EPYC,
 `python -m bench.p2p_bench --nodes 1,8 --no-hog`, median [min-max] of 3 interleaved rounds,
 three invocations:
