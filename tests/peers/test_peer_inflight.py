@@ -8,6 +8,7 @@ origin when it dies.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -60,26 +61,36 @@ def _remote(path: str, data: bytes) -> RemoteFile:
     return RemoteFile(path, len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
-@pytest.fixture
-def leader(tmp_path: Path, peers: Peers) -> Iterator[Leader]:
-    """A node mid-download: the big file's parts 0 and 2 journaled, nothing verified yet."""
-    layout = StoreLayout(tmp_path / "store")
+@contextlib.contextmanager
+def _in_flight(
+    root: Path, peers: Peers, node: str, plan: Plan, tree: dict[str, bytes]
+) -> Iterator[tuple[PeerServer, Journal, Arrivals]]:
+    """`node`'s peer server with `plan` of team-a/m in flight: its staging holds `tree`, its journal
+    only its header (the caller journals what it wants written)."""
+    layout = StoreLayout(root)
     staging = layout.staging_dir("team-a", "m")
     (staging / TREE).mkdir(parents=True)
-    (staging / TREE / "big.bin").write_bytes(BIG)
-    (staging / TREE / "config.json").write_bytes(SMALL)
-    (staging / TREE / "unplanned.bin").write_bytes(b"on disk, not in the plan")
+    for name, data in tree.items():
+        (staging / TREE / name).write_bytes(data)
     journal = Journal(staging, {"revision": REV, "partSize": PART, "v": 1})
     journal.open(fresh=True)
-    journal.parts_done("big.bin", [0, 2])
-    plan = Plan(Source("hf", "org/m", "main"), REV, (_remote("big.bin", BIG), _remote("config.json", SMALL)))
-    server = PeerServer(layout, peers.authorizer(), ("127.0.0.1", 0)).start()
+    server = PeerServer(layout, peers.authorizer(node), ("127.0.0.1", 0)).start()
     flight = server.inflight.register("team-a", "m", plan, staging, PART)
     try:
-        yield Leader(server, journal, plan, peers, flight.arrivals)
+        yield server, journal, flight.arrivals
     finally:
         journal.close()
         server.stop()
+
+
+@pytest.fixture
+def leader(tmp_path: Path, peers: Peers) -> Iterator[Leader]:
+    """A node mid-download: the big file's parts 0 and 2 journaled, nothing verified yet."""
+    plan = Plan(Source("hf", "org/m", "main"), REV, (_remote("big.bin", BIG), _remote("config.json", SMALL)))
+    tree = {"big.bin": BIG, "config.json": SMALL, "unplanned.bin": b"on disk, not in the plan"}
+    with _in_flight(tmp_path / "store", peers, SERVER, plan, tree) as (server, journal, arrivals):
+        journal.parts_done("big.bin", [0, 2])
+        yield Leader(server, journal, plan, peers, arrivals)
 
 
 def get(
@@ -250,13 +261,6 @@ def test_the_rest_of_a_part_is_asked_of_the_peer_passing_it_on_not_the_seeder(
     to where the follower now is: that sent the follower to the seeder for a "not yet" and a pause
     at every prefix, and each hop of the swarm lagged its sender (bench/p2p_bench.py). Offers here
     are polled once (stale from then on), as they are between polls."""
-    layout = StoreLayout(tmp_path / "seeder-store")
-    staging = layout.staging_dir("team-a", "m")
-    (staging / TREE).mkdir(parents=True)
-    journal = Journal(staging, {"revision": REV, "partSize": PART, "v": 1})
-    journal.open(fresh=True)  # the seeder has written nothing of part 1: it can only say "not yet"
-    seeder = PeerServer(layout, peers.authorizer("node-c"), ("127.0.0.1", 0)).start()
-    seeder.inflight.register("team-a", "m", leader.plan, staging, PART)
     step = 4096
     leader.arrivals.reached("big.bin", 1, PART + step)  # the relay has begun part 1
 
@@ -269,21 +273,19 @@ def test_the_rest_of_a_part_is_asked_of_the_peer_passing_it_on_not_the_seeder(
             threading.Event().wait(0.002)
 
     tuning = Tuning(min_seconds=3.0, timeout=5.0, stall_seconds=2.0, not_yet_pause=0.05, offer_seconds=60.0)
-    source = PeerSource(
-        {leader.server.address: SERVER, seeder.address: "node-c"},
-        peers.credentials(),
-        "team-a",
-        "m",
-        REV,
-        tuning,
-        seeders=[seeder.address],
-    )
-    try:
+    # the seeder has written nothing of part 1: it can only say "not yet"
+    with _in_flight(tmp_path / "seeder-store", peers, "node-c", leader.plan, {}) as (seeder, _, _):
+        source = PeerSource(
+            {leader.server.address: SERVER, seeder.address: "node-c"},
+            peers.credentials(),
+            "team-a",
+            "m",
+            REV,
+            tuning,
+            seeders=[seeder.address],
+        )
         _copy_part_1(leader, source, arrive)
-    finally:
-        seeder.stop()
-        journal.close()
-    assert seeder.not_yet == 0
+        assert seeder.not_yet == 0
 
 
 # ---- whole agents -----------------------------------------------------------------------
