@@ -261,8 +261,11 @@ class CompositeController(Controller):
         changed: list[bool] = []
 
         def change(live: Obj) -> bool:
-            if live.get("status") == wanted:
+            record.parent_live_version = str(meta(live).get("resourceVersion"))
+            before = live.get("status") or {}
+            if before == wanted:
                 return False
+            record.status_changes = sorted(k for k in {*before, *wanted} if before.get(k) != wanted.get(k))
             live["status"] = wanted
             changed.append(True)
             return True

@@ -214,6 +214,8 @@ class Pass:
     finished: float = 0.0
     parent_version: str = ""  # the resourceVersion of the parent this pass read from the cache
     children_versions: dict[str, str] = field(default_factory=dict)  # key -> resourceVersion it read
+    parent_live_version: str = ""  # the parent's resourceVersion on the server when its status was compared
+    status_changes: list[str] = field(default_factory=list)  # the .status keys a status write changed
 
     def triggered_by(self, what: str, obj: Mapping[str, Any]) -> bool:
         return any(r.endswith(describe(what, obj)) for r in self.reasons)

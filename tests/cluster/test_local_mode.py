@@ -92,17 +92,23 @@ def test_cache_becomes_ready_on_every_selected_node(
     assert all(w.startswith("update ModelCacheNode") for w in child_writes), child_writes
     # A pass that changes nothing writes nothing: a selected Node's heartbeat brings one.
     # The agents' last status writes may still be in flight: a pass that also carries one of them,
-    # or reads a copy its informer updated after the pass was queued (its event then queues the
-    # next pass), is not a pass that changes nothing; so beat again until a pass serves the
-    # heartbeat alone and reads the copies the pass before it read.
+    # reads a copy its informer updated after the pass was queued, or reads a parent older than the
+    # last status write (its conditions' transition times are then computed afresh; the write's event
+    # queues the next pass) is not a pass that changes nothing. So beat again until a pass serves the
+    # heartbeat alone, reads the copies the pass before it read, and reads the parent as it is live.
     for _ in range(5):
         steady = composite.wait_pass(
             key, served_by(heartbeat(installed.admin, NODES[0])), 30, "after the heartbeat"
         )
         before = [p for p in composite.passes(key) if p.finished and p.finished <= steady.started]
-        if len(steady.reasons) == 1 and before and before[-1].children_versions == steady.children_versions:
+        if (
+            len(steady.reasons) == 1
+            and before
+            and before[-1].children_versions == steady.children_versions
+            and steady.parent_version == steady.parent_live_version
+        ):
             break
-    assert steady.writes == [] and not steady.error
+    assert steady.writes == [] and not steady.error, steady.status_changes
     assert steady.response["status"]["phase"] == names.PHASE_READY
     parent_uid = parent["metadata"]["uid"]
     children = modelcachenodes(installed.admin, NS, "tiny")
