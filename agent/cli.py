@@ -186,6 +186,7 @@ def _download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         progress=progress,
         cancel=cancel,
         part_size=args.part_size << 20,
+        direct_writes=not args.buffered_writes,
         credentials=credentials,
         credentials_from=f"the files in {credentials_dir}" if credentials_dir else "the environment",
         # a mounted Secret (the PVC Job mounts the cache's own) is the only credential then
@@ -310,6 +311,11 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
     dl.add_argument("--staging-dir", help="where to stage (same filesystem as --dest)")
     dl.add_argument("--part-size", type=_positive, default=Options.part_size >> 20, help="MiB per byte range")
     dl.add_argument("--quiet", action="store_true", help="no progress lines")
+    dl.add_argument(
+        "--buffered-writes",
+        action="store_true",
+        help="write through the page cache even on a local disk (default: O_DIRECT for large files there)",
+    )
     sig = dl.add_argument_group(
         "signed models (OpenSSF model signing; the bundle is checked before publishing)"
     )

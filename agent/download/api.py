@@ -178,6 +178,9 @@ class Result:
     bytes_from_peers: int = 0  # fetched from other nodes' copies (praesto.agent.peers), verified the same way
     bytes_deduplicated: int = 0
     bytes_resumed: int = 0
+    bytes_written_direct: int = (
+        0  # of those fetched, written with O_DIRECT, bypassing the page cache (writes.py)
+    )
     seconds: float = 0.0
 
 
@@ -292,6 +295,9 @@ class Options:
     part_size: int = 16 << 20  # byte-range size for large files; also the resume granularity
     memory_budget: int = 32 << 20  # out-of-order bytes held for in-order hashing before re-reading
     checkpoint_seconds: float = 1.0  # how often completed parts are fsync'd and journaled
+    # O_DIRECT for large files' aligned chunks when staging is on a local disk (writes.py); False:
+    # always through the page cache (--buffered-writes).
+    direct_writes: bool = True
     peers: PartSource | None = None  # other nodes' copies, tried before the origin per range
     # Where each part in flight has been written to, for peers copying it as it arrives (arrivals.py);
     # set by the agent's peering for downloads other nodes may copy, None otherwise.

@@ -126,9 +126,9 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
     result = engine.result
     result.seconds = time.monotonic() - started
     log.info(
-        "published dest=%s commit=%s origin_bytes=%d dedup_bytes=%d resumed_bytes=%d seconds=%.2f",
+        "published dest=%s commit=%s origin_bytes=%d dedup_bytes=%d resumed_bytes=%d direct_bytes=%d seconds=%.2f",
         dest, plan.revision, result.bytes_from_origin, result.bytes_deduplicated, result.bytes_resumed,
-        result.seconds,
+        result.bytes_written_direct, result.seconds,
     )  # fmt: skip
     return result
 

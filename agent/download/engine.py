@@ -68,6 +68,7 @@ from praesto.agent.download.publish import (
     remember_origin,
     stored_object_key,
 )
+from praesto.agent.download.writes import DirectWrites, direct_writes_possible
 
 log = logging.getLogger("praesto.download")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -79,6 +80,7 @@ class FileJob:
     staged: Path
     parts: list[tuple[int, int]]
     fd: int = -1
+    direct: DirectWrites | None = None  # O_DIRECT writes of its aligned chunks (writes.py)
     hasher: StreamHasher | None = None
     remaining: int = 0
     unjournaled: list[int] = field(default_factory=list)
@@ -117,6 +119,7 @@ class Engine:
         self._verified_unjournaled: list[tuple[str, str]] = []
         self._checkpointing = threading.Lock()  # a checkpoint, or a file's reset, at a time
         self._checkpointer = Checkpointer(self._checkpoint, options.checkpoint_seconds, self._failed)
+        self._direct = options.direct_writes and direct_writes_possible(staging)
 
     # ---- set-up: resume, dedup, preallocate -----------------------------------------
     def prepare(self) -> None:
@@ -189,6 +192,8 @@ class Engine:
         if not keep and job.staged.exists():
             job.staged.unlink()  # may be a read-only hard link from an earlier attempt
         job.fd = os.open(job.staged, flags, 0o644)
+        if self._direct and len(job.parts) > 1:  # small files: not worth a second descriptor
+            job.direct = DirectWrites.open(job.staged)
         f = job.file
         job.hasher = StreamHasher(job.fd, f.size, self.budget, f.second_digest())
 
@@ -231,6 +236,7 @@ class Engine:
 
     def close(self) -> None:
         for job in self.jobs:
+            self._close_direct(job)
             if job.fd >= 0:
                 os.close(job.fd)
                 job.fd = -1
@@ -296,7 +302,7 @@ class Engine:
     def _fetch_part(self, job: FileJob, index: int) -> None:
         start, end = job.parts[index]
         pos = [start]
-        hasher, fd = job.hasher, job.fd
+        hasher, fd, direct = job.hasher, job.fd, job.direct
         assert hasher is not None
         meter = self._meter.__dict__.setdefault("m", [0, 0.0])  # this connection: bytes, seconds
         last = [0.0]  # when the previous chunk of this part arrived
@@ -304,7 +310,7 @@ class Engine:
         arrivals = self.options.arrivals
 
         def sink(offset: int, chunk: memoryview, peer: bool = False) -> None:
-            written = 0
+            written = len(chunk) if direct is not None and direct.write(offset, chunk) else 0
             while written < len(chunk):
                 written += os.pwrite(fd, chunk[written:], offset + written)
             pos[0] = offset + len(chunk)
@@ -394,6 +400,7 @@ class Engine:
             expected, got = wrong
             blamed = self.options.peers is not None and self.options.peers.blame(f)  # then origin only
             if job.checksum_retries >= 1 and not blamed:
+                self._close_direct(job)
                 with job.lock:
                     fd, job.fd = job.fd, -1
                 os.close(fd)
@@ -413,6 +420,7 @@ class Engine:
                 with self._cond:
                     self.done -= f.size
                 job.hasher.discard()
+                self._close_direct(job)
                 with job.lock:
                     os.close(job.fd)
                     self._open(job, keep=False)
@@ -420,6 +428,7 @@ class Engine:
                     job.unjournaled.clear()
             self._enqueue([(job, i) for i in range(len(job.parts))])
             return
+        self._close_direct(job)
         with job.lock:
             fd, job.fd = job.fd, -1
             job.unjournaled.clear()
@@ -436,6 +445,14 @@ class Engine:
             log.debug("file=%s hashed %d bytes from disk", f.path, job.hasher.read_back)
         with self._cond:
             self._verified_unjournaled.append((f.path, sha256))
+
+    def _close_direct(self, job: FileJob) -> None:
+        """Every part of `job` has landed (or it starts over): count and close its O_DIRECT descriptor."""
+        direct, job.direct = job.direct, None
+        if direct is not None:
+            with self._cond:
+                self.result.bytes_written_direct += direct.bytes
+            direct.close()
 
     def _checkpoint(self) -> None:
         """fdatasync files with newly completed parts, then journal them and the files verified since

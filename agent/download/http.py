@@ -2,7 +2,8 @@
 
 Why `http.client` and not httpx2 (which `huggingface_hub` uses for metadata): a ranged
 GET here is a straight `readinto()` from the socket into a reused 1 MiB per-thread
-buffer, then `pwrite` and hashing from that same buffer: no per-chunk objects, no
+page-aligned buffer, then `pwrite` (O_DIRECT where it can: writes.py) and hashing from that same
+buffer: no per-chunk objects, no
 extra layers, and every blocking step releases the GIL. The resulting downloader is
 measured against `hf download` (httpx2) and aria2c in bench/download_bench.py; an
 httpx2 variant of this module was not benchmarked separately. Connections are per
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import email.utils
 import http.client
+import mmap
 import os
 import random
 import ssl
@@ -26,6 +28,7 @@ from urllib.parse import urljoin, urlsplit
 
 from praesto.agent.download.api import DownloadCancelled, LastingDownloadError, Target
 from praesto.agent.download.proxies import proxy_for
+from praesto.agent.download.writes import aligned_buffer
 
 CHUNK = 1 << 20
 MAX_ATTEMPTS = 8
@@ -187,9 +190,9 @@ class Transport:
                 raise Redirect(Target(url, target.authorized and origin(url) == self.hub_origin))
             if resp.status not in (200, 206):
                 check_status(resp, target.url)
-            buf: bytearray | None = self._local.__dict__.get("buf")
+            buf: mmap.mmap | None = self._local.__dict__.get("buf")
             if buf is None:  # one buffer per thread, reused by every fetch on it
-                buf = self._local.buf = bytearray(CHUNK)
+                buf = self._local.buf = aligned_buffer(CHUNK)  # O_DIRECT may write from it
             view = memoryview(buf)
             offset = start
             while offset < end:
