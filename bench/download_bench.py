@@ -101,8 +101,8 @@ which does not hash: 0.65 s user + 2.3-2.8 s sys). With O_DIRECT: 2.2 s user + 1
           same disk (its writes queue behind nginx's reads; buffered ones are deferred); a remote
           origin does not share the node's disk
   peak RSS medians 61-66 MiB (the page-aligned buffers are mmap'd, not malloc'd).
-  An O_DIRECT attempt on the EPYC (above) was slower; its disk was not measured for direct writes
-  then (here: dd oflag=direct 1 MiB blocks 1.4 GB/s): re-measure there before trusting 1.8x.
+  The O_DIRECT attempt on the EPYC (above) was slower there, for reasons not established then (this
+  disk: dd oflag=direct, 1 MiB blocks, 1.4 GB/s): re-measure on such a machine before trusting 1.8x.
 """
 
 from __future__ import annotations
