@@ -93,6 +93,7 @@ class Job:
                 credentials_from=where,
                 identity_allowed=self.credentials.identity_allowed(self.ref),
                 concurrency=self.options.concurrency,
+                direct_writes=self.options.direct_writes,
                 blobs_dir=self.layout.blobs_dir,
                 dedup_scope=self.ref.namespace,
                 staging_dir=(self.layout.next_staging_dir if self.ref.beside else self.layout.staging_dir)(
@@ -170,6 +171,7 @@ class JobRunner:
         *,
         endpoint: str | None,
         concurrency: int,
+        direct_writes: bool = True,
         ca_bundle: str | None = None,
         store_env: Mapping[str, str] | None = None,
         max_parallel: int,
@@ -179,6 +181,7 @@ class JobRunner:
         self.layout, self.kube, self.room, self.status, self.metrics = layout, kube, room, status, metrics
         self.credentials, self.planner, self.done = credentials, planner, done
         self.endpoint, self.concurrency, self.ca_bundle = endpoint, concurrency, ca_bundle
+        self.direct_writes = direct_writes
         self.store_env: Mapping[str, str] = store_env or {}
         self.peering, self.budget = peering, budget
         # each download gives its share of the origin slots back when it ends
@@ -189,6 +192,7 @@ class JobRunner:
         """Queue a download of `ref`; it runs once a pool thread is free."""
         options = dlapi.Options(
             endpoint=self.endpoint, concurrency=self.concurrency, ca_bundle=self.ca_bundle,
+            direct_writes=self.direct_writes,
             store_env=self.store_env,  # the store clients' settings and the proxies, from the edge
         )  # fmt: skip
         job = Job(

@@ -54,6 +54,7 @@ class AgentConfig:
     # clients' settings come from (workload identity, endpoints, proxies)
     store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     concurrency: int = 8
+    direct_writes: bool = True  # O_DIRECT for large files on a local-disk store (download/writes.py)
     max_parallel_caches: int = 2
     reserve: str | None = None  # None: max(30 GiB, 15% of the disk)
     tick_seconds: float = 1.0

@@ -31,6 +31,9 @@ from praesto.agent.reconcile import AgentConfig
 from praesto import credscope, names, quota
 from praesto.quantity import QuantityError, parse_duration, parse_quantity
 
+WRITE_DIRECT, WRITE_BUFFERED = "direct", "buffered"
+WRITE_MODES = (WRITE_DIRECT, WRITE_BUFFERED)
+
 
 class SettingsError(ValueError):
     """A bad flag or variable: names it, says what is wrong and what to set."""
@@ -94,6 +97,10 @@ class AgentSettings:
     download trusts besides the system roots."""
     concurrency: int = AgentConfig.concurrency
     """--concurrency (PRAESTO_CONCURRENCY): parallel connections per download."""
+    write_mode: str = WRITE_DIRECT
+    """--write-mode (PRAESTO_WRITE_MODE, chart nodeAgent.writeMode): 'direct', large files' bytes go to
+    a local-disk store with O_DIRECT, past the page cache (agent/download/writes.py; network and memory
+    filesystems stay buffered anyway); 'buffered', always through the page cache."""
     max_parallel_caches: int = AgentConfig.max_parallel_caches
     """--max-parallel-caches (PRAESTO_MAX_PARALLEL_CACHES): caches downloading at once on this node."""
     reserve: str | None = None
@@ -141,6 +148,7 @@ class AgentSettings:
             hf_endpoint=args.hf_endpoint,
             ca_bundle=args.ca_bundle,
             concurrency=args.concurrency,
+            write_mode=args.write_mode,
             max_parallel_caches=args.max_parallel_caches,
             reserve=args.reserve,
             metrics=MetricsSettings(args.metrics_port, args.metrics_address, args.metrics_from),
@@ -166,6 +174,7 @@ class AgentSettings:
             ca_bundle=self.ca_bundle,
             store_env=self.store_env,
             concurrency=self.concurrency,
+            direct_writes=self.write_mode == WRITE_DIRECT,
             max_parallel_caches=self.max_parallel_caches,
             reserve=self.reserve,
             quotas=self.quotas,
@@ -189,6 +198,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str
         help="node-local store; must already exist (default %(default)s)")  # fmt: skip
     add("--concurrency", type=int, default=env("PRAESTO_CONCURRENCY") or str(AgentSettings.concurrency),
         help="parallel connections per download (default %(default)s)")  # fmt: skip
+    add("--write-mode", choices=WRITE_MODES, default=env("PRAESTO_WRITE_MODE") or AgentSettings.write_mode,
+        help="direct: O_DIRECT for large files on a local-disk store; buffered: through the page cache (default %(default)s)")  # fmt: skip
     add("--max-parallel-caches", type=int,
         default=env("PRAESTO_MAX_PARALLEL_CACHES") or str(AgentSettings.max_parallel_caches),
         help="caches downloading at once on this node (default %(default)s)")  # fmt: skip
@@ -255,6 +266,10 @@ def check_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> str | N
         )
     if args.concurrency < 1 or args.max_parallel_caches < 1:
         return "--concurrency and --max-parallel-caches must be at least 1"
+    if args.write_mode not in WRITE_MODES:  # argparse checks a flag's choices, not a variable's
+        return (
+            f"--write-mode (PRAESTO_WRITE_MODE): {args.write_mode!r} is not one of {', '.join(WRITE_MODES)}"
+        )
     if args.startup_taint_deadline <= 0:
         return (
             f"--startup-taint-deadline: {args.startup_taint_deadline:g} must be positive seconds, e.g. 1800"

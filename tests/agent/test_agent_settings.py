@@ -164,6 +164,18 @@ def test_scrub_settings_reach_the_agent_and_zero_disables() -> None:
     assert settings({"NODE_NAME": "n"}, "--scrub-interval=0").agent_config().scrub_interval == 0.0
 
 
+def test_the_write_mode_reaches_the_downloads_and_a_bad_one_is_refused() -> None:
+    assert settings({"NODE_NAME": "n"}).agent_config().direct_writes  # default: O_DIRECT on a local disk
+    assert not settings({"NODE_NAME": "n", "PRAESTO_WRITE_MODE": "buffered"}).agent_config().direct_writes
+    assert (
+        settings({"NODE_NAME": "n", "PRAESTO_WRITE_MODE": "buffered"}, "--write-mode=direct").write_mode
+        == "direct"
+    )
+    with pytest.raises(SettingsError) as refused:
+        settings({"NODE_NAME": "n", "PRAESTO_WRITE_MODE": "odirect"})
+    assert str(refused.value) == "--write-mode (PRAESTO_WRITE_MODE): 'odirect' is not one of direct, buffered"
+
+
 def test_a_value_of_the_wrong_type_in_the_environment_is_refused_naming_the_flag(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
