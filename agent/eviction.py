@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from praesto.agent.download.publish import ORIGIN_INDEX, recall_origin
+from praesto.agent.download.publish import ORIGIN_INDEX, SHARING, recall_origin
 
 from praesto import names, store
 from praesto.store import StoreLayout
@@ -140,7 +140,9 @@ def gc_blobs(layout: StoreLayout) -> int:
     for entry in os.scandir(layout.blobs_dir):
         try:
             st = entry.stat(follow_symlinks=False)
-            if entry.is_file(follow_symlinks=False) and st.st_nlink == 1:
+            if entry.name.startswith(SHARING):  # a share a crash interrupted: not a blob
+                os.unlink(entry.path)
+            elif entry.is_file(follow_symlinks=False) and st.st_nlink == 1:
                 os.unlink(entry.path)
                 freed += st.st_size
         except FileNotFoundError:

@@ -226,16 +226,35 @@ def remember_origin(blobs: Path | None, key: str, sha256: str) -> None:
         return  # dedup is an optimisation; a failure to record must not fail the download
 
 
+SHARING = ".sharing-"  # a blob's passing second name while it replaces a staged copy (gc_blobs drops strays)
+
+
 def add_to_blobs(blobs: Path | None, sha256: str, path: Path) -> None:
+    """Make the verified file at `path` the blob for `sha256`, or share the blob already there."""
     if blobs is None:
         return
     try:
         blobs.mkdir(parents=True, exist_ok=True)
         os.link(path, blobs / sha256)
     except FileExistsError:
-        pass
+        _share(blobs / sha256, path)
     except OSError:
         return  # dedup is an optimisation; a failure to share must not fail the download
+
+
+def _share(blob: Path, path: Path) -> None:
+    """Another download verified the same bytes first (two caches of one model fetched at once): `path`
+    becomes a name of the blob's inode, in one rename, so the node stores the bytes once."""
+    passing = blob.with_name(f"{SHARING}{blob.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        theirs, mine = os.stat(blob), os.stat(path)
+        if theirs.st_ino == mine.st_ino or theirs.st_size != mine.st_size:
+            return
+        os.link(blob, passing)
+        os.replace(passing, path)
+    except OSError:  # e.g. the blob's link limit: both copies stay, each verified
+        with contextlib.suppress(OSError):
+            os.unlink(passing)
 
 
 def _folders(paths: Iterable[str]) -> set[str]:

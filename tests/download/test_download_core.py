@@ -12,9 +12,12 @@ import pytest
 from praesto.agent.download import DownloadCancelled, DownloadError, Options, download, plan
 from praesto.agent.download.api import Result
 from praesto.agent.download.arrivals import Arrivals
+from praesto.agent.download.publish import SHARING, add_to_blobs
+from praesto.agent.eviction import gc_blobs
 
 from praesto import names
 from praesto.spec import Source
+from praesto.store import StoreLayout
 from testkit.hub import LocalHub
 from tests.download.conftest import MiB, options_for, sample_files, tree_of
 
@@ -237,6 +240,28 @@ def test_dedup_between_two_caches_links_instead_of_fetching(hub: LocalHub, tmp_p
     for path in lfs:
         a, b = (tmp_path / "store" / "ns" / x / path for x in ("a", "b"))
         assert a.stat().st_ino == b.stat().st_ino and b.read_bytes() == files[path]
+
+
+def test_two_caches_verifying_the_same_bytes_at_once_share_one_inode(tmp_path: Path) -> None:
+    """Both fetched before either was in the blob area (two caches of one model at once): the second
+    to verify takes the first one's inode, so the node stores the bytes once."""
+    layout = StoreLayout(tmp_path / "store")
+    data = os.urandom(6000)
+    sha256 = hashlib.sha256(data).hexdigest()
+    first, second = (tmp_path / name for name in ("first", "second"))
+    for path in (first, second):
+        path.write_bytes(data)
+        path.chmod(0o444)
+    add_to_blobs(layout.blobs_dir, sha256, first)
+    add_to_blobs(layout.blobs_dir, sha256, second)
+    blob = layout.blobs_dir / sha256
+    assert first.stat().st_ino == second.stat().st_ino == blob.stat().st_ino
+    assert second.read_bytes() == data and blob.stat().st_nlink == 3
+    # A share a crash interrupted leaves the blob's passing second name: the blob GC drops it, not the blob.
+    os.link(blob, layout.blobs_dir / f"{SHARING}{sha256}.1.2")
+    gc_blobs(layout)
+    assert sorted(p.name for p in layout.blobs_dir.iterdir()) == [sha256]
+    assert blob.stat().st_nlink == 3
 
 
 def test_a_second_cache_of_the_same_revision_takes_nothing_from_the_origin(
