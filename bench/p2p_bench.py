@@ -45,6 +45,13 @@ passed it a prefix for the rest (peers/source.py `_again`), `python -m bench.p2p
   8/1 = 1.08 (1 node 26.46, 8 nodes 28.54). Watched node by node (one round): before, the followers' last
   bytes came 0.4-1.4 s after the seeder's (each hop re-chose its sender from an offer up to
   0.25 s old, was sent to the seeder for a "not yet" and paused); after, within 0.1 s.
+  Later that night, after O_DIRECT writes (download/writes.py), same command, three invocations:
+  1 node 26.13 [25.44-28.49], 8 nodes 27.12 [26.75-32.68]: 8/1 = 1.04
+  1 node 26.69 [26.23-27.19], 8 nodes 27.12 [26.91-27.38]: 8/1 = 1.02
+  1 node 26.54 [26.17-26.71], 8 nodes 26.98 [26.72-27.32]: 8/1 = 1.02
+  origin 1.00x in every run. The full default invocation (`make bench`: 1, 2, 4 and 8 nodes and the
+  CPU-hog row interleaved) gave 1.06 both times it ran that day (8 nodes 27.59 and 27.66): the target's
+  0.26 s margin at 26 s is about this bench's round-to-round noise.
 
 Measured 2026-12-06 afternoon, one process per agent (the default since), quiet 2-core AMD EPYC,
 `python -m bench.p2p_bench --nodes 1,8 --no-hog`, median [min-max] of 3 interleaved rounds,
