@@ -26,12 +26,21 @@ from praesto.agent.startup_taint import StartupTaint
 from praesto import names
 from praesto.store import StoreLayout
 
+# Idle API connections the agent's one client keeps for reuse. Its watches, downloads, status writes
+# and the peer server's identity checks (TokenReview and SubjectAccessReview per new peer) share it;
+# the library's default (5 per CPU: 10 on a 2-CPU node) made urllib3 discard connections ("Connection
+# pool is full") while seven followers asked a seeder at once, and each new one costs a TLS handshake.
+KUBE_CONNECTIONS = 32
+
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
+    configuration = client.Configuration()
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    config.load_incluster_config()
-    return client.ApiClient()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = KUBE_CONNECTIONS
+    return client.ApiClient(configuration)
 
 
 def build(settings: AgentSettings, api: client.ApiClient) -> Agent:
