@@ -178,9 +178,8 @@ class Result:
     bytes_from_peers: int = 0  # fetched from other nodes' copies (praesto.agent.peers), verified the same way
     bytes_deduplicated: int = 0
     bytes_resumed: int = 0
-    bytes_written_direct: int = (
-        0  # of those fetched, written with O_DIRECT, bypassing the page cache (writes.py)
-    )
+    # of those fetched, the bytes written with O_DIRECT, past the page cache (writes.py)
+    bytes_written_direct: int = 0
     seconds: float = 0.0
 
 

@@ -2,9 +2,9 @@
 
 Why `http.client` and not httpx2 (which `huggingface_hub` uses for metadata): a ranged
 GET here is a straight `readinto()` from the socket into a reused 1 MiB per-thread
-page-aligned buffer, then `pwrite` (O_DIRECT where it can: writes.py) and hashing from that same
-buffer: no per-chunk objects, no
-extra layers, and every blocking step releases the GIL. The resulting downloader is
+page-aligned buffer, then `pwrite` (O_DIRECT where it can: writes.py) and hashing from
+that same buffer: no per-chunk objects, no extra layers, and every blocking step
+releases the GIL. The resulting downloader is
 measured against `hf download` (httpx2) and aria2c in bench/download_bench.py; an
 httpx2 variant of this module was not benchmarked separately. Connections are per
 thread, so no locking is needed, and they are reused across parts (keep-alive).

@@ -26,6 +26,7 @@ import ctypes
 import errno
 import mmap
 import os
+import threading
 from pathlib import Path
 
 # Local block filesystems whose O_DIRECT writes go straight to the device, asynchronously queued.
@@ -85,12 +86,16 @@ class DirectWrites:
     """A second descriptor of one staged file, opened O_DIRECT, for the aligned chunks of its download.
 
     The engine keeps its own buffered descriptor for everything else (the unaligned rest,
-    preallocation, fdatasync and read-back); both name the same inode.
+    preallocation, fdatasync and read-back); both name the same inode. Several fetch threads
+    write parts of one file at once, so the descriptor stays open until the engine closes it
+    (after the file's last part): a refusal only stops its use, never closes it under a writer.
     """
 
     def __init__(self, path: Path) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+        self.refused = False  # the filesystem refused an aligned write: buffered from then on
         self.bytes = 0  # written directly, for Result.bytes_written_direct
+        self._counting = threading.Lock()
 
     @classmethod
     def open(cls, path: Path) -> DirectWrites | None:
@@ -104,7 +109,7 @@ class DirectWrites:
 
     def write(self, offset: int, chunk: memoryview) -> bool:
         """Write `chunk` at `offset` to the device if both are aligned; False: the caller writes it buffered."""
-        if self.fd < 0 or not _aligned(offset, chunk):
+        if self.refused or self.fd < 0 or not _aligned(offset, chunk):
             return False
         written = 0
         try:
@@ -113,9 +118,10 @@ class DirectWrites:
         except OSError as error:
             if error.errno != errno.EINVAL or written:
                 raise
-            self.close()  # refused after all (a block size above ALIGNMENT): buffered from now on
+            self.refused = True  # e.g. a logical block above ALIGNMENT: buffered from now on
             return False
-        self.bytes += written
+        with self._counting:
+            self.bytes += written
         return True
 
     def close(self) -> None:
