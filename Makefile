@@ -4,7 +4,7 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install run test lint typecheck unit cluster-bin test-cluster node-bin test-node registry-bin bench stubs
+.PHONY: install run test lint typecheck unit cluster-bin test-cluster node-bin test-node registry-bin tools-bin bench stubs
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	bash scripts/install.sh $(VENV)
@@ -42,6 +42,11 @@ test-cluster: install cluster-bin
 node-bin:
 	bash scripts/build_cluster.sh tests/node
 
+## Build the chart, alert and release checks' upstream CLIs (helm v4.3.2, promtool v0.316.0, actionlint
+## v1.7.12) into build/cluster (tests/tools)
+tools-bin:
+	bash scripts/build_cluster.sh tests/tools
+
 ## Build the OCI tests' upstream registry (distribution v3.1.2) and client (oras v1.3.6) into build/cluster (tests/registry)
 registry-bin:
 	bash scripts/build_cluster.sh tests/registry
@@ -52,7 +57,7 @@ test-node: install cluster-bin node-bin
 
 ## Lint, type-check, build the tiers' binaries (the suite's image test runs on the node's containerd), then the
 ## whole test suite, control-plane and node tiers included (what CI runs)
-test: lint typecheck cluster-bin node-bin registry-bin unit test-cluster test-node
+test: lint typecheck cluster-bin node-bin registry-bin tools-bin unit test-cluster test-node
 
 ## Regenerate the CSI gRPC stubs from csi/proto/csi.proto
 stubs: install

@@ -6,9 +6,11 @@
 #   tests/cluster/compat-1.30  the oldest kube-apiserver the chart claims (etcd + apiserver)
 #   tests/node                 kubelet (same k8s.io/kubernetes release), containerd, its runc shim, ctr
 #   tests/registry             the CNCF distribution registry and the ORAS CLI (the OCI source tests)
+#   tests/tools                helm (v4), promtool and actionlint: the chart, alert and release checks
 # A cold build takes ~10 minutes per module on 2 cores; later runs reuse it (and the Go
 # build cache makes a rebuild after a small change quick).
-# A module may hold a build.env that sets CGO_ENABLED and TAGS (containerd: no cgo, no btrfs).
+# A module may hold a build.env that sets CGO_ENABLED and TAGS (containerd: no cgo, no btrfs), and
+# PACKAGES: upstream main packages built as they are, beside ./cmd/... (promtool).
 # Usage: build_cluster.sh [module dir, default tests/cluster]. build/cluster/<link> points at the
 # newest build: `current` for tests/cluster, the module folder's name otherwise.
 set -euo pipefail
@@ -20,6 +22,7 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 CGO_ENABLED="$(go env CGO_ENABLED)"
 TAGS=""
+PACKAGES=""
 [ -f "$module/build.env" ] && . "$module/build.env"
 key="$(cd "$module" && cat go.mod go.sum $(find cmd -name '*.go' | sort) $(ls build.env 2>/dev/null) \
   "$root/scripts/build_cluster.sh" | sha256sum | cut -c1-16)"
@@ -30,6 +33,7 @@ exec 9>"$root/build/cluster/.lock-$(basename "$module")"
 flock 9
 binaries=()
 for dir in "$module"/cmd/*/; do binaries+=("$(basename "$dir")"); done
+for pkg in $PACKAGES; do binaries+=("$(basename "$pkg")"); done
 complete=1
 for b in "${binaries[@]}"; do [ -x "$out/$b" ] || complete=0; done
 if [ "$complete" = 0 ]; then
@@ -51,8 +55,14 @@ if [ "$complete" = 0 ]; then
   if [ -n "$containerd" ]; then
     ldflags+=" -X github.com/containerd/containerd/v2/version.Version=$containerd"
   fi
+  helm="$(cd "$module" && go list -m -f '{{.Version}}' helm.sh/helm/v4 2>/dev/null || true)"
+  if [ -n "$helm" ]; then
+    # As helm's Makefile stamps a release build, so `helm version` says the release.
+    ldflags+=" -X helm.sh/helm/v4/internal/version.version=$helm -X helm.sh/helm/v4/internal/version.metadata="
+    ldflags+=" -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
+  fi
   (cd "$module" && CGO_ENABLED="$CGO_ENABLED" go build -buildvcs=false -trimpath -tags "$TAGS" \
-    -ldflags "$ldflags" -o "$out.tmp/" ./cmd/...)
+    -ldflags "$ldflags" -o "$out.tmp/" ./cmd/... $PACKAGES)
   rm -rf "$out" && mv "$out.tmp" "$out"
 fi
 link=current
