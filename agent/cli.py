@@ -22,6 +22,10 @@ printed: every line this command writes is scrubbed of it. Object-store credenti
 come from the environment (AWS_ACCESS_KEY_ID, ...; see download/objcreds.py) and from
 the files of a mounted Secret in --credentials-dir (the PVC-mode Job), scrubbed alike.
 
+Bad input (a --dest that is a file, unwritable or full of the user's own files, a missing
+--credentials-dir, an unknown --log-level) is refused in one line with exit 2 before anything is
+fetched (agent/cli_download.py, download/destination.py, praesto/cliargs.py).
+
 This is `praesto-agent`'s process edge: `main` takes the process environment, once, and hands that
 mapping to what builds each subcommand's settings (the flags' defaults, `DownloadSettings` for
 `download`, agent/settings.py `AgentSettings` for `run`); nothing below reads the environment.
@@ -30,208 +34,49 @@ mapping to what builds each subcommand's settings (the flags' defaults, `Downloa
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 
-from praesto.agent.download import (
-    DownloadCancelled,
-    DownloadError,
-    Options,
-    TemporaryDownloadError,
-    crashpoints,
-    download,
-    plan,
+from praesto.agent.cli_download import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SIGNATURE_INVALID,
+    EXIT_TEMPFAIL,
+    EXIT_TOO_LARGE,
+    run_download,
+    say,
 )
-from praesto.agent.download.objcreds import settings_from_env
-from praesto.agent.download.settings import DownloadSettings
-from praesto.agent.download.signature import policy_from_files
+from praesto.agent.download import Options, crashpoints
+from praesto.agent.download.destination import ALLOW_EXISTING_FLAG
 
 from praesto import names
-from praesto.quantity import QuantityError, format_bytes, parse_quantity
-from praesto.spec import parse_uri
+from praesto.cliargs import EXIT_USAGE, CommandParser, add_version, log_level, positive_int, seconds
+from praesto.spec import URI_EXAMPLES
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TEMPFAIL, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
-EXIT_TOO_LARGE = names.DOWNLOAD_EXIT_TOO_LARGE  # SizeExceedsRequest: the PVC Job fails at once on it
-EXIT_SIGNATURE_INVALID = names.DOWNLOAD_EXIT_SIGNATURE_INVALID  # likewise for SignatureInvalid
+DESCRIPTION = "Praesto's node agent (run), its one-shot verified download, and the PVC-mode wait."
+SOURCE_NOTES = {
+    "hf": "a Hugging Face model; token from --token-file or $HF_TOKEN",
+    "s3": "S3 or S3-compatible; keys from the environment or --credentials-dir",
+    "gs": "Google Cloud Storage; likewise",
+    "az": "Azure Blob Storage; the account from AZURE_STORAGE_ACCOUNT_NAME",
+    "oci": "an OCI / ModelPack artifact; login from --registry-config",
+}
+EPILOG = (
+    "sources (download):\n"
+    + "".join(f"  {URI_EXAMPLES[s]:<46} {note}\n" for s, note in SOURCE_NOTES.items())
+    + f"""
+exit codes (download): {EXIT_OK} published or already complete; {EXIT_FAILED} failed for good (the reason
+says why); {EXIT_USAGE} bad usage, nothing fetched; {EXIT_TOO_LARGE} larger than --max-bytes; {EXIT_SIGNATURE_INVALID} signature missing,
+invalid or not matching; {EXIT_TEMPFAIL} temporary, run again to resume; {EXIT_INTERRUPTED} interrupted, staging kept.
 
-
-class _Scrub(logging.Filter):
-    """Last line of defence: no log record carries the token or a credential."""
-
-    def __init__(self, secret: str | None) -> None:
-        super().__init__()
-        self.secret = secret
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        scrubbed = _scrub(message, self.secret)
-        if scrubbed != message:
-            record.msg, record.args = scrubbed, None
-        return True
-
-
-_SECRETS: list[str] = []  # credential values seen by this process (memory only)
-
-
-def _scrub(text: str, secret: str | None) -> str:
-    for value in [secret, *_SECRETS]:
-        if value and len(value) >= 4:
-            text = text.replace(value, "***")
-    return text
-
-
-def _say(text: str, secret: str | None, stream: object = sys.stderr) -> None:
-    print(_scrub(text, secret), file=stream, flush=True)  # type: ignore[call-overload]
-
-
-def _read_token(args: argparse.Namespace, settings: DownloadSettings) -> str | None:
-    if args.token_file:
-        try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as error:
-            raise ValueError(
-                f"--token-file {args.token_file}: {error.strerror}; give a readable file"
-            ) from None
-        return token or None
-    return settings.hf_token
-
-
-def _registry_config(path: str | None, credentials_dir: Path | None) -> dict[str, str] | None:
-    """An OCI login: --registry-config (a Docker config.json), else a mounted dockerconfigjson Secret."""
-    mounted = credentials_dir / names.DOCKER_CONFIG_KEY if credentials_dir else None
-    chosen = Path(path) if path else mounted if mounted and mounted.is_file() else None
-    if chosen is None:
-        return None
-    try:
-        return {names.DOCKER_CONFIG_KEY: chosen.read_text()}
-    except OSError as error:
-        raise ValueError(
-            f"--registry-config {chosen}: {error.strerror}; give a readable Docker config.json"
-        ) from None
-
-
-def _download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    source, errors = parse_uri(args.source, "SOURCE")
-    if errors or source is None:
-        _say(f"error: {errors[0] if errors else 'SOURCE: unsupported'}", None)
-        return EXIT_USAGE
-    if args.revision:
-        source = source.with_revision(args.revision)
-    try:
-        max_bytes = parse_quantity(args.max_bytes) if args.max_bytes else None
-    except QuantityError as error:
-        _say(f"error: --max-bytes: {error}; e.g. --max-bytes 20Gi", None)
-        return EXIT_USAGE
-    settings = DownloadSettings.from_env(env)
-    credentials_dir = Path(args.credentials_dir) if args.credentials_dir else None
-    credentials = settings_from_env(env, credentials_dir) if source.scheme not in ("hf", "oci") else None
-    if source.scheme == "oci":
-        try:
-            credentials = _registry_config(args.registry_config, credentials_dir)
-        except ValueError as error:
-            _say(f"error: {error}", None)
-            return EXIT_USAGE
-    _SECRETS.extend(v for v in (credentials or {}).values() if v)
-    if args.allow or args.ignore:
-        source = type(source)(
-            source.scheme, source.location, source.revision, tuple(args.allow), tuple(args.ignore)
-        )
-    try:
-        token = _read_token(args, settings)
-        signature = policy_from_files(
-            public_key=args.signature_public_key,
-            certificate=args.signature_certificate,
-            chain=tuple(args.signature_certificate_chain),
-            identity=args.signature_identity,
-            oidc_issuer=args.signature_oidc_issuer,
-            path=args.signature_path,
-        )
-    except ValueError as error:
-        _say(f"error: {error}", None)
-        return EXIT_USAGE
-    logging.getLogger().addFilter(_Scrub(token))
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_Scrub(token))
-    cancel = threading.Event()
-    last = [0.0]
-
-    def progress(done: int, total: int) -> None:
-        now = time.monotonic()
-        if not args.quiet and (now - last[0] >= 2.0 or done == total):
-            last[0] = now
-            pct = 100 * done // total if total else 100
-            _say(f"progress: {format_bytes(done)} of {format_bytes(total)} ({pct}%)", token)
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        cancel.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    options = Options(
-        endpoint=args.endpoint or settings.hf_endpoint,
-        ca_bundle=settings.ca_bundle,
-        store_env=settings.store_env,
-        token=token,
-        concurrency=args.concurrency,
-        blobs_dir=Path(args.blobs_dir) if args.blobs_dir else None,
-        staging_dir=Path(args.staging_dir) if args.staging_dir else None,
-        progress=progress,
-        cancel=cancel,
-        part_size=args.part_size << 20,
-        direct_writes=not args.buffered_writes,
-        credentials=credentials,
-        credentials_from=f"the files in {credentials_dir}" if credentials_dir else "the environment",
-        # a mounted Secret (the PVC Job mounts the cache's own) is the only credential then
-        identity_allowed=credentials_dir is None,
-        max_bytes=max_bytes,
-        signature=signature,
-        plain_http=args.plain_http,
-    )
-    try:
-        resolved = plan(source, options)
-        _say(
-            f"planned: {source.uri} {source.revision} -> {resolved.revision}, "
-            f"{len(resolved.files)} files, {format_bytes(resolved.total_bytes)}",
-            token,
-        )
-        result = download(resolved, Path(args.dest), options)
-    except DownloadCancelled:
-        _say("interrupted: staging kept; run the same command again to resume", token)
-        return EXIT_INTERRUPTED
-    except DownloadError as error:
-        _say(f"error: {error.reason}: {error.message}", token)
-        if error.reason == "SizeExceedsRequest":
-            return EXIT_TOO_LARGE
-        if error.reason == names.REASON_SIGNATURE_INVALID:
-            return EXIT_SIGNATURE_INVALID
-        return EXIT_TEMPFAIL if isinstance(error, TemporaryDownloadError) else EXIT_FAILED
-    _report(settings.termination_log, resolved.revision, result.plan.total_bytes)
-    _say(
-        f"complete: {args.dest} at {resolved.revision} ({format_bytes(result.bytes_from_origin)} fetched, "
-        f"{format_bytes(result.bytes_deduplicated)} linked, {format_bytes(result.bytes_resumed)} resumed, "
-        f"{result.seconds:.1f}s)",
-        token,
-        sys.stdout,
-    )
-    return EXIT_OK
-
-
-def _report(path: str | None, revision: str, size: int) -> None:
-    """The PVC-mode Job's result for the sync hook: its termination message (hooks/pvc_pod.py)."""
-    if not path:
-        return
-    try:
-        Path(path).write_text(json.dumps({"resolvedRevision": revision, "sizeBytes": size}))
-    except OSError as err:  # a report, not the download: never fail a complete download on it
-        _say(f"warning: could not write {path}: {err}", None)
+Run `praesto-agent <command> --help` for a command's options.
+"""
+)
 
 
 def _wait(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -241,29 +86,44 @@ def _wait(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     announced = False
     while not marker.is_file():
         if deadline is not None and time.monotonic() >= deadline:
-            _say(
+            say(
                 f"error: {args.path} has no {names.COMPLETE_FILE} after {args.timeout:g}s; the download is "
                 "still running or failed: check the ModelCache status and its download Job",
                 None,
             )
             return EXIT_FAILED
         if not announced:
-            _say(f"waiting for {marker}", None)
+            say(f"waiting for {marker}", None)
             announced = True
         time.sleep(min(args.interval, max(0.0, deadline - time.monotonic())) if deadline else args.interval)
-    _say(f"ready: {args.path}", None, sys.stdout)
+    say(f"ready: {args.path}", None, sys.stdout)
     return EXIT_OK
 
 
 def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentParser:
     """`praesto-agent`'s parser; flags with an environment default take it from `env` (the flag wins)."""
-    parser = argparse.ArgumentParser(
-        prog="praesto-agent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = CommandParser(
+        prog="praesto-agent",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--log-level", default=env.get(names.ENV_LOG_LEVEL, names.DEFAULT_LOG_LEVEL))
-    sub = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)  # --log-level also after the subcommand
-    common.add_argument("--log-level", default=argparse.SUPPRESS, help="DEBUG, INFO, WARNING, ERROR")
+    add_version(parser)
+    level_help = (
+        f"DEBUG, INFO, WARNING or ERROR (env {names.ENV_LOG_LEVEL}; default {names.DEFAULT_LOG_LEVEL})"
+    )
+    parser.add_argument(
+        "--log-level",
+        type=log_level,
+        metavar="LEVEL",
+        default=env.get(names.ENV_LOG_LEVEL, names.DEFAULT_LOG_LEVEL),
+        help=level_help,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="<command>", title="commands")
+    common = CommandParser(add_help=False)  # --log-level also after the subcommand
+    common.add_argument(
+        "--log-level", type=log_level, metavar="LEVEL", default=argparse.SUPPRESS, help=level_help
+    )
 
     dl = sub.add_parser(
         "download", parents=[common], help="download a model into a directory, verified, atomically"
@@ -271,10 +131,19 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
     dl.add_argument(
         "source",
         metavar="SOURCE",
-        help="hf://org/name[:revision], s3://, gs:// or az://bucket/prefix, oci://host/repo[:tag|@sha256:digest]",
+        help=", ".join(URI_EXAMPLES.values()),
     )
     dl.add_argument(
-        "--dest", required=True, help="directory to publish (created, or filled in place if it exists)"
+        "--dest",
+        required=True,
+        help="directory to publish: created if missing; an existing one must be empty or hold a "
+        f"Praesto download (or pass {ALLOW_EXISTING_FLAG})",
+    )
+    dl.add_argument(
+        ALLOW_EXISTING_FLAG,
+        action="store_true",
+        help="write into a --dest that holds other files (not written by Praesto): they stay, "
+        "same-named ones are replaced by the model's",
     )
     dl.add_argument("--revision", help="branch, tag or commit (overrides :rev in SOURCE)")
     dl.add_argument("--token-file", help="file holding a Hugging Face token (default: $HF_TOKEN)")
@@ -285,7 +154,9 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
         help="oci://: plain HTTP to a registry on this machine (tests only)",
     )
     dl.add_argument("--endpoint", default=None, help="Hub endpoint or mirror (default: $HF_ENDPOINT)")
-    dl.add_argument("--concurrency", type=_positive, default=Options.concurrency, help="parallel connections")
+    dl.add_argument(
+        "--concurrency", type=positive_int, default=Options.concurrency, help="parallel connections"
+    )
     dl.add_argument(
         "--allow", "--allow-pattern", action="append", default=[], metavar="GLOB", help="only files matching"
     )
@@ -309,7 +180,9 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
     )
     dl.add_argument("--blobs-dir", help="content-addressed dir for dedup hard links (same filesystem)")
     dl.add_argument("--staging-dir", help="where to stage (same filesystem as --dest)")
-    dl.add_argument("--part-size", type=_positive, default=Options.part_size >> 20, help="MiB per byte range")
+    dl.add_argument(
+        "--part-size", type=positive_int, default=Options.part_size >> 20, help="MiB per byte range"
+    )
     dl.add_argument("--quiet", action="store_true", help="no progress lines")
     dl.add_argument(
         "--buffered-writes",
@@ -343,12 +216,12 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
         metavar="PATH",
         help=f"the bundle, relative to the model root (default {names.DEFAULT_SIGNATURE_FILE})",
     )
-    dl.set_defaults(func=_download)
+    dl.set_defaults(func=run_download)
 
     wait = sub.add_parser("wait", parents=[common], help="wait until a directory holds a complete download")
     wait.add_argument("--path", required=True)
-    wait.add_argument("--timeout", type=float, default=0.0, help="seconds; 0 waits forever")
-    wait.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    wait.add_argument("--timeout", type=seconds, default=0.0, help="seconds; 0 waits forever")
+    wait.add_argument("--interval", type=seconds, default=0.5, help=argparse.SUPPRESS)
     wait.set_defaults(func=_wait)
 
     run = sub.add_parser("run", help="run the node agent (DaemonSet)")
@@ -359,13 +232,6 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
         add_run_arguments(run, env)
         run.set_defaults(func=run_daemon)
     return parser
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be a positive integer")
-    return value
 
 
 def _command(argv: list[str]) -> str | None:
@@ -389,7 +255,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     parser = build_parser(_command(argv) == "run", env)
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     logging.getLogger("httpx2").setLevel(logging.WARNING)

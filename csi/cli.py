@@ -19,14 +19,16 @@ from praesto.csi.sockets import EndpointError
 from praesto.csi.volume import CsiError
 
 from praesto import names
+from praesto.cliargs import EXIT_USAGE, CommandParser, add_version
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     """`praesto-csi`'s parser; flags with an environment default take it from `env` (the flag wins)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="praesto-csi",
         description=f"CSI node plugin {names.CSI_DRIVER_NAME}: read-only model cache mounts",
     )
+    add_version(parser)
     add_arguments(parser, env)
     return parser
 
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
         settings = CsiSettings.from_args(args)
     except SettingsError as err:
         print(f"praesto-csi: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         serve(
             settings.endpoint,
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
         )
     except EndpointError as err:
         print(f"praesto-csi: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except RegistrationFailed as err:  # exit non-zero so that the DaemonSet restarts the plugin
         print(f"praesto-csi: {err}", file=sys.stderr)
         return 1

@@ -18,10 +18,10 @@ from pathlib import Path
 from praesto.csi.registration import SOCKET_NAME, RegistrationOptions
 
 from praesto import names
+from praesto.cliargs import LOG_LEVELS, log_level, seconds
 
 ENV_ENDPOINT = "CSI_ENDPOINT"  # the CSI convention's variable for the plugin's socket
 DEFAULT_ENDPOINT = "unix:///csi/csi.sock"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class SettingsError(ValueError):
@@ -101,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
     )
     parser.add_argument(
         "--unassigned-after",
-        type=float,
+        type=seconds,
         default=CsiSettings.unassigned_after,
         help="seconds without an answer from the node agent before a cache is reported as not assigned here",
     )
@@ -123,9 +123,15 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
     )
     registration.add_argument(
         "--registration-check-seconds",
-        type=float,
+        type=seconds,
         default=RegistrationOptions.check_seconds,
         help="how often to check that the registration socket still exists; "
         f"if it is gone the plugin exits 1 to register again (default {RegistrationOptions.check_seconds:g})",
     )
-    parser.add_argument("--log-level", default=CsiSettings.log_level, choices=list(LOG_LEVELS))
+    parser.add_argument(
+        "--log-level",
+        type=log_level,
+        default=CsiSettings.log_level,
+        metavar="LEVEL",
+        help=f"{', '.join(LOG_LEVELS)} (default {CsiSettings.log_level})",
+    )

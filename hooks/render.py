@@ -22,6 +22,7 @@ from praesto.hooks.config import ConfigError, HooksConfig
 from praesto.hooks.modelcache import parse_parent, sync
 
 from praesto import names
+from praesto.cliargs import CommandParser
 from praesto.spec import InvalidSpec
 
 
@@ -109,7 +110,7 @@ def request_for(cache: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str,
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="praesto render",
         description="Print the children and status the Praesto hooks would produce for a ModelCache.",
     )

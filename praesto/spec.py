@@ -29,6 +29,14 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,253}[a-z0-9]$")
 _LABEL_KEY_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 OBJECT_STORE_SCHEMES = ("s3", "gs", "az")
 URI_SCHEMES = ("hf", *OBJECT_STORE_SCHEMES, ocireference.SCHEME)
+# One example per scheme, as the parser accepts it: refusals and the commands' --help show these.
+URI_EXAMPLES = {
+    "hf": "hf://org/name[:revision]",
+    "s3": "s3://bucket/prefix",
+    "gs": "gs://bucket/prefix",
+    "az": "az://container/prefix",
+    ocireference.SCHEME: f"{ocireference.SCHEME}://host/repository[:tag|@sha256:digest]",
+}
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 SOURCE_FORMS = ("huggingface", "oci", "uri")  # spec.source's one-of
 
@@ -172,7 +180,7 @@ def parse_uri(uri: str, field_path: str = "spec.source.uri") -> tuple[Source | N
             SpecError(
                 field_path,
                 f"{bucket!r} is not a valid bucket or container name",
-                "e.g. s3://bucket/prefix",
+                f"e.g. {URI_EXAMPLES[scheme]}",
                 uri,
             )
         ]

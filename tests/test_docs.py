@@ -20,6 +20,7 @@ import yaml
 from praesto.agent.cli import build_parser
 from praesto.hooks.admission.annotations import parse_annotations
 from praesto.hooks.admission.validate import immutable_changes
+from praesto.hooks.plan import parse_args as plan_args
 
 from praesto import names
 from praesto.spec import parse_spec
@@ -82,9 +83,9 @@ def _check_helm(argv: list[str]) -> None:
     assert argv[1] in ("install", "upgrade")
     assert (ROOT / argv[3]).resolve() == CHART_DIR
     for i, arg in enumerate(argv):
-        if arg == "--set":
+        if arg in ("--set", "--set-string"):
             key = argv[i + 1].split("=", 1)[0]
-            assert value_key_exists(key), f"--set {key}: not a chart value"
+            assert value_key_exists(key), f"{arg} {key}: not a chart value"
 
 
 def _check_kubectl(argv: list[str]) -> None:
@@ -139,6 +140,9 @@ def test_commands_name_things_that_exist(argv: list[str]) -> None:
         _check_kubectl(argv)
     elif tool == "praesto-agent":  # parsed by praesto-agent's own parser: every flag exists
         build_parser(False, {}).parse_args(argv[1:])
+    elif tool == "praesto":  # `praesto plan`, parsed by its own parser (run as printed: test_cli_plan.py)
+        assert argv[1] == "plan"
+        plan_args(argv[2:])
     elif (
         tool == "model_signing"
     ):  # the OpenSSF model-signing CLI (model-signing 1.1.1, src/model_signing/_cli.py)

@@ -44,6 +44,7 @@ SETTINGS_MODULES = {
     # (`download`) or AgentSettings (`run`, agent/settings.py), which never read it themselves
     "agent/cli.py": "praesto-agent main: every subcommand's settings from flags and this environment",
     "csi/cli.py": "praesto-csi main: CsiSettings (csi/settings.py) from flags and this environment",
+    "hooks/plan.py": "praesto plan main: DownloadSettings and the object stores' variables, as the download CLI",
 }
 # The settings objects of the processes: a docstring for every field.
 SETTINGS_TREES = {"agent/settings.py": ["MetricsSettings", "StartupTaintSettings", "ScrubSettings", "AgentSettings"],

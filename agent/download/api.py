@@ -34,6 +34,10 @@ REASONS = (
     "SizeExceedsRequest",  # --max-bytes: the source is larger than the volume it must fit (PVC mode)
     names.REASON_SIGNATURE_INVALID,  # a required model signature is missing, invalid or does not match
 )
+# `extra` of the log records that sum up a plan or a publication: `praesto-agent download` says
+# these itself, in its own words, and drops the records (else each line is printed twice).
+SUMMARY_RECORD = "praesto_summary"
+SUMMARY = {SUMMARY_RECORD: True}
 
 
 class DownloadCancelled(Exception):

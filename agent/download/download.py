@@ -14,6 +14,7 @@ from pathlib import Path
 
 from praesto.agent.download import hfplan, objfetch, objplan, ocifetch, ociplan
 from praesto.agent.download.api import (
+    SUMMARY,
     DownloadCancelled,
     DownloadError,
     LastingDownloadError,
@@ -88,7 +89,7 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
     check_size(plan, options)
     dest = Path(dest)
     if is_published(dest, plan, options.cache_uid, options.signature):
-        log.info("already complete dest=%s commit=%s", dest, plan.revision)
+        log.info("already complete dest=%s commit=%s", dest, plan.revision, extra=SUMMARY)
         return Result(plan, seconds=time.monotonic() - started)
     staging, pvc = staging_for(dest, options)
     if plan.source.scheme == "hf":
@@ -128,7 +129,7 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
     log.info(
         "published dest=%s commit=%s origin_bytes=%d dedup_bytes=%d resumed_bytes=%d direct_bytes=%d seconds=%.2f",
         dest, plan.revision, result.bytes_from_origin, result.bytes_deduplicated, result.bytes_resumed,
-        result.bytes_written_direct, result.seconds,
+        result.bytes_written_direct, result.seconds, extra=SUMMARY,
     )  # fmt: skip
     return result
 

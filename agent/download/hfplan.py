@@ -22,6 +22,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils._paths import filter_repo_objects
 from praesto.agent.download.api import (
+    SUMMARY,
     DownloadError,
     LastingDownloadError,
     Options,
@@ -99,7 +100,10 @@ def plan(source: Source, options: Options) -> Plan:
         raise
     except Exception as error:  # every metadata failure becomes one reason
         raise translate_error(error, source, revision, options) from None
-    log.info("planned source=%s revision=%s commit=%s files=%d", source.uri, revision, commit, len(files))
+    log.info(
+        "planned source=%s revision=%s commit=%s files=%d",
+        source.uri, revision, commit, len(files), extra=SUMMARY,
+    )  # fmt: skip
     return Plan(source=source.with_revision(revision), revision=commit, files=tuple(files))
 
 

@@ -31,6 +31,7 @@ from obstore.exceptions import (
 )
 from obstore.store import AzureStore, GCSStore, S3Store
 from praesto.agent.download.api import (
+    SUMMARY,
     DownloadError,
     LastingDownloadError,
     Options,
@@ -160,7 +161,7 @@ def plan(source: Source, options: Options) -> Plan:
     files = tuple(sorted((_remote(path, meta, cfg.etag_md5) for path, meta in chosen), key=lambda f: f.path))
     files = with_store_digests(store, cfg, files, options.ca_bundle, options.proxies)
     revision = revision_of(files)
-    log.info("planned source=%s revision=%s files=%d", source.uri, revision, len(files))
+    log.info("planned source=%s revision=%s files=%d", source.uri, revision, len(files), extra=SUMMARY)
     return Plan(source=source, revision=revision, files=files)
 
 

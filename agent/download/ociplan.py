@@ -19,6 +19,7 @@ from typing import Any
 
 from huggingface_hub.utils._paths import filter_repo_objects
 from praesto.agent.download.api import (
+    SUMMARY,
     Archive,
     DownloadError,
     LastingDownloadError,
@@ -69,7 +70,10 @@ def _plan_at(source: Source, ref: Reference, endpoint: Endpoint, transport: Regi
         child, _ = fetch_manifest(transport, endpoint, ref, chosen)
         manifest = _json(child, ref, chosen)
     files = _files(manifest, ref, endpoint, source)
-    log.info("planned source=%s revision=%s layers=%d at=%s", source.uri, revision, len(files), endpoint.base)
+    log.info(
+        "planned source=%s revision=%s layers=%d at=%s",
+        source.uri, revision, len(files), endpoint.base, extra=SUMMARY,
+    )  # fmt: skip
     return Plan(source=source, revision=revision, files=files)
 
 

@@ -4,14 +4,20 @@ gunicorn is embedded (BaseApplication) so the image has one entry point and
 flags Kubernetes users expect; TLS is on when a certificate is given (the
 admission webhooks require it). Nothing secret is ever printed: not the key
 path's contents, not request bodies (access logs are off by default).
+
+Bad input is refused in one line with exit 2 before gunicorn starts: a --bind gunicorn would read
+as a host name on its default port (and retry five times), a certificate or key that is missing,
+unreadable or not a pair (else a traceback from gunicorn's TLS setup), a name that does not resolve.
 """
 
 from __future__ import annotations
 
 import argparse
+import socket
 import ssl
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from flask import Flask
@@ -21,6 +27,10 @@ from praesto.hooks.config import ConfigError, HooksConfig
 from praesto.hooks.serving.app import create_app
 from praesto.hooks.whole_request_worker import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REQUEST_TIMEOUT
 from praesto.hooks.whole_request_worker import settings as worker_settings
+
+from praesto.cliargs import EXIT_USAGE, CommandParser, add_version, positive_int, seconds
+
+TLS_FILES = (("--certfile", "certfile"), ("--keyfile", "keyfile"), ("--client-ca-file", "client_ca_file"))
 
 
 class HooksServer(BaseApplication):  # type: ignore[misc]
@@ -37,27 +47,47 @@ class HooksServer(BaseApplication):  # type: ignore[misc]
         return self.application
 
 
+def bind_address(text: str) -> str:
+    """What gunicorn binds: host:port, [v6]:port, unix:PATH or fd://N. gunicorn itself reads a bare
+    word as a host name on port 8000, then fails to resolve it five times over."""
+    forms = "expected host:port (e.g. 0.0.0.0:8443), [ipv6]:port, unix:PATH or fd://N"
+    if text.startswith("fd://"):
+        ok = text[5:].isdigit()
+    elif text.startswith("unix:"):
+        ok = bool(text[5:].lstrip("/"))
+    else:
+        host, colon, port = text.removeprefix("tcp://").rpartition(":")
+        ok = bool(colon and host.strip("[]") and port.isdigit() and 0 < int(port) < 65536)
+    if not ok:
+        raise argparse.ArgumentTypeError(f"{forms}, got {text!r}")
+    return text
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="praesto-hooks", description="Serve the Praesto Metacontroller hooks and admission webhooks."
     )
+    add_version(parser)
     parser.add_argument(
         "--bind",
         action="append",
+        type=bind_address,
         help="address to listen on, host:port or fd://N (repeatable); default 0.0.0.0:8443 with TLS, else 0.0.0.0:8080",
     )
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
-    parser.add_argument("--timeout", type=int, default=30, help="worker timeout in seconds (default 30)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--threads", type=positive_int, default=4, help="threads per worker (default 4)")
+    parser.add_argument(
+        "--timeout", type=positive_int, default=30, help="worker timeout in seconds (default 30)"
+    )
     parser.add_argument(
         "--max-request-bytes",
-        type=int,
+        type=positive_int,
         default=DEFAULT_MAX_REQUEST_BYTES,
         help=f"largest request body on any route; larger ones get 413 unread (default {DEFAULT_MAX_REQUEST_BYTES})",
     )
     parser.add_argument(
         "--request-timeout",
-        type=float,
+        type=seconds,
         default=DEFAULT_REQUEST_TIMEOUT,
         help="seconds a client has to complete the TLS handshake and send the whole request "
         f"(default {DEFAULT_REQUEST_TIMEOUT:g})",
@@ -81,8 +111,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--certfile and --keyfile must be given together")
     if args.client_ca_file and not args.certfile:
         parser.error("--client-ca-file needs HTTPS (--certfile and --keyfile)")
-    if args.workers < 1 or args.threads < 1:
-        parser.error("--workers and --threads must be at least 1")
     if args.max_request_bytes < 1 << 20:
         parser.error("--max-request-bytes must be at least 1048576 (1 MiB): admission reviews need it")
     if not 1 <= args.request_timeout <= 60:
@@ -123,6 +151,45 @@ def gunicorn_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def startup_problem(args: argparse.Namespace) -> str | None:
+    """What would fail only inside gunicorn (a traceback, or five bind retries), named with its fix."""
+    for flag, dest in TLS_FILES:
+        path = getattr(args, dest)
+        try:
+            if path:
+                Path(path).read_bytes()
+        except OSError as error:
+            return f"{flag} {path}: {error.strerror}; give a readable PEM file (the chart mounts the hooks' TLS Secret)"
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        if args.certfile:
+            context.load_cert_chain(args.certfile, args.keyfile)
+    except ssl.SSLError as error:
+        return (
+            f"--certfile {args.certfile} / --keyfile {args.keyfile}: {error.reason or error}; give a PEM "
+            "certificate and the private key it was issued for"
+        )
+    try:
+        if args.client_ca_file:
+            context.load_verify_locations(args.client_ca_file)
+    except ssl.SSLError as error:
+        return f"--client-ca-file {args.client_ca_file}: {error.reason or error}; give PEM CA certificates"
+    return _unresolved_bind(args.bind or [])
+
+
+def _unresolved_bind(binds: list[str]) -> str | None:
+    """A host name that does not resolve: gunicorn would retry it five times, then exit 1."""
+    for bind in binds:
+        if bind.startswith(("fd://", "unix:")):
+            continue
+        host, _, port = bind.removeprefix("tcp://").rpartition(":")
+        try:
+            socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except socket.gaierror as error:
+            return f"--bind {bind}: cannot resolve {host} ({error.strerror}); give an IP address, e.g. 0.0.0.0:{port}"
+    return None
+
+
 _releaser: list[subprocess.Popen[bytes]] = []
 
 
@@ -145,6 +212,10 @@ def _stop_orphan_releaser(_server: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    problem = startup_problem(args)
+    if problem:
+        print(f"praesto-hooks: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         config = HooksConfig.from_env()
     except ConfigError as err:

@@ -182,7 +182,7 @@ def test_a_value_of_the_wrong_type_in_the_environment_is_refused_naming_the_flag
     with pytest.raises(SystemExit) as exited:
         settings({"NODE_NAME": "n", "PRAESTO_CONCURRENCY": "many"})
     assert exited.value.code == 2
-    assert "argument --concurrency: invalid int value: 'many'" in capsys.readouterr().err
+    assert "--concurrency: invalid int value: 'many'" in capsys.readouterr().err
 
 
 def test_the_process_edge_reads_its_environment_once_and_refuses_a_bad_value(tmp_path: Path) -> None:
