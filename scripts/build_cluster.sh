@@ -6,7 +6,8 @@
 #   tests/cluster/compat-1.30  the oldest kube-apiserver the chart claims (etcd + apiserver)
 #   tests/node                 kubelet (same k8s.io/kubernetes release), containerd, its runc shim, ctr
 #   tests/registry             the CNCF distribution registry and the ORAS CLI (the OCI source tests)
-#   tests/tools                helm (v4), promtool and actionlint: the chart, alert and release checks
+#   tests/tools                helm (v4) and promtool: the chart and alert checks
+#   tests/actionlint           actionlint: the release workflows' check
 # A cold build takes ~10 minutes per module on 2 cores; later runs reuse it (and the Go
 # build cache makes a rebuild after a small change quick).
 # A module may hold a build.env that sets CGO_ENABLED and TAGS (containerd: no cgo, no btrfs), and
