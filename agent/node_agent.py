@@ -20,6 +20,7 @@ from praesto.agent import baselock, logs
 from praesto.agent.budget.origin_budget import OriginBudget
 from praesto.agent.coldstart_reporter import PodStartReporter
 from praesto.agent.copies import CacheState, Copies, CopyKey, Obj
+from praesto.agent.copy_metrics import CopyCollector
 from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download import api as dlapi
 from praesto.agent.jobs import JobRunner
@@ -58,6 +59,7 @@ class Agent:
         self.peering = peering  # peer-to-peer (praesto.agent.peers); None: origin only
         self.budget = budget  # cluster-wide origin budget (praesto.agent.budget); None: ungated
         self.copies = Copies()
+        self.metrics.registry.register(CopyCollector(self.copies))  # each copy's phase and bytes, per scrape
         self.status = StatusWriter(
             kube, self.copies, self.layout, clock, config.progress_seconds,
             peering.status_fields if peering is not None else dict, config.node_name,

@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 
 log = logging.getLogger(__name__)
 MODELCACHE_PREFIX = "/hooks/modelcache"
+METRICS_REGISTRY = "praesto.metrics"  # app.extensions key of the registry /metrics serves
 
 
 def json_response(body: object, status: int = 200) -> Response:
@@ -100,6 +101,7 @@ def create_app(config: HooksConfig | None = None) -> Flask:
 
     registry = CollectorRegistry()
     _install_metrics(app, registry)
+    app.extensions[METRICS_REGISTRY] = registry  # what /metrics serves (docs/metrics.md is generated from it)
 
     for name, hook in HOOKS.items():
         app.add_url_rule(
