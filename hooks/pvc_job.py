@@ -32,6 +32,11 @@ CONTAINER_NAME = "download"
 NON_ROOT_UID = 65532  # distroless "nonroot"
 EXIT_TOO_LARGE = names.DOWNLOAD_EXIT_TOO_LARGE
 EXIT_SIGNATURE_INVALID = names.DOWNLOAD_EXIT_SIGNATURE_INVALID
+# The Job controller's own failure reasons this Job can end with (its backoffLimit and
+# activeDeadlineSeconds below), passed through to the ModelCache's Ready condition by
+# hooks/pvc.py; its PodFailurePolicy failures are translated there. Source: k8s.io/api
+# batch/v1/types.go (JobReasonBackoffLimitExceeded, JobReasonDeadlineExceeded) at v0.37.2.
+JOB_FAILURE_REASONS = frozenset({"BackoffLimitExceeded", "DeadlineExceeded"})
 TRUST_DIR = "/etc/praesto/trust"  # spec.verification's trust material (a public key or CA certificates)
 TRUST_FILE = f"{TRUST_DIR}/trust.pem"
 CREDENTIALS_DIR = "/var/run/secrets/praesto/credentials"
