@@ -4,7 +4,7 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install run test lint typecheck unit cluster-bin test-cluster node-bin test-node registry-bin tools-bin bench stubs
+.PHONY: install run test lint image typecheck unit cluster-bin test-cluster node-bin test-node registry-bin tools-bin bench stubs
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	bash scripts/install.sh $(VENV)
@@ -18,9 +18,12 @@ run: install node-bin
 	bash scripts/build_cluster.sh
 	$(PY) -m tests.node.local_cluster
 
-lint: install
+## ruff; the real `helm lint --strict` on the chart (scripts/helm_lint.py); actionlint on .github/workflows
+lint: install tools-bin
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) scripts/helm_lint.py
+	"$$(bash scripts/build_cluster.sh tests/actionlint)/actionlint"
 
 typecheck: install
 	$(PY) scripts/typecheck.py
@@ -42,10 +45,11 @@ test-cluster: install cluster-bin
 node-bin:
 	bash scripts/build_cluster.sh tests/node
 
-## Build the chart, alert and release checks' upstream CLIs (helm v4.3.2, promtool v0.316.0, actionlint
-## v1.7.12) into build/cluster (tests/tools)
+## Build the chart, alert and release checks' upstream CLIs (helm v4.3.2, promtool v0.316.0, kubectl v1.37.2, actionlint
+## v1.7.12) into build/cluster (tests/tools, tests/actionlint)
 tools-bin:
 	bash scripts/build_cluster.sh tests/tools
+	bash scripts/build_cluster.sh tests/actionlint
 
 ## Build the OCI tests' upstream registry (distribution v3.1.2) and client (oras v1.3.6) into build/cluster (tests/registry)
 registry-bin:
@@ -58,6 +62,11 @@ test-node: install cluster-bin node-bin
 ## Lint, type-check, build the tiers' binaries (the suite's image test runs on the node's containerd), then the
 ## whole test suite, control-plane and node tiers included (what CI runs)
 test: lint typecheck cluster-bin node-bin registry-bin tools-bin unit test-cluster test-node
+
+## Build the Praesto image from the Dockerfile with docker, podman or buildah, whichever is there
+## (IMAGE_BUILDER picks one), as <values.yaml image.repository>:<Chart.yaml appVersion> (scripts/release.sh)
+image:
+	bash scripts/release.sh image
 
 ## Regenerate the CSI gRPC stubs from csi/proto/csi.proto
 stubs: install

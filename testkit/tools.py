@@ -1,5 +1,6 @@
 """The upstream CLIs the chart, alert and release checks run: `helm` (helm.sh/helm/v4 v4.3.2) and
-`promtool` (prometheus v0.316.0) built from tests/tools, `actionlint` (v1.7.12) from tests/actionlint
+`promtool` (prometheus v0.316.0) and `kubectl` (k8s.io/kubectl v0.37.2, the tiers' release) built from
+tests/tools, `actionlint` (v1.7.12) from tests/actionlint
 (its own module: it needs go.yaml.in/yaml/v4 rc.3, whose API the newer rc helm and prometheus
 require took away).
 
@@ -13,12 +14,17 @@ from pathlib import Path
 
 from testkit.controlplane import build_binaries
 
-MODULES = {"helm": "tests/tools", "promtool": "tests/tools", "actionlint": "tests/actionlint"}
+MODULES = {
+    "helm": "tests/tools",
+    "promtool": "tests/tools",
+    "kubectl": "tests/tools",
+    "actionlint": "tests/actionlint",
+}
 NAMES = tuple(MODULES)
 
 
 def tools_dir() -> Path:
-    """build/cluster/<key>/ holding helm and promtool."""
+    """build/cluster/<key>/ holding helm, promtool and kubectl."""
     return build_binaries(MODULES["helm"])
 
 
