@@ -133,8 +133,10 @@ def hooks_server(
     threads: int = 2,
     extra_args: tuple[str, ...] = (),
     command: Sequence[str] | None = None,
+    tls_files: TlsFiles | None = None,
 ) -> Iterator[RunningServer]:
-    """Start `praesto-hooks` (or `command`) on a free 127.0.0.1 port; yield it healthy; stop it cleanly."""
+    """Start `praesto-hooks` (or `command`) on a free 127.0.0.1 port; yield it healthy; stop it cleanly.
+    `tls_files`: serve these (with `tls`) instead of a fresh pair."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -153,7 +155,7 @@ def hooks_server(
     ]
     ca_path = None
     if tls:
-        files = make_tls_files(tmp_path / "tls")
+        files = tls_files or make_tls_files(tmp_path / "tls")
         args += ["--certfile", str(files.cert_path), "--keyfile", str(files.key_path)]
         ca_path = files.ca_path
     log_path = tmp_path / f"praesto-hooks-{port}.log"
