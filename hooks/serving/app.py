@@ -10,11 +10,13 @@ import json
 import logging
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from flask import Flask, Response, g, request
 from praesto.hooks import hook_protocol
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.modelcache import HOOKS, Hook
+from praesto.hooks.serving import worker_metrics
 from praesto.hooks.whole_request_worker import DEFAULT_MAX_REQUEST_BYTES
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -80,7 +82,9 @@ def _install_metrics(app: Flask, registry: CollectorRegistry) -> None:
         return response
 
 
-def create_app(config: HooksConfig | None = None) -> Flask:
+def create_app(config: HooksConfig | None = None, *, metrics_dir: Path | None = None) -> Flask:
+    """The WSGI app. `metrics_dir`: the multiprocess metrics directory praesto-hooks made
+    (worker_metrics.enable) before this call; /metrics then sums every worker's files."""
     config = config or HooksConfig.from_env()
     app = Flask("praesto.hooks")
     app.config["PRAESTO_HOOKS_CONFIG"] = config
@@ -117,7 +121,8 @@ def create_app(config: HooksConfig | None = None) -> Flask:
 
     @app.get("/metrics")
     def metrics() -> Response:
-        return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
+        served = registry if metrics_dir is None else worker_metrics.registry_for_scrape(metrics_dir)
+        return Response(generate_latest(served), mimetype=CONTENT_TYPE_LATEST)
 
     # ---- Blueprints of the other hook families are registered here ----
     # (admission webhooks, Node DecoratorController). Keep them below this line.

@@ -24,6 +24,7 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 from praesto.hooks.admission.http import CONFIG_REQUIRE_CLIENT_CERT
 from praesto.hooks.config import ConfigError, HooksConfig
+from praesto.hooks.serving import worker_metrics
 from praesto.hooks.serving.app import create_app
 from praesto.hooks.whole_request_worker import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REQUEST_TIMEOUT
 from praesto.hooks.whole_request_worker import settings as worker_settings
@@ -221,10 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"praesto-hooks: {err}", file=sys.stderr)
         return 2
-    app = create_app(config)
-    app.config[CONFIG_REQUIRE_CLIENT_CERT] = bool(args.client_ca_file)
-    app.config["MAX_CONTENT_LENGTH"] = args.max_request_bytes
-    HooksServer(app, gunicorn_options(args)).run()
+    # Before create_app builds the metrics: every worker's requests count in one /metrics.
+    with worker_metrics.directory() as metrics_dir:
+        app = create_app(config, metrics_dir=metrics_dir)
+        app.config[CONFIG_REQUIRE_CLIENT_CERT] = bool(args.client_ca_file)
+        app.config["MAX_CONTENT_LENGTH"] = args.max_request_bytes
+        HooksServer(app, gunicorn_options(args)).run()
     return 0
 
 
