@@ -32,7 +32,7 @@ def enable(parent: str | None = None) -> Path:
     Fresh per start: files a previous server left would add its counts to ours."""
     directory = Path(tempfile.mkdtemp(prefix="praesto-hooks-metrics-", dir=parent))
     os.environ[ENV] = str(directory)
-    values.ValueClass = values.MultiProcessValue()
+    values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]  # untyped upstream
     return directory
 
 
@@ -54,5 +54,5 @@ def registry_for_scrape(directory: Path) -> CollectorRegistry:
     """A registry that reads every process's files as they are now (built per scrape, as
     prometheus_client's multiprocess documentation does)."""
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=str(directory))
+    multiprocess.MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     return registry
