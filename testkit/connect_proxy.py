@@ -1,10 +1,14 @@
-"""A minimal HTTP CONNECT proxy on loopback: tunnels bytes and counts the tunnels it opened."""
+"""A minimal HTTP CONNECT proxy on loopback: tunnels bytes and counts the tunnels it opened.
+
+`routes` sends a requested "host:port" elsewhere ("ghcr.io:443" -> "127.0.0.1:<port>"), so a
+client that honours HTTPS_PROXY reaches a local stand-in under the public name it was given
+(the TLS handshake still names that host: the stand-in's certificate must be for it)."""
 
 from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from socketserver import StreamRequestHandler, ThreadingTCPServer
 
@@ -13,9 +17,10 @@ class _Proxy(ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self) -> None:
+    def __init__(self, routes: Mapping[str, str]) -> None:
         super().__init__(("127.0.0.1", 0), _Tunnel)
         self.tunnels: list[str] = []
+        self.routes = dict(routes)
 
 
 class _Tunnel(StreamRequestHandler):
@@ -28,7 +33,7 @@ class _Tunnel(StreamRequestHandler):
         if len(request) < 2 or request[0] != "CONNECT":
             self.wfile.write(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
             return
-        host, _, port = request[1].rpartition(":")
+        host, _, port = self.server.routes.get(request[1], request[1]).rpartition(":")
         self.server.tunnels.append(request[1])
         with socket.create_connection((host, int(port)), timeout=30) as upstream:
             self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -54,9 +59,9 @@ def _copy(source: socket.socket, sink: socket.socket) -> None:
 
 
 @contextmanager
-def connect_proxy() -> Iterator[tuple[str, list[str]]]:
-    """(proxy URL, list of "host:port" tunnelled to, filled as clients connect)."""
-    server = _Proxy()
+def connect_proxy(routes: Mapping[str, str] | None = None) -> Iterator[tuple[str, list[str]]]:
+    """(proxy URL, list of "host:port" clients asked for, filled as they connect)."""
+    server = _Proxy(routes or {})
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

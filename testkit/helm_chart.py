@@ -3,12 +3,9 @@
 Helm cannot pull the Metacontroller dependency here (no registry access), and
 `Chart.render` simply leaves a missing subchart out. Tests that need the
 subchart's output (its ClusterRole, to prove our values restrict it) render a
-temporary copy of the chart with `metacontroller_standin()` in its `charts/`
-directory: a small test-only chart that templates the ClusterRole from
-`clusterRole.rules` the way metacontroller-helm 4.x does, and defaults to the
-same `*/*/*` grant, and leaves out an empty aggregationRule as 4.17.2's
-`templates/clusterrole.yaml` does (the API server refuses an empty one). It is
-never written into the real chart.
+temporary copy of the chart (`chart_with_metacontroller_standin`) whose `charts/`
+holds the test-only stand-in of testkit/metacontroller_subchart.py. It is never
+written into the real chart.
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,82 +96,13 @@ def value_key_exists(key: str) -> bool:
 
 # --- the test-only Metacontroller stand-in --------------------------------------------
 
-_STANDIN_CHART = """\
-apiVersion: v2
-name: metacontroller-helm
-version: 4.17.2
-appVersion: v4.17.2
-description: TEST-ONLY stand-in for metacontroller-helm (RBAC templates only); not the real chart.
-"""
-
-_STANDIN_VALUES = """\
-rbac:
-  create: true
-nameOverride: ""
-fullnameOverride: ""
-serviceAccount:
-  create: true
-  name: ""
-clusterRole:
-  aggregationRule: {}
-  rules:
-    - apiGroups: ["*"]
-      resources: ["*"]
-      verbs: ["*"]
-"""
-
-_STANDIN_TEMPLATES = {
-    "_helpers.tpl": """\
-{{- define "standin.name" -}}{{ default .Chart.Name .Values.nameOverride }}{{- end }}
-{{- define "standin.fullname" -}}{{ printf "%s-%s" .Release.Name (include "standin.name" .) }}{{- end }}
-""",
-    "rbac.yaml": """\
-{{- if .Values.rbac.create }}
-apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: {{ include "standin.fullname" . }}
-  namespace: {{ .Release.Namespace }}
----
-kind: ClusterRole
-apiVersion: rbac.authorization.k8s.io/v1
-metadata:
-  name: {{ include "standin.fullname" . }}
-{{- if .Values.clusterRole.aggregationRule }}
-aggregationRule:
-  {{- toYaml .Values.clusterRole.aggregationRule | nindent 2 }}
-{{- end }}
-rules:
-  {{- toYaml .Values.clusterRole.rules | nindent 2 }}
----
-kind: ClusterRoleBinding
-apiVersion: rbac.authorization.k8s.io/v1
-metadata:
-  name: {{ include "standin.fullname" . }}
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: {{ include "standin.fullname" . }}
-subjects:
-  - kind: ServiceAccount
-    name: {{ include "standin.fullname" . }}
-    namespace: {{ .Release.Namespace }}
-{{- end }}
-""",
-}
-
 
 def chart_with_metacontroller_standin(tmp: Path) -> Path:
-    """A copy of charts/praesto whose charts/ holds the test-only stand-in subchart."""
-    target = tmp / "praesto"
-    shutil.copytree(CHART_DIR, target)
-    sub = target / "charts" / "metacontroller-helm"
-    (sub / "templates").mkdir(parents=True)
-    (sub / "Chart.yaml").write_text(_STANDIN_CHART)
-    (sub / "values.yaml").write_text(_STANDIN_VALUES)
-    for name, text in _STANDIN_TEMPLATES.items():
-        (sub / "templates" / name).write_text(text)
-    return target
+    """A copy of charts/praesto whose charts/ holds the test-only stand-in subchart
+    (testkit/metacontroller_subchart.py, which builds on this module's CHART_DIR)."""
+    from testkit.metacontroller_subchart import chart_copy_with_dependency
+
+    return chart_copy_with_dependency(tmp)
 
 
 # --- CRD schemas as strict JSON Schemas ------------------------------------------------

@@ -33,10 +33,23 @@ def registry_binaries() -> Path:
 
 
 class Registry:
-    def __init__(self, workdir: Path, *, tls: bool = False, grants: Grants | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        tls: bool = False,
+        grants: Grants | None = None,
+        names: tuple[str, ...] = (),
+        realm: str | None = None,
+    ) -> None:
+        """`names`: more DNS names its TLS certificate holds (e.g. "ghcr.io" to stand in for it
+        behind a routing CONNECT proxy, testkit/connect_proxy.py). `realm`: the token realm its
+        401s name instead of the token service's (a tenant's registry sending clients elsewhere)."""
         self.workdir = workdir
         self.tls = tls
+        self.names = names
         self.grants = grants
+        self.realm = realm
         workdir.mkdir(parents=True, exist_ok=True)
         self.bin = registry_binaries()
         self.ca: CertificateAuthority | None = (
@@ -69,7 +82,7 @@ class Registry:
         http: dict[str, Any] = {"addr": f"127.0.0.1:{port}", "secret": "praesto-test"}
         if self.ca is not None:
             server = self.ca.issue(
-                f"registry-{port}", common_name="127.0.0.1", hosts=("127.0.0.1", "localhost")
+                f"registry-{port}", common_name="127.0.0.1", hosts=("127.0.0.1", "localhost", *self.names)
             )
             http["tls"] = {"certificate": str(server.cert_path), "key": str(server.key_path)}
         config: dict[str, Any] = {
@@ -83,7 +96,7 @@ class Registry:
         }
         if self.token is not None:
             config["auth"] = {
-                "token": {"realm": self.token.realm, "service": SERVICE, "issuer": ISSUER,
+                "token": {"realm": self.realm or self.token.realm, "service": SERVICE, "issuer": ISSUER,
                           "rootcertbundle": str(self.token.ca.cert_path)}
             }  # fmt: skip
         path = self.workdir / f"config-{port}.yml"

@@ -1,0 +1,138 @@
+"""A test-only stand-in for the chart's one dependency, metacontroller-helm, for wherever Helm needs it present.
+
+charts/praesto/Chart.yaml declares `metacontroller-helm` (alias `metacontroller`) from
+oci://ghcr.io/metacontroller, fetched by `helm dependency build`; ghcr.io cannot be reached
+here. Without it `helm lint --strict` fails (Helm v4.3.2 pkg/chart/v2/lint/rules/dependencies.go:
+"chart directory is missing these dependencies", a warning --strict makes fatal) and
+`helm install` refuses ("found in Chart.yaml, but missing in charts/ directory").
+
+The stand-in has the name and version Chart.yaml pins (read from there, never re-typed) and
+holds what the tests look at, not Metacontroller itself:
+
+* `crds/`: Metacontroller's own CRDs (CompositeController, DecoratorController,
+  ControllerRevision), exactly as its 4.17.2 chart ships them (tests/chart/data), so an install
+  of the chart can create our controllers;
+* `templates/`: the ServiceAccount, ClusterRole and ClusterRoleBinding, templated from
+  `clusterRole.rules` as metacontroller-helm 4.x does, defaulting to the same `*/*/*` grant and
+  leaving out an empty aggregationRule like 4.17.2's templates/clusterrole.yaml (the API server
+  refuses an empty one). No Deployment: nothing of Metacontroller runs from it (the tiers start
+  Metacontroller's stand-in themselves).
+
+It is never written into the working tree's chart: callers pass a temporary directory.
+
+    sub = write_standin_subchart(chart_dir / "charts")   # charts/metacontroller-helm/
+    chart = chart_copy_with_dependency(tmp_path)         # tmp_path/praesto, dependency present
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testkit.helm_chart import CHART_DIR, ROOT
+
+METACONTROLLER_CRDS = ROOT / "tests" / "chart" / "data" / "metacontroller-crds.yaml"
+
+
+def dependency() -> dict[str, Any]:
+    """Chart.yaml's metacontroller-helm entry (name, alias, version, repository, condition)."""
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    (entry,) = [d for d in chart["dependencies"] if d["name"] == "metacontroller-helm"]
+    return dict(entry)
+
+
+def _chart_yaml() -> str:
+    dep = dependency()
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v2",
+            "name": dep["name"],
+            "version": dep["version"],
+            "appVersion": f"v{dep['version']}",
+            "description": "TEST-ONLY stand-in for metacontroller-helm (its CRDs and RBAC only); "
+            "not the real chart.",
+        },
+        sort_keys=False,
+    )
+
+
+_VALUES = """\
+rbac:
+  create: true
+nameOverride: ""
+fullnameOverride: ""
+serviceAccount:
+  create: true
+  name: ""
+clusterRole:
+  aggregationRule: {}
+  rules:
+    - apiGroups: ["*"]
+      resources: ["*"]
+      verbs: ["*"]
+"""
+
+_TEMPLATES = {
+    "_helpers.tpl": """\
+{{- define "standin.name" -}}{{ default .Chart.Name .Values.nameOverride }}{{- end }}
+{{- define "standin.fullname" -}}{{ printf "%s-%s" .Release.Name (include "standin.name" .) }}{{- end }}
+""",
+    "rbac.yaml": """\
+{{- if .Values.rbac.create }}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "standin.fullname" . }}
+  namespace: {{ .Release.Namespace }}
+---
+kind: ClusterRole
+apiVersion: rbac.authorization.k8s.io/v1
+metadata:
+  name: {{ include "standin.fullname" . }}
+{{- if .Values.clusterRole.aggregationRule }}
+aggregationRule:
+  {{- toYaml .Values.clusterRole.aggregationRule | nindent 2 }}
+{{- end }}
+rules:
+  {{- toYaml .Values.clusterRole.rules | nindent 2 }}
+---
+kind: ClusterRoleBinding
+apiVersion: rbac.authorization.k8s.io/v1
+metadata:
+  name: {{ include "standin.fullname" . }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ include "standin.fullname" . }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "standin.fullname" . }}
+    namespace: {{ .Release.Namespace }}
+{{- end }}
+""",
+}
+
+
+def write_standin_subchart(dest_charts_dir: Path) -> Path:
+    """Write the stand-in as `dest_charts_dir/metacontroller-helm/` (a chart's charts/ folder); its path."""
+    name: str = dependency()["name"]
+    sub = dest_charts_dir / name
+    (sub / "templates").mkdir(parents=True)
+    (sub / "crds").mkdir()
+    (sub / "Chart.yaml").write_text(_chart_yaml())
+    (sub / "values.yaml").write_text(_VALUES)
+    for template, text in _TEMPLATES.items():
+        (sub / "templates" / template).write_text(text)
+    shutil.copyfile(METACONTROLLER_CRDS, sub / "crds" / METACONTROLLER_CRDS.name)
+    return sub
+
+
+def chart_copy_with_dependency(tmp: Path) -> Path:
+    """A copy of charts/praesto at `tmp/praesto` whose charts/ holds the stand-in; its path."""
+    target = tmp / "praesto"
+    shutil.copytree(CHART_DIR, target, ignore=shutil.ignore_patterns("charts"))
+    write_standin_subchart(target / "charts")
+    return target
