@@ -328,7 +328,7 @@ def test_notes_tell_the_user_what_to_do_next() -> None:
         "kind: ModelCache",
         "kubectl get mc",
         "praesto.io/model-mounts",
-        "kubectl apply --server-side -f charts/praesto/crds/",
+        "kubectl apply --server-side --force-conflicts -f charts/praesto/crds/",  # run by test_crd_upgrade
         "mkdir -p /var/praesto",
     ):
         assert step in notes

@@ -5,7 +5,11 @@ who reads it and whether a change needs a roll or arrives live. That table is th
 this file the proof: each value it names is rendered before and after a change with the real
 Helm engine, and the Pod templates that changed must be exactly those of its readers (none for a
 live value). Rendering the same values again must change no Pod template, even where the chart
-generates TLS material anew (offline, `lookup` finds no Secret to reuse).
+generates TLS material anew (offline, `lookup` finds no Secret to reuse). And the table is
+complete: a value that reaches a process through another object its Pods use (a mounted ConfigMap
+or Secret, the ServiceAccount) changes no Pod template by itself, so every value such an object is
+made from (read from the template source, testkit/chart_values_refs.py) must be a row, or be in
+NOT_READ_BY_A_PROCESS with why.
 """
 
 from __future__ import annotations
@@ -13,13 +17,15 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from helm_python import HelmError
 
-from testkit.helm_chart import CHART_DIR, deep_merge, find, one, render_objects
+from testkit.chart_values_refs import read_through_other_objects
+from testkit.helm_chart import CHART_DIR, ROOT, deep_merge, find, one, render_objects
 
 Obj = dict[str, Any]
 README = CHART_DIR / "README.md"
@@ -103,6 +109,9 @@ CHANGES: dict[str, tuple[Obj, Obj]] = {
         _at("webhooks.clientAuth.caBundle", PEM_CERT.format("BBBB")),
     ),
     "webhooks.certManager.duration": ({}, _at("webhooks.certManager.duration", "2160h")),
+    "webhooks.certManager.renewBefore": ({}, _at("webhooks.certManager.renewBefore", "240h")),
+    # The chart's Secret or cert-manager's, under one name: the Pod templates stay as they are.
+    "webhooks.certManager.enabled": ({}, _at("webhooks.certManager.enabled", False)),
     "webhooks.selfSigned.validityDays": (
         _at("webhooks.certManager.enabled", False),
         _at("webhooks.selfSigned.validityDays", 365),
@@ -208,6 +217,69 @@ def test_the_same_values_again_roll_nothing() -> None:
     assert hooks["example.com/team"] == "platform" and CHECKSUM_PREFIX + "trust" in hooks
     agent = one(first, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]
     assert {CHECKSUM_PREFIX + "identity", CHECKSUM_PREFIX + "trust"} <= set(agent)
+
+
+# --- values that reach a process through another object ------------------------------------------
+
+# Values the objects a Pod uses are made from that no process can see, with why. Everything else
+# such an object is made from must be a row of the README table.
+NOT_READ_BY_A_PROCESS = {
+    # Names and labels: no process reads the labels of the ConfigMap, Secret or ServiceAccount it
+    # uses, and a renamed object is renamed in the Pod template that references it (which rolls).
+    "nameOverride": "object names and the app.kubernetes.io/name label",
+    "fullnameOverride": "object names",
+}
+# Renders that make each object a workload may use at least once (each exists only when set).
+INPUT_RENDERS = (
+    EVERYTHING,  # self-signed TLS, identity, trust, the webhook client CA
+    deep_merge(EVERYTHING, _at("webhooks.certManager.enabled", True)),  # the Certificate, its Issuer
+    deep_merge(
+        _at("credentials.secretRef.name", "praesto-credentials"),
+        _at("downloads.caBundle.configMapName", "corporate-ca"),
+    ),
+)
+
+
+@functools.cache
+def values_through_other_objects() -> dict[str, set[str]]:
+    """Each value an object a workload uses is made from -> where it is read and by whom."""
+    found: dict[str, set[str]] = {}
+    for values in INPUT_RENDERS:
+        for path, places in read_through_other_objects(values).items():
+            found.setdefault(path, set()).update(places)
+    return found
+
+
+def _under(path: str, prefixes: Iterable[str]) -> bool:
+    return any(path == prefix or path.startswith(prefix + ".") for prefix in prefixes)
+
+
+def test_values_reaching_a_process_through_another_object_are_in_the_table() -> None:
+    """A value that reaches a process through a mounted ConfigMap or Secret, or its ServiceAccount,
+    changes no Pod template by itself: the README table must say whether it rolls (and this file
+    then proves it), or NOT_READ_BY_A_PROCESS why no process sees it."""
+    found = values_through_other_objects()
+    missing = sorted(path for path in found if not _under(path, [*ROWS, *NOT_READ_BY_A_PROCESS]))
+    assert not missing, "\n".join(
+        f"{path} is read at {min(found[path], key=len)} (and {len(found[path]) - 1} more places): add it "
+        f"to {README.relative_to(ROOT)} {SECTION!r} (roll or live) or to NOT_READ_BY_A_PROCESS saying why no "
+        "process sees it"
+        for path in missing
+    )
+
+
+def test_the_inputs_check_sees_the_inputs_it_is_for() -> None:
+    """Not vacuous: it finds the inputs that motivated it, and the allow-list holds nothing stale."""
+    found = values_through_other_objects()
+    known = {
+        "credentials.identity.serviceAccountAnnotations",  # the agent's ServiceAccount
+        "verification.trust",  # the trust ConfigMap
+        "webhooks.clientAuth.caBundle",  # the hooks' client-CA ConfigMap
+        "webhooks.certManager.duration",  # the Certificate that writes the hooks' TLS Secret
+        "webhooks.selfSigned.validityDays",  # the chart-made TLS Secret
+    }
+    assert known <= set(found)
+    assert set(NOT_READ_BY_A_PROCESS) <= set(found), "an allow-listed value no longer reaches any process"
 
 
 # --- nodeAgent.updateStrategy ---------------------------------------------------------------------

@@ -4,14 +4,14 @@ Helm installs `crds/` on the first install only (v4.3.2 `pkg/action/install.go`:
 server-side apply as field manager `helm`) and leaves them alone on upgrade
 (`pkg/action/upgrade.go` renders without them). An older chart is made here from the current CRDs
 by removing one field (ModelCache `spec.updateStrategy`, mutable after create, so an existing cache
-can take it up) and its last printer column (new columns come with upgrades too). The real `helm` CLI installs a chart holding those older CRDs (only them: the rest
-of the chart plays no part in Helm's CRD handling, and the whole chart's tier is
-tests/node's), a cache is created under them, `helm upgrade` to the current CRDs leaves the CRD as
-it was, then the README's command runs. There is no kubectl here (tests/tools builds helm,
-promtool and actionlint), so the command is read from the README and sent as kubectl v0.37.2
-sends it (`pkg/cmd/apply/apply.go` `applyOneObject`: per object a PATCH of type
-application/apply-patch+yaml, field manager `kubectl`, `force` from `--force-conflicts`,
-`fieldValidation=Strict`, the `-f` directory's .yaml/.yml/.json files in name order).
+can take it up) and its last printer column (new columns come with upgrades too). The real `helm`
+CLI installs a chart holding those older CRDs (only them: the rest of the chart plays no part in
+Helm's CRD handling, and the whole chart's tier is tests/node's), a cache is created under them,
+`helm upgrade` to the current CRDs leaves the CRD as it was, then the README's `kubectl` lines run
+as printed: `bash -c '<line>'` in the repository root (where the printed relative path resolves;
+nothing is written there), the tiers' kubectl (k8s.io/kubectl v0.37.2, built from tests/tools)
+first on PATH, KUBECONFIG the admin's. The section's `helm upgrade` line needs the whole chart and
+is run as printed by tests/cluster/test_documented_helm_lines.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import copy
 import json
 import os
 import re
-import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -37,44 +36,67 @@ from testkit.tools import tool
 
 Obj = dict[str, Any]
 README = CHART_DIR / "README.md"
+NOTES = CHART_DIR / "templates" / "NOTES.txt"
 SECTION = "## Upgrading the CRDs"
+FORCE = "--force-conflicts"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 MODELCACHE_CRD = f"modelcaches.{names.GROUP}"
 NEW_FIELD = "updateStrategy"  # of ModelCache spec: absent from the "older" CRD
 NS = "crd-upgrade"
 RELEASE = "praesto"
-HELM_DEADLINE = 120
+DEADLINE = 120  # seconds, for each helm or kubectl run
 
 
-def documented_command() -> list[str]:
-    """The one `kubectl` line in the README's CRD section's code block."""
+def documented_lines() -> list[str]:
+    """The `kubectl` lines of the README's CRD section's code block, as printed, in order."""
     section = README.read_text().split(SECTION, 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     assert block, f"{README}: no bash block under {SECTION!r}"
-    lines = [line for line in block.group(1).splitlines() if line.startswith("kubectl ")]
-    assert len(lines) == 1, f"{README}: expected one kubectl line under {SECTION!r}, found {lines}"
-    return shlex.split(lines[0], comments=True)
+    lines = [line.strip() for line in block.group(1).splitlines() if line.strip().startswith("kubectl ")]
+    assert lines, f"{README}: no kubectl line under {SECTION!r}"
+    return lines
 
 
-def kubectl_apply(kube: RealKube, argv: list[str]) -> list[Obj]:
-    """What `kubectl apply --server-side [--force-conflicts] -f DIR` sends; refuses any other form."""
-    words = argv[2:]
-    assert argv[:2] == ["kubectl", "apply"] and "-f" in words, f"not `kubectl apply -f`: {argv}"
-    directory = ROOT / words[words.index("-f") + 1]
-    flags = set(words) - {"-f", words[words.index("-f") + 1]}
-    assert flags <= {"--server-side", "--force-conflicts"}, f"this test does not know {flags} ({argv})"
-    assert "--server-side" in flags, "only a server-side apply is implemented here"
-    force = "true" if "--force-conflicts" in flags else "false"
-    query = {"fieldManager": "kubectl", "fieldValidation": "Strict", "force": force}
-    files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
-    applied = []
-    for file in files:
-        for doc in yaml.safe_load_all(file.read_text()):
-            if doc:
-                url = f"{CRDS}/{doc['metadata']['name']}"
-                ct = "application/apply-patch+yaml"  # the client sends it as JSON, which is YAML
-                applied.append(kube.call("PATCH", url, doc, query=query, content_type=ct))
-    return applied
+def notes_crd_lines() -> list[str]:
+    """The CRD command NOTES.txt prints after every install and upgrade (template-free lines)."""
+    return [line.strip() for line in NOTES.read_text().splitlines() if "crds" in line and "kubectl" in line]
+
+
+def tool_env(home: Path, kubeconfig: Path) -> dict[str, str]:
+    """The built helm and kubectl first on PATH, never the developer's config, the tier's admin."""
+    try:
+        kubectl, helm = tool("kubectl"), tool("helm")
+    except ControlPlaneUnavailable as err:
+        if os.environ.get("CI"):
+            pytest.fail(f"the CRD upgrade runs the real helm and kubectl in CI: {err}")
+        pytest.skip(str(err))
+    assert kubectl.parent == helm.parent, "helm and kubectl come from one tools build (tests/tools)"
+    return {
+        "PATH": f"{kubectl.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HOME": str(home),  # kubectl's discovery cache and helm's config land here
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+        "KUBECONFIG": str(kubeconfig),
+    }
+
+
+def run(env: dict[str, str], argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """In the repository root, read only: the printed relative paths resolve there."""
+    return subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=DEADLINE, check=False
+    )
+
+
+def printed(env: dict[str, str], line: str) -> subprocess.CompletedProcess[str]:
+    """`bash -c` the line exactly as printed."""
+    return run(env, ["bash", "-c", line])
+
+
+def helm(env: dict[str, str], *args: str) -> str:
+    done = run(env, [str(tool("helm")), *args])
+    assert done.returncode == 0, f"helm {' '.join(args)} failed ({done.returncode}):\n{done.stderr}"
+    return done.stdout
 
 
 def older_crds(target: Path) -> Path:
@@ -100,28 +122,6 @@ def crds_chart(directory: Path, crds: Path, version: str) -> Path:
     return directory
 
 
-def helm(home: Path, kubeconfig: Path, *args: str) -> str:
-    try:
-        binary = tool("helm")
-    except ControlPlaneUnavailable as err:
-        if os.environ.get("CI"):
-            pytest.fail(f"the CRD upgrade runs the real helm in CI: {err}")
-        pytest.skip(str(err))
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": str(home),  # never the developer's helm config or cache
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_DATA_HOME": str(home / "data"),
-        "KUBECONFIG": str(kubeconfig),
-    }
-    done = subprocess.run(
-        [str(binary), *args], env=env, capture_output=True, text=True, timeout=HELM_DEADLINE, check=False
-    )
-    assert done.returncode == 0, f"helm {' '.join(args)} failed ({done.returncode}):\n{done.stderr}"
-    return done.stdout
-
-
 def served_version(kube: RealKube) -> Obj:
     version: Obj = kube.call("GET", f"{CRDS}/{MODELCACHE_CRD}")["spec"]["versions"][0]
     return version
@@ -139,26 +139,42 @@ def strict_patch(kube: RealKube, name: str, patch: Obj) -> Obj:
     return patched
 
 
-def restore_current_crds(kube: RealKube) -> None:
-    """Leave the session's server with the chart's CRDs as every other test expects them."""
-    kubectl_apply(kube, ["kubectl", "apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR)])
+def managers(kube: RealKube, name: str) -> set[tuple[str, str]]:
+    """(manager, operation) of each managedFields entry of a CRD."""
+    crd = kube.call("GET", f"{CRDS}/{name}")
+    return {(entry["manager"], entry["operation"]) for entry in crd["metadata"].get("managedFields", [])}
+
+
+def restore_current_crds(kube: RealKube, env: dict[str, str]) -> None:
+    """Leave the session's server with the chart's CRDs as every other test expects them
+    (the built kubectl with explicit words, so a broken README line cannot break the cleanup)."""
+    done = run(env, [str(tool("kubectl")), "apply", "--server-side", FORCE, "-f", str(CRD_DIR)])
+    assert done.returncode == 0, f"restoring the CRDs failed:\n{done.stderr}"
     kube.wait_until(lambda: NEW_FIELD in spec_fields(kube), 30, "the current ModelCache CRD to be served")
+
+
+def test_the_notes_print_the_readme_crd_command() -> None:
+    """NOTES.txt repeats the procedure after each install and upgrade: the same line, so the test
+    below runs it too."""
+    assert notes_crd_lines() == documented_lines()
 
 
 def test_the_documented_crd_upgrade_keeps_caches_and_serves_new_fields(
     kube: RealKube, tmp_path: Path
 ) -> None:
-    argv = documented_command()
-    kubeconfig = kube.plane.admin_kubeconfig
-    home = tmp_path / "home"
+    lines = documented_lines()
+    env = tool_env(tmp_path / "home", kube.plane.admin_kubeconfig)
+    which = printed(env, "command -v kubectl").stdout.strip()
+    assert which == str(tool("kubectl")), f"bash finds {which}, not the tiers' kubectl"
     old_chart = crds_chart(tmp_path / "old", older_crds(tmp_path / "old-crds"), "0.6.0")
     new_chart = crds_chart(tmp_path / "new", CRD_DIR, "0.7.0")
+    crd_names = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in CRD_DIR.glob("*.yaml")}
     strategy = {"spec": {NEW_FIELD: {"maxFetching": 2}}}
     try:
         # As on a cluster where the older chart was installed first: the CRD exists only as Helm made it.
         kube.call("DELETE", f"{CRDS}/{MODELCACHE_CRD}")
         kube.wait_until(lambda: _absent(kube, f"{CRDS}/{MODELCACHE_CRD}"), 60, "the ModelCache CRD to go")
-        helm(home, kubeconfig, "install", RELEASE, str(old_chart), "--namespace", NS, "--create-namespace")
+        helm(env, "install", RELEASE, str(old_chart), "--namespace", NS, "--create-namespace")
         assert NEW_FIELD not in spec_fields(kube)
         cache = kube.create(_modelcache("before-upgrade"))
         with pytest.raises(ApiException) as refused:
@@ -166,20 +182,25 @@ def test_the_documented_crd_upgrade_keeps_caches_and_serves_new_fields(
         assert refused.value.status == 422 and f'unknown field "spec.{NEW_FIELD}"' in _message(refused.value)
 
         # The premise: `helm upgrade` does not touch crds/.
-        helm(home, kubeconfig, "upgrade", RELEASE, str(new_chart), "--namespace", NS)
+        helm(env, "upgrade", RELEASE, str(new_chart), "--namespace", NS)
         assert NEW_FIELD not in spec_fields(kube)
 
         # Why the README says --force-conflicts: `spec.versions` is an atomic list (apiextensions v1
         # types.go, +listType=atomic) that Helm's apply owns, so any schema change is a conflict.
-        without_force = [word for word in argv if word != "--force-conflicts"]
-        with pytest.raises(ApiException) as conflict:
-            kubectl_apply(kube, without_force)
-        assert conflict.value.status == 409 and 'conflict with "helm"' in _message(conflict.value)
+        for line in lines:
+            assert f" {FORCE}" in line, f"{README}: {line!r} lacks {FORCE}, which the README explains"
+            unforced = printed(env, line.replace(f" {FORCE}", ""))
+            assert unforced.returncode != 0 and 'conflict with "helm"' in unforced.stderr, unforced
+            assert FORCE in unforced.stderr  # kubectl's own advice (pkg/cmd/apply/apply.go)
+        assert NEW_FIELD not in spec_fields(kube)
 
-        applied = kubectl_apply(kube, argv)  # the documented procedure, exactly as printed
-        assert {crd["metadata"]["name"] for crd in applied} == {
-            yaml.safe_load(p.read_text())["metadata"]["name"] for p in CRD_DIR.glob("*.yaml")
-        }
+        applied: set[str] = set()
+        for line in lines:  # the documented procedure, exactly as printed
+            done = printed(env, line)
+            assert done.returncode == 0, f"{README}: {line!r} fails as printed:\n{done.stdout}{done.stderr}"
+            applied |= {word.rpartition("/")[2] for word in done.stdout.split() if "/" in word}
+        assert applied == crd_names, f"kubectl printed {applied}"
+        assert all(("kubectl", "Apply") in managers(kube, name) for name in crd_names)
         kube.wait_until(lambda: NEW_FIELD in spec_fields(kube), 30, "the new ModelCache schema to be served")
         current = yaml.safe_load((CRD_DIR / f"{MODELCACHE_CRD}.yaml").read_text())["spec"]["versions"][0]
         assert served_version(kube)["additionalPrinterColumns"] == current["additionalPrinterColumns"]
@@ -197,7 +218,7 @@ def test_the_documented_crd_upgrade_keeps_caches_and_serves_new_fields(
         created = kube.create(_modelcache("after-upgrade", **strategy["spec"]))
         assert created["spec"][NEW_FIELD] == {"maxFetching": 2}
     finally:
-        restore_current_crds(kube)
+        restore_current_crds(kube, env)
 
 
 def _modelcache(name: str, **spec: Any) -> Obj:
