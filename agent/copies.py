@@ -42,6 +42,9 @@ class CacheRef:
     verification: Verification | None = None  # spec.verification: the signature the model must carry
     switch: bool = True  # spec.switch: serve this revision once held (False: hold it beside, keep serving)
     beside: bool = False  # this download fills the `next` copy beside a served one (a rolling update)
+    # what a copy's manifest must record for spec.verification: method and path from the spec; the
+    # reconcile adds the fingerprint of the trust held now (credentials.required_signature)
+    signature: store.RequiredSignature | None = None
 
     @property
     def key(self) -> CopyKey:
@@ -65,10 +68,11 @@ class CacheState:
     downloaded: bool = False  # Ready through a download (not a cache hit)
     evicted: bool = False  # set before the directory goes, so no reconcile re-downloads it meanwhile
     peer_bytes: int | None = None  # bytes the last download got from peers, until Ready shows them
-    # (inode, mtime, size, cache UID) of the manifest last found to be this cache's: not read again
-    matching_manifest: tuple[int, int, int, str] | None = None
-    # the served manifest's identity and the revision it was found to hold (agent/rolling.py)
-    served_revision: tuple[int, int, int, str, str] | None = None
+    # (inode, mtime, size, cache UID, trust) of the manifest last found to be this cache's: not read
+    # again until one of them changes
+    matching_manifest: tuple[int, int, int, str, str] | None = None
+    # the served manifest's identity, the revision and the trust it was found to hold (agent/rolling.py)
+    served_revision: tuple[int, int, int, str, str, str] | None = None
     # what the last scrub found bad (agent/scrubber.py), until the repairing download ends
     scrub_findings: list[str] | None = None
 
@@ -84,9 +88,13 @@ class Outcome:
     evicted: list[StoreKey] = field(default_factory=list)  # (namespace, cache) made room
 
 
-def progress_record(phase: str, done: int, total: int, message: str, now: float) -> store.Progress:
+def progress_record(
+    phase: str, done: int, total: int, message: str, now: float, eta: int | None = None
+) -> store.Progress:
     """The progress file the CSI driver reads for a copy (`store.write_progress`)."""
-    return store.Progress(phase=phase, bytes_done=done, bytes_total=total, message=message, updated_at=now)
+    return store.Progress(
+        phase=phase, bytes_done=done, bytes_total=total, message=message, updated_at=now, eta_seconds=eta
+    )
 
 
 def ref_of(obj: Obj) -> CacheRef:
@@ -105,7 +113,10 @@ def ref_of(obj: Obj) -> CacheRef:
     switch = spec.get("switch", True)
     if not isinstance(switch, bool):
         raise ValueError(f"spec.switch: {switch!r} is not a boolean; the sync hook writes it")
-    return CacheRef(ns, name, cache, source, size, ttl, owner_uid(obj), verification, switch)
+    signature = store.RequiredSignature(verification.method, verification.path) if verification else None
+    return CacheRef(
+        ns, name, cache, source, size, ttl, owner_uid(obj), verification, switch, signature=signature
+    )
 
 
 def owner_uid(obj: Obj) -> str:

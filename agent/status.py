@@ -1,7 +1,7 @@
 """ModelCacheNode status: the shape the agent writes, built by pure functions.
 
-Status fields: phase, localPath, progress{bytesDone,bytesTotal}, resolvedRevision, revision (the spec
-revision resolvedRevision answers),
+Status fields: phase, localPath, progress{bytesDone,bytesTotal, and bytesPerSecond,etaSeconds while
+Downloading}, resolvedRevision, revision (the spec revision resolvedRevision answers),
 sizeBytes, lastUsedTime (RFC 3339), message, observedGeneration, next (a revision fetched
 beside the served one during a rolling update: agent/rolling.py) and conditions:
 
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from praesto import names
+from praesto import names, progress
 from praesto.quantity import format_bytes
 
 READY = "Ready"
@@ -104,8 +104,18 @@ class Throttle:
 
 
 def status_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
-    """Merge patch turning `current` status into `desired` (None removes a field); {} when equal."""
-    patch: dict[str, Any] = {k: v for k, v in desired.items() if current.get(k) != v}
+    """Merge patch turning `current` status into `desired` (None removes a field); {} when equal.
+
+    Objects are diffed key by key: a merge patch merges into an object, so a key left out of the
+    new one (progress.bytesPerSecond once Ready) would otherwise stay on the server."""
+    patch: dict[str, Any] = {}
+    for key, value in desired.items():
+        old = current.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            if old != value:
+                patch[key] = status_patch(old, value)
+        elif old != value:
+            patch[key] = value
     for key in current:
         if key not in desired:
             patch[key] = None
@@ -143,6 +153,7 @@ def desired(
 
     `fields` set status fields; a None value removes one. The Ready condition
     follows `phase`/`reason`; `extra` conditions replace those of their type.
+    Outside Downloading, progress keeps its counts but not its rate and time left.
     """
     want = dict(current)
     for key, value in {"phase": phase, "message": message, **fields}.items():
@@ -150,6 +161,8 @@ def desired(
             want.pop(key, None)
         else:
             want[key] = value
+    if phase != names.PHASE_DOWNLOADING and isinstance(want.get("progress"), dict):
+        want["progress"] = progress.without_rate(want["progress"])  # a rate only while bytes move
     ready = condition(READY, phase == names.PHASE_READY, reason, message, now, current.get("conditions"))
     want = with_conditions(want, want, [ready, *(extra or [])])
     changed = phase != current.get("phase") or reason != ready_reason(current)

@@ -2,7 +2,8 @@
 
 Every part of the agent that says something about a copy says it here: the
 reconciler's phases, a download's progress (throttled: at most one status patch
-per copy every `progress_seconds`, one progress file every half second), the disk
+per copy every `progress_seconds`, one progress file every half second; the rate and
+time left measured over a sliding window, praesto/progress.py), the disk
 room's evictions, the removal's waits and pod-start accounting's `podStarts`.
 A phase change is logged, and Ready, Failed, Evicted and WaitingForSecret become
 Events on the object. A status the API server could not take (restarting,
@@ -13,6 +14,7 @@ The statuses' shape is status.py's (pure).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +23,7 @@ from praesto.agent import status as st
 from praesto.agent.copies import CacheRef, Copies, CopyKey, Obj, cache_of, progress_record
 from praesto.agent.kube import KubeApi, is_transient, key_of, short_error
 
-from praesto import names, store
+from praesto import names, progress, store
 from praesto.quantity import format_bytes
 from praesto.store import StoreLayout
 
@@ -39,8 +41,11 @@ class StatusWriter:
         progress_seconds: float,
         base_fields: Callable[[], Fields] = dict,
         node: str = "",
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube, self.copies, self.layout, self.clock = kube, copies, layout, clock
+        self.monotonic = monotonic  # the rate's clock: wall-clock steps must not make bytes/s
+        self.rates: dict[CopyKey, progress.RateWindow] = {}  # per running download, under copies.lock
         self.base_fields = base_fields  # written with every phase (the peer address)
         self.throttle = st.Throttle(progress_seconds)
         self.file_throttle = st.Throttle(min(0.5, progress_seconds))
@@ -62,6 +67,9 @@ class StatusWriter:
         """Patch status to this state (nothing when already there); log and record transitions."""
         ns, name = key_of(obj)
         cache = cache_of(obj)
+        if phase != names.PHASE_DOWNLOADING:
+            with self.copies.lock:
+                self.rates.pop((ns, name), None)  # the download is over: the next one measures afresh
         base = {
             "localPath": str(self.layout.cache_dir(ns, cache)),
             "observedGeneration": obj["metadata"].get("generation"),
@@ -142,40 +150,46 @@ class StatusWriter:
 
     # ---- progress -----------------------------------------------------------------
 
-    def write_progress(self, namespace: str, cache: str, progress: store.Progress) -> None:
+    def write_progress(self, namespace: str, cache: str, record: store.Progress) -> None:
         """Progress for the CSI driver; never under a missing base path (that would create it)."""
         if self.layout.base.is_dir():
-            store.write_progress(self.layout, namespace, cache, progress)
+            store.write_progress(self.layout, namespace, cache, record)
 
     def started(self, ref: CacheRef, total: int, revision: str) -> None:
         """A download's bytes start: reported at once, with the revision (peers copy from it)."""
         self.throttle.forget(ref.name)
         self.file_throttle.forget(ref.name)
         self.progress(ref, 0, total, force=True, revision=revision)
+        with self.copies.lock:  # the rate starts at the first count (resumed bytes are no transfer)
+            self.rates.pop(ref.key, None)
 
     def progress(
         self, ref: CacheRef, done: int, total: int, force: bool = False, revision: str | None = None
     ) -> None:
         """Called from downloader threads: progress file always, status at most every few seconds."""
-        pct = f"{100 * done // total}%" if total else "0%"
-        message = f"downloading {pct} of {format_bytes(total)}"
         if ref.beside:
             self._next_progress(ref, done, total, force, revision)
             return
         with self.copies.lock:
+            window = self.rates[ref.key] = self.rates.get(ref.key, progress.RateWindow()).add(
+                self.monotonic(), done
+            )
             to_file = self.file_throttle.allow(ref.name) or force
             allowed = self.throttle.allow(ref.name) or force
             obj = self.copies.objects.get(ref.key)
             state = self.copies.states.get(ref.key)
             repairing = state.scrub_findings if state is not None else None
+        counts = progress.progress_fields(done, total, window.rate())
+        eta = counts.get(progress.ETA_SECONDS)
+        fields: Fields = {"progress": counts, "sizeBytes": total}
+        message = f"downloading {progress.summary(done, total, eta=eta) or f'{format_bytes(done)} so far'}"
         if repairing:  # what a new mount is told: why this Ready copy downloads again
             bad = ", ".join(f.partition(":")[0] for f in repairing[: names.SCRUB_MISMATCHED_MAX])
             message = f"{names.SCRUB_REPAIR_PROGRESS} ({bad}): {message}"
         if to_file:  # each write is an fsync'd replace: not once per MiB
-            record = progress_record(names.PHASE_DOWNLOADING, done, total, message, self.clock())
+            record = progress_record(names.PHASE_DOWNLOADING, done, total, message, self.clock(), eta)
             self.write_progress(ref.namespace, ref.cache, record)
         if allowed and obj is not None:
-            fields: Fields = {"progress": {"bytesDone": done, "bytesTotal": total}, "sizeBytes": total}
             if revision is not None:  # with the spec revision it answers (hooks/rolling.py votes on it)
                 fields["resolvedRevision"], fields["revision"] = revision, ref.source.version
             try:  # progress is best-effort: a refused status write must not stop the download

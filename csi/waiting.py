@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import grpc
 
 from praesto import names
+from praesto.progress import summary
 from praesto.quantity import format_bytes
 from praesto.store import Progress
 
@@ -61,11 +62,9 @@ def waiting_answer(
             "fix the cause (see the ModelCache's status); the mount is retried automatically",
         )
     if phase == names.PHASE_DOWNLOADING:
-        if progress.bytes_total > 0:
-            percent = min(100, int(progress.bytes_done * 100 / progress.bytes_total))
-            amount = f"{percent}% of {format_bytes(progress.bytes_total)}"
-        else:
-            amount = f"{format_bytes(progress.bytes_done)} so far"
+        amount = summary(progress.bytes_done, progress.bytes_total, eta=progress.eta_seconds) or (
+            f"{format_bytes(progress.bytes_done)} so far"
+        )
         if progress.message.startswith(names.SCRUB_REPAIR_PROGRESS):  # a Ready copy taken out by the scrub
             return Waiting(grpc.StatusCode.UNAVAILABLE, f"{cache} on node {node}: {progress.message}")
         return Waiting(grpc.StatusCode.UNAVAILABLE, f"{cache} is downloading on node {node}: {amount}")

@@ -10,6 +10,10 @@ rehydrates a copy when a Pod needs it); otherwise Pending, with the nodes'
 waiting reasons (WaitingForSecret, InsufficientDisk, ...) counted in the Ready
 condition's message. Nodes that should hold a copy but have no ModelCacheNode
 observed yet count as pending.
+
+Progress: the copies' bytes add up; the rate is the sum of the downloading copies'
+rates, the time left the longest of theirs (none while one of them has no estimate yet;
+copies not started are not counted).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from praesto.hooks.common import (
     selector_text,
 )
 
-from praesto import names
+from praesto import names, progress
 from praesto.quantity import format_bytes
 from praesto.spec import ModelCacheSpec
 
@@ -83,13 +87,28 @@ def _nodes(count: int) -> str:
     return f"{count} node" if count == 1 else f"{count} nodes"
 
 
-def progress_summary(done: int, total: int, size: int, nodes: int) -> str:
-    """The PROGRESS column: `41% of 4.1 GiB` (per copy), `on N nodes` when several."""
-    if total <= 0:
-        return ""
-    percent = 100 if done >= total else min(99, done * 100 // total)
-    text = f"{percent}% of {format_bytes(size or total)}"
-    return f"{text} on {_nodes(nodes)}" if nodes > 1 else text
+def rate_and_eta(statuses: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, int]:
+    """bytesPerSecond summed over the downloading copies, etaSeconds the longest of theirs."""
+    rates: list[int | None] = []
+    etas: list[int | None] = []
+    for phase, status in statuses:
+        if phase == names.PHASE_DOWNLOADING:
+            copy_progress = section(status, "progress")
+            rates.append(_count(copy_progress.get(progress.BYTES_PER_SECOND)))
+            etas.append(_count(copy_progress.get(progress.ETA_SECONDS)))
+    out: dict[str, int] = {}
+    known = [r for r in rates if r is not None]
+    if known:
+        out[progress.BYTES_PER_SECOND] = sum(known)
+    every = [e for e in etas if e is not None]
+    if every and len(every) == len(etas):
+        out[progress.ETA_SECONDS] = max(every)
+    return out
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative int from an agent's status, None when absent or malformed."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def aggregate(
@@ -132,13 +151,13 @@ def aggregate(
 
     done = total = 0
     for phase, status in statuses:
-        progress = section(status, "progress")
-        node_total = _int(progress.get("bytesTotal")) or size
+        copy_progress = section(status, "progress")
+        node_total = _int(copy_progress.get(progress.BYTES_TOTAL)) or size
         total += node_total
         if phase == names.PHASE_READY:
             done += node_total
         elif phase == names.PHASE_DOWNLOADING:
-            done += min(_int(progress.get("bytesDone")), node_total)
+            done += min(_int(copy_progress.get(progress.BYTES_DONE)), node_total)
 
     ready, downloading, failed = (
         counts[names.PHASE_READY],
@@ -174,10 +193,13 @@ def aggregate(
     if size:
         out["sizeBytes"] = size
     if total:
+        timing = rate_and_eta(statuses) if phase == names.PHASE_DOWNLOADING else {}
+        eta = timing.get(progress.ETA_SECONDS)
         out["progress"] = {
-            "bytesDone": done,
-            "bytesTotal": total,
-            "summary": progress_summary(done, total, size, count),
+            progress.BYTES_DONE: done,
+            progress.BYTES_TOTAL: total,
+            **timing,
+            progress.SUMMARY: progress.summary(done, total, size, eta, count),
         }
     if last_used:
         out["lastUsedTime"] = format_time(last_used)
@@ -293,8 +315,8 @@ def _ready_reason(
                 f"{selector_text(spec.node_selector)}) or change the selector",
             )
         return "NoNodesMatch", "the cluster has no schedulable Nodes yet; the cache waits for one"
-    progress = status.get("progress", {}).get("summary")
-    tail = f" ({progress})" if progress else ""
+    summary = status.get("progress", {}).get(progress.SUMMARY)
+    tail = f" ({summary})" if summary else ""
     if phase == names.PHASE_FAILED:
         listed = "; ".join(failures[:MAX_LISTED_FAILURES])
         more = len(failures) - MAX_LISTED_FAILURES

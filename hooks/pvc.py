@@ -40,8 +40,7 @@ from praesto.hooks.pvc_job import (
     uses_identity,
 )
 
-from praesto import names
-from praesto.quantity import format_bytes
+from praesto import names, progress
 from praesto.spec import ModelCacheSpec
 
 
@@ -192,9 +191,9 @@ def sync_pvc(
     if phase == names.PHASE_READY and downloaded.get("sizeBytes"):
         size = downloaded["sizeBytes"]
         status["progress"] = {
-            "bytesDone": size,
-            "bytesTotal": size,
-            "summary": f"100% of {format_bytes(size)}",
+            progress.BYTES_DONE: size,
+            progress.BYTES_TOTAL: size,
+            progress.SUMMARY: progress.summary(size, size),
         }
     if not evicted:
         status["pvcName"] = names.pvc_name(cache)

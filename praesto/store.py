@@ -147,6 +147,43 @@ class StoreLayout:
         return self.internal / "scrub" / (cache_key(namespace, name) + ".json")
 
 
+@dataclass(frozen=True)
+class RequiredSignature:
+    """The signature spec.verification asks of a copy: how it was verified and under which trust.
+
+    `trust` is the fingerprint of the trust material as the agent holds it now
+    (agent/download/api.py `SignaturePolicy.trust`): a copy verified under other material (a key the
+    platform replaced or withdrew) is not a copy of this cache any more. "" where it is not known
+    without reading the API (a namespace Secret or ConfigMap, read only by a download attempt).
+    """
+
+    method: str
+    path: str
+    trust: str = ""
+    origin: str = ""  # where the current trust comes from, for messages
+
+
+# RequiredSignature.trust of a platform trust name the agent no longer holds: no copy was verified
+# under it, so every copy that names it leaves Ready
+TRUST_WITHDRAWN = "withdrawn"
+
+
+def signature_mismatch(record: Any, wanted: RequiredSignature) -> str | None:
+    """Why a manifest's signature record (names.MANIFEST_SIGNATURE) does not satisfy `wanted`, None
+    when it does: the one comparison behind the reconcile's `copy_mismatch` and the download's
+    `publish.is_published`, so a copy the download would fetch again is never served meanwhile."""
+    how = (record.get("method"), record.get("path")) if isinstance(record, dict) else None
+    if how != (wanted.method, wanted.path):
+        return f"it was not verified by the {wanted.method} signature {wanted.path} that spec.verification requires"
+    if wanted.trust and record.get("trust") != wanted.trust:
+        now = "no trust (withdrawn)" if wanted.trust == TRUST_WITHDRAWN else wanted.trust
+        return (
+            f"it was verified under trust {record.get('trust')} from {record.get('trustFrom')}, and "
+            f"{wanted.origin or 'spec.verification'} is now {now}: the key or CA was replaced or withdrawn"
+        )
+    return None
+
+
 def copy_mismatch(
     manifest: dict[str, Any],
     *,
@@ -155,7 +192,7 @@ def copy_mismatch(
     allow_patterns: tuple[str, ...],
     ignore_patterns: tuple[str, ...],
     cache_uid: str,
-    signature: tuple[str, str] | None = None,
+    signature: RequiredSignature | None = None,
 ) -> str | None:
     """Why a complete copy's manifest is not a copy of this cache (None when it is).
 
@@ -164,9 +201,10 @@ def copy_mismatch(
     path: its completion marker proves only that it was complete for someone. `revision` may be
     the requested one (a branch) or the commit it resolved to; both are in the manifest. A copy
     without a cache UID (pre-baked by `praesto-agent download`) belongs to whichever cache has
-    its source and revision. `signature` is the (method, path) spec.verification requires, if any:
-    a copy must then have been verified that way (its manifest's signature record), so no unsigned
-    copy, pre-baked or older, stands in for a cache that verifies.
+    its source and revision. `signature` is what spec.verification requires, if anything: a copy
+    must then have been verified that way and under the trust held now (`signature_mismatch`), so
+    no unsigned copy, pre-baked or older, and no copy verified under withdrawn trust stands in
+    for a cache that verifies.
     """
     if manifest.get("source") != source:
         return f"it holds source {manifest.get('source')!r}, not {source}"
@@ -178,11 +216,8 @@ def copy_mismatch(
     owner = manifest.get(names.MANIFEST_CACHE_UID)
     if cache_uid and owner and owner != cache_uid:
         return f"it belongs to an earlier ModelCache of this name (UID {owner}, not {cache_uid})"
-    record = manifest.get(names.MANIFEST_SIGNATURE)
-    if signature is not None and (
-        not isinstance(record, dict) or (record.get("method"), record.get("path")) != signature
-    ):
-        return f"it was not verified by the {signature[0]} signature {signature[1]} that spec.verification requires"
+    if signature is not None:
+        return signature_mismatch(manifest.get(names.MANIFEST_SIGNATURE), signature)
     return None
 
 
@@ -266,6 +301,7 @@ class Progress:
     bytes_total: int = 0
     message: str = ""
     updated_at: float = 0.0
+    eta_seconds: int | None = None  # time left at the download's current rate, when known
 
 
 def write_progress(layout: StoreLayout, namespace: str, name: str, progress: Progress) -> None:
@@ -287,6 +323,7 @@ def progress_from(data: dict[str, Any] | None) -> Progress | None:
             int(data.get("bytes_total", 0)),
             str(data.get("message", "")),
             float(data.get("updated_at", 0.0)),
+            None if data.get("eta_seconds") is None else int(data["eta_seconds"]),
         )
     except (KeyError, TypeError, ValueError):
         return None

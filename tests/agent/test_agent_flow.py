@@ -182,7 +182,7 @@ def test_progress_is_reported_and_rate_limited(env: Env) -> None:
     )
     progress = store.read_progress(env.layout, "team-a", "slow")
     assert progress is not None and progress.phase == names.PHASE_DOWNLOADING
-    assert re.fullmatch(r"downloading \d+% of 3\.0 MiB", progress.message)
+    assert re.fullmatch(r"downloading \d+% of 3\.0 MiB(, ~\d+s left)?", progress.message)
     assert progress.bytes_total == size
     started = time.monotonic()
     env.wait_phase("slow", names.PHASE_READY)

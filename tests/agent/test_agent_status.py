@@ -38,3 +38,28 @@ def test_throttle() -> None:
     assert not throttle.allow("a")
     now[0] = 3.0
     assert throttle.allow("a")
+
+
+def test_rate_and_eta_only_while_downloading() -> None:
+    """A copy that leaves Downloading (Ready, Failed, Pending) keeps its counts, not its rate and time left."""
+    counts = {"bytesDone": 40, "bytesTotal": 100}
+    running = {**counts, "bytesPerSecond": 10, "etaSeconds": 6}
+    current, _ = st.desired({}, names.PHASE_DOWNLOADING, "Downloading", "m", 0.0, {"progress": running})
+    assert current["progress"] == running
+    for phase, reason in ((names.PHASE_FAILED, "SourceUnavailable"), (names.PHASE_PENDING, "Pending")):
+        patch, _ = st.desired(current, phase, reason, "m", 5.0, {})
+        assert patch["progress"] == {"bytesPerSecond": None, "etaSeconds": None}
+    ready, _ = st.desired(
+        current, names.PHASE_READY, "Cached", "ok", 9.0, {"progress": {**counts, "bytesDone": 100}}
+    )
+    assert ready["progress"] == {"bytesDone": 100, "bytesPerSecond": None, "etaSeconds": None}
+
+
+def test_patch_removes_keys_inside_an_object() -> None:
+    """A merge patch merges objects: a key the new value lacks must be sent as null, or it stays."""
+    current = {"progress": {"bytesDone": 1, "bytesTotal": 2, "etaSeconds": 3}, "phase": "Downloading"}
+    assert st.status_patch(
+        current, {"progress": {"bytesDone": 2, "bytesTotal": 2}, "phase": "Downloading"}
+    ) == {"progress": {"bytesDone": 2, "etaSeconds": None}}
+    assert st.status_patch(current, {"progress": None, "phase": "Downloading"}) == {"progress": None}
+    assert st.status_patch(current, dict(current)) == {}

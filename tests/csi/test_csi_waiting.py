@@ -20,6 +20,16 @@ def test_downloading_shows_percent_and_size() -> None:
     assert answer.message == "model cache default/tinyllama is downloading on node n1: 41% of 4.1 GiB"
 
 
+def test_downloading_shows_time_left_when_the_agent_knows_it() -> None:
+    """The agent's estimate (progress file `eta_seconds`), in the PROGRESS column's words (praesto/progress.py)."""
+    total = int(4.1 * GiB)
+    progress = Progress(
+        names.PHASE_DOWNLOADING, bytes_done=total * 41 // 100 + 1, bytes_total=total, eta_seconds=100
+    )
+    answer = waiting_answer("default", "tinyllama", "n1", progress, 5, 60)
+    assert answer.message.endswith("is downloading on node n1: 41% of 4.1 GiB, ~2m left")
+
+
 def test_downloading_without_total_shows_bytes_so_far() -> None:
     answer = waiting_answer("ns", "m", "n1", Progress(names.PHASE_DOWNLOADING, bytes_done=3 * 1024**2), 5, 60)
     assert answer.message.endswith("downloading on node n1: 3.0 MiB so far")

@@ -171,11 +171,22 @@ def test_printer_columns_and_names() -> None:
         "PVC",
         "DOWNLOAD JOB",
         "PROGRESS",
+        "REASON",
+        "MESSAGE",
         "AGE",
     ]
     assert {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}["PROGRESS"] == (
         ".status.progress.summary"
     )
+    node_columns = crd(MCN)["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert [c["name"] for c in node_columns] == [
+        "CACHE", "NODE", "PHASE", "DONE", "TOTAL", "REVISION", "REASON", "MESSAGE", "AGE"
+    ]  # fmt: skip
+    for columns in (version["additionalPrinterColumns"], node_columns):  # REASON before AGE on both
+        by_name = {c["name"]: c for c in columns}
+        assert by_name["REASON"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'
+        assert by_name["MESSAGE"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].message'
+        assert by_name["MESSAGE"]["priority"] == 1 and "priority" not in by_name["REASON"]
     assert crd(MC)["spec"]["names"]["shortNames"] == ["mc"]
     assert crd(MCN)["spec"]["names"]["shortNames"] == ["mcn"]
     for kind in (MC, MCN):
