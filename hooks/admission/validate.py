@@ -4,10 +4,11 @@ Spec rules come from the shared `praesto.spec.parse_spec`, so the webhook, the
 sync hook and `praesto render` refuse exactly the same things. This module
 adds what needs the cluster (the StorageClass exists), the old object (spec
 immutable) and advice given as AdmissionReview warnings. Whether the author may
-read the Secret a cache names is checked by the API server itself (the chart's
-ValidatingAdmissionPolicy `*-modelcache-secret-access`, with the CEL authorizer),
-which no webhook outage or failurePolicy can skip: the webhook never answers
-"may user X read Secret Y".
+read the Secrets and ConfigMaps a cache names is checked by the API server itself
+(the chart's ValidatingAdmissionPolicy `*-modelcache-secret-access`, with the CEL
+authorizer), at create and at every update that changes what is fetched (a rolling
+update here: issue 37 item 1), which no webhook outage or failurePolicy can skip:
+the webhook never answers "may user X read Secret Y".
 
 `disclose=False` (the caller is not verified as the API server: chart default,
 no webhooks.clientAuth): a forged review can name any namespace, so the answer

@@ -36,6 +36,30 @@ def modelcache(name: str, namespace: str, *, node_selector: dict[str, str] | Non
     }
 
 
+def grant(admin: Kube, namespace: str, service_account: str, role: str, rules: list[Obj]) -> None:
+    """A tenant identity with limited RBAC: `service_account` (created if missing) bound to a Role
+    named `role` in `namespace` holding `rules`."""
+    admin.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": service_account, "namespace": namespace},
+        }
+    )
+    rbac = "rbac.authorization.k8s.io/v1"
+    meta = {"name": role, "namespace": namespace}
+    admin.apply({"apiVersion": rbac, "kind": "Role", "metadata": meta, "rules": rules})
+    admin.apply(
+        {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+        }
+    )
+
+
 def pod(
     name: str, namespace: str, cache: str | None = None, *, scheduling: str | None = None, **meta: Any
 ) -> Obj:

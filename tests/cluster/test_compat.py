@@ -1,7 +1,8 @@
 """The oldest Kubernetes the chart claims (Chart.yaml kubeVersion), proven on its real kube-apiserver.
 
 What the chart needs from the API server: the CRDs' CEL rules call `quantity()`
-(Kubernetes 1.29) and the Pod webhook has `matchConditions` (GA in 1.30). This
+(Kubernetes 1.29), the Pod webhook has `matchConditions` (GA in 1.30) and the
+Secret-access policy walks spec's keys and joins strings in CEL. This
 starts kube-apiserver v1.30.14 (built from tests/cluster/compat-1.30) and applies
 them there: a release that lacked either would refuse the objects.
 """
@@ -18,10 +19,12 @@ from kubernetes.client.rest import ApiException
 
 from praesto import names
 from testkit.chart_install import install_crds, point_webhooks_at
-from testkit.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane
-from testkit.helm_chart import CHART_DIR, CRD_DIR, find, render_objects
+from testkit.controlplane import ControlPlane, ControlPlaneUnavailable, start_control_plane, wait_for
+from testkit.helm_chart import CHART_DIR, CRD_DIR, RELEASE, find, one, render_objects
 from testkit.kube_apply import Kube
 from testkit.pki import CertificateAuthority
+from tests.cluster.flows import merge_patch
+from tests.cluster.tenants import grant, modelcache
 from tests.cluster.test_install import readme_modelcaches
 
 MODULE = "tests/cluster/compat-1.30"
@@ -74,3 +77,47 @@ def test_the_webhook_match_conditions_are_accepted_there(
     created = admin.create(point_webhooks_at(mutating, "https://127.0.0.1:9", ca.pem))
     condition = created["webhooks"][0]["matchConditions"][0]
     assert names.ANNOTATION_MODEL_MOUNTS in condition["expression"]
+
+
+def test_the_secret_access_policy_checks_rolling_updates_there(oldest: ControlPlane) -> None:
+    """tests/cluster/test_secret_access_updates.py's reproduction, on the oldest release."""
+    admin = Kube(oldest.admin())
+    install_crds(admin, sorted(CRD_DIR.glob("*.yaml")))
+    objects = render_objects({"webhooks": {"certManager": {"enabled": False}}})
+    policy = f"{RELEASE}-modelcache-secret-access"
+    admin.apply(one(objects, "ValidatingAdmissionPolicy", policy))
+    admin.apply(one(objects, "ValidatingAdmissionPolicyBinding", policy))
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "compat-tenant"}})
+    admin.apply(
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": "compat-tenant"}}
+    )
+    caches = {
+        "apiGroups": [names.GROUP],
+        "resources": [names.MODELCACHE_PLURAL],
+        "verbs": ["create", "patch"],
+    }
+    grant(admin, "compat-tenant", "editor", "edit-caches", [caches])
+    editor = Kube(oldest.client_as("compat-tenant", "editor"))
+    s3 = {"uri": "s3://bank-data/public/model", "secretRef": {"name": "creds"}}
+    probes = iter(range(1000))
+
+    def policy_active() -> bool:  # the policy and the editor's Role reach the API server in their time
+        try:
+            editor.create(modelcache(f"probe-{next(probes)}", "compat-tenant", source=s3))
+        except ApiException as err:
+            return "may not get Secret 'creds'" in str(err.body)
+        return False
+
+    wait_for("the Secret-access policy to refuse the editor", policy_active, 60)
+    admin.create(modelcache("colleagues", "compat-tenant", source=s3))
+
+    def patch(spec: dict[str, object]) -> None:
+        merge_patch(
+            editor, names.API_VERSION, names.MODELCACHE_KIND, "colleagues", {"spec": spec}, "compat-tenant"
+        )
+
+    with pytest.raises(ApiException) as refused:
+        patch({"source": {"uri": "s3://bank-data/hr-private/model"}})
+    assert refused.value.status == 403
+    assert "this update changes spec.source" in str(refused.value.body)
+    patch({"updateStrategy": {"switch": "AllNodes"}})

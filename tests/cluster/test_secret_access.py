@@ -1,10 +1,11 @@
 """Issue 12, finding 4: naming a Secret in a ModelCache needs the right to read it.
 
 Through the real API server: a tenant ServiceAccount that may create
-ModelCaches but not read Secrets names `prod-db-password`; the validating
-webhook asks the API server (SubjectAccessReview, as the chart's hooks
-ServiceAccount) and refuses. Once the tenant is granted `get` on that Secret,
-the same ModelCache is admitted.
+ModelCaches but not read Secrets names `prod-db-password`; the chart's
+ValidatingAdmissionPolicy `*-modelcache-secret-access` has the API server's
+authorizer check the author and refuses. Once the tenant is granted `get` on
+that Secret, the same ModelCache is admitted. Updates that change what a cache
+fetches: test_secret_access_updates.py.
 """
 
 from __future__ import annotations
@@ -18,43 +19,19 @@ from testkit.controlplane import wait_for
 from testkit.kube_apply import Kube
 from tests.cluster.flows import validator_down
 from tests.cluster.installed import Installed
-from tests.cluster.tenants import modelcache
+from tests.cluster.tenants import grant, modelcache
 
 TENANT = "secret-access"
 AUTHOR = "model-author"
 SECRET = "prod-db-password"
-RBAC = "rbac.authorization.k8s.io/v1"
-
-
-def role(name: str, rules: list[dict[str, list[str]]]) -> dict[str, object]:
-    return {
-        "apiVersion": RBAC,
-        "kind": "Role",
-        "metadata": {"name": name, "namespace": TENANT},
-        "rules": rules,
-    }
-
-
-def binding(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": RBAC,
-        "kind": "RoleBinding",
-        "metadata": {"name": name, "namespace": TENANT},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": AUTHOR, "namespace": TENANT}],
-    }
 
 
 @pytest.fixture(scope="module")
 def author(installed: Installed) -> Kube:
     admin = installed.admin
     ensure_namespace(admin, TENANT)
-    admin.apply(
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AUTHOR, "namespace": TENANT}}
-    )
     rules = [{"apiGroups": [names.GROUP], "resources": [names.MODELCACHE_PLURAL], "verbs": ["create", "get"]}]
-    admin.apply(role("author", rules))
-    admin.apply(binding("author"))
+    grant(admin, TENANT, AUTHOR, "author", rules)
     admin.apply(
         {
             "apiVersion": "v1",
@@ -83,8 +60,7 @@ def test_a_secret_the_author_cannot_read_is_refused_then_admitted_once_granted(
     assert "hunter2" not in body
 
     read = [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [SECRET], "verbs": ["get"]}]
-    installed.admin.apply(role("read-db-password", read))
-    installed.admin.apply(binding("read-db-password"))
+    grant(installed.admin, TENANT, AUTHOR, "read-db-password", read)
 
     def admitted() -> bool:
         try:
