@@ -155,6 +155,14 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
     )
     dl.add_argument("--endpoint", default=None, help="Hub endpoint or mirror (default: $HF_ENDPOINT)")
     dl.add_argument(
+        "--egress-allowed-cidrs",
+        default=None,
+        metavar="CIDRS",
+        help="comma-separated internal networks the source may reach, e.g. 127.0.0.1/32 for a registry on "
+        "this machine; loopback, link-local, metadata and private addresses are refused otherwise "
+        f"(default: ${names.ENV_EGRESS_ALLOWED_CIDRS})",
+    )
+    dl.add_argument(
         "--concurrency", type=positive_int, default=Options.concurrency, help="parallel connections"
     )
     dl.add_argument(
@@ -184,6 +192,20 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
         "--part-size", type=positive_int, default=Options.part_size >> 20, help="MiB per byte range"
     )
     dl.add_argument("--quiet", action="store_true", help="no progress lines")
+    dl.add_argument(
+        "--progress-job",
+        default=env.get(names.ENV_PROGRESS_JOB),
+        metavar="NAMESPACE/NAME",
+        help="PVC mode: write live progress on this Job's praesto.io/progress annotation "
+        f"(default: ${names.ENV_PROGRESS_JOB}; the sync hook sets it in the download Job)",
+    )
+    dl.add_argument(
+        "--progress-credentials-dir",
+        default=names.PROGRESS_CREDENTIALS_DIR,
+        metavar="DIR",
+        help="with --progress-job: the projected ServiceAccount token and ca.crt to write it with "
+        "(default: %(default)s)",
+    )
     dl.add_argument(
         "--buffered-writes",
         action="store_true",

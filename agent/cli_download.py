@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
+from praesto.agent import job_progress
 from praesto.agent.download import (
     DownloadCancelled,
     DownloadError,
@@ -28,6 +29,7 @@ from praesto.agent.download import (
 )
 from praesto.agent.download.api import SUMMARY_RECORD
 from praesto.agent.download.destination import destination_problem
+from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.download.objcreds import settings_from_env
 from praesto.agent.download.settings import DownloadSettings
 from praesto.agent.download.signature import policy_from_files
@@ -125,6 +127,8 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return EXIT_USAGE
     try:
         credentials_dir = _credentials_dir(args.credentials_dir)
+        if args.progress_job:
+            job_progress.parse_job_ref(args.progress_job)
     except ValueError as error:
         say(f"error: {error}", None)
         return EXIT_USAGE
@@ -141,6 +145,14 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         say(f"error: --max-bytes: {error}; e.g. --max-bytes 20Gi", None)
         return EXIT_USAGE
     settings = DownloadSettings.from_env(env)
+    allowed = (
+        settings.egress_allowed_cidrs if args.egress_allowed_cidrs is None else args.egress_allowed_cidrs
+    )
+    try:
+        egress = EgressPolicy.from_text(allowed)
+    except ValueError as error:
+        say(f"error: --egress-allowed-cidrs ({names.ENV_EGRESS_ALLOWED_CIDRS}): {error}", None)
+        return EXIT_USAGE
     credentials = settings_from_env(env, credentials_dir) if source.scheme not in ("hf", "oci") else None
     if source.scheme == "oci":
         try:
@@ -172,6 +184,11 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         handler.addFilter(_not_a_summary)
     cancel = threading.Event()
     last = [0.0]
+    live = (  # PVC mode: the download Job's progress annotation (agent/job_progress.py)
+        job_progress.sender_from_env(args.progress_job, Path(args.progress_credentials_dir), env)
+        if args.progress_job
+        else None
+    )
 
     def progress(done: int, total: int) -> None:
         now = time.monotonic()
@@ -179,6 +196,8 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             last[0] = now
             pct = 100 * done // total if total else 100
             say(f"progress: {format_bytes(done)} of {format_bytes(total)} ({pct}%)", token)
+        if live is not None:
+            live.record(done, total)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         cancel.set()
@@ -204,6 +223,7 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         max_bytes=max_bytes,
         signature=signature,
         plain_http=args.plain_http,
+        egress=egress,
     )
     try:
         resolved = plan(source, options)
@@ -223,6 +243,9 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         if error.reason == names.REASON_SIGNATURE_INVALID:
             return EXIT_SIGNATURE_INVALID
         return EXIT_TEMPFAIL if isinstance(error, TemporaryDownloadError) else EXIT_FAILED
+    finally:
+        if live is not None:
+            live.stop()
     _report(settings.termination_log, resolved.revision, result.plan.total_bytes)
     say(
         f"complete: {args.dest} at {resolved.revision} ({format_bytes(result.bytes_from_origin)} fetched, "

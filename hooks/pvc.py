@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from praesto.hooks import hook_protocol, pvc_pod
+from praesto.hooks import hook_protocol, pvc_pod, pvc_progress
 from praesto.hooks.common import (
     READY,
     Obj,
@@ -40,7 +40,7 @@ from praesto.hooks.pvc_job import (
     uses_identity,
 )
 
-from praesto import names, progress
+from praesto import jobprogress, names, progress
 from praesto.spec import ModelCacheSpec
 
 
@@ -157,17 +157,21 @@ def sync_pvc(
             "come back when a Pod uses the cache again"
         )
     else:
-        children = [persistent_volume_claim(parent, spec), download_job(parent, spec, config)]
+        desired_job = download_job(parent, spec, config)
+        children = [persistent_volume_claim(parent, spec), desired_job]
         egress = metadata_egress_policy(parent, spec, config)
         if egress is not None:
             children.append(egress)
         phase, reason, message = _job_state(job)
-        pods = pvc_pod.job_pods(request, str(meta(parent).get("namespace")), names.download_job_name(cache))
+        namespace = str(meta(parent).get("namespace"))
+        pods = pvc_pod.job_pods(request, namespace, names.download_job_name(cache))
         if phase == names.PHASE_READY:
             downloaded = pvc_pod.report(pods)
         elif phase != names.PHASE_FAILED:
-            namespace = str(meta(parent).get("namespace"))
             account = config.downloader_service_account if uses_identity(namespace, spec, config) else ""
+            # while the Job runs, its Pod may write its progress on it: granted to the account the Job
+            # really runs as (the observed one: a Job's template is immutable), hooks/pvc_progress.py
+            children.extend(pvc_progress.grant(parent, pvc_progress.job_account(job or desired_job)))
             no_account = pvc_pod.missing_service_account(request, namespace, account)
             problem = ("WaitingForServiceAccount", no_account) if no_account else pvc_pod.stuck(pods)
             if problem is not None:
@@ -195,6 +199,11 @@ def sync_pvc(
             progress.BYTES_TOTAL: size,
             progress.SUMMARY: progress.summary(size, size),
         }
+    live = pvc_progress.live_progress(job, spec.size_bytes, now) if phase == names.PHASE_DOWNLOADING else None
+    if live is not None:
+        status["progress"] = live
+        # a writer that went quiet (its Pod hung or gone) must lose its rate: look again once stale
+        resync = min(resync or jobprogress.STALE_SECONDS, jobprogress.STALE_SECONDS)
     if not evicted:
         status["pvcName"] = names.pvc_name(cache)
     if any(child["kind"] == "Job" for child in children):

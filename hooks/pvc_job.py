@@ -11,6 +11,8 @@ any status. The chart's proxies/identity env, workload-identity ServiceAccount a
 labels, and the extra CA bundle (an optional ConfigMap in the cache's namespace) apply.
 spec.verification's trust Secret or ConfigMap is mounted read-only as one file (`TRUST_FILE`) that
 the `--signature-*` flags name; the check is the node agent's own (agent/download/signature.py).
+The download container alone gets an API token, projected, good for one thing: writing its live
+progress on this Job (hooks/pvc_progress.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
+from praesto.hooks import pvc_progress
 from praesto.hooks.common import Obj, child_metadata, meta
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_pod import TERMINATION_LOG
@@ -256,17 +259,22 @@ def _annotations(spec: ModelCacheSpec, config: HooksConfig) -> dict[str, dict[st
 
 def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksConfig) -> Obj:
     cache = str(meta(parent)["name"])
+    namespace = str(meta(parent).get("namespace") or "")
     overrides = spec.downloader
-    identity = uses_identity(str(meta(parent).get("namespace") or ""), spec, config)
+    identity = uses_identity(namespace, spec, config)
     env, env_from = _env(spec, config, identity)
     extra_volumes, extra_mounts = _volumes(spec, config)
+    # live progress: this container alone gets a token, for one annotation on its Job (pvc_progress.py)
+    progress_env, progress_volume, progress_mount = pvc_progress.pod_parts(
+        namespace, names.download_job_name(cache)
+    )
     container: Obj = {
         "name": CONTAINER_NAME,
         "image": overrides.get("image") or config.downloader_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["praesto-agent"],
         "args": download_args(spec),
-        "env": env,
+        "env": [*env, progress_env],
         "resources": overrides.get("resources") or config.downloader_resources,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -275,6 +283,7 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
             {"name": "cache", "mountPath": DEST},
             {"name": "tmp", "mountPath": "/tmp"},
             *extra_mounts,
+            progress_mount,
         ],
     }
     if env_from:
@@ -282,7 +291,8 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
     labels = _pod_labels(cache, config, identity)
     pod_spec: Obj = {
         "restartPolicy": "Never",
-        "automountServiceAccountToken": False,  # workload-identity webhooks project their own token
+        # workload-identity webhooks project their own token; ours is the progress volume's, one container
+        "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": dict(POD_SECURITY_CONTEXT),
         "containers": [container],
@@ -290,6 +300,7 @@ def download_job(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksC
             {"name": "cache", "persistentVolumeClaim": {"claimName": names.pvc_name(cache)}},
             {"name": "tmp", "emptyDir": {}},
             *extra_volumes,
+            progress_volume,
         ],
     }
     if identity:

@@ -78,6 +78,9 @@ MANIFEST_CACHE_UID = "cacheUID"
 # The manifest's key for how a signed model was verified (method, signer, trust fingerprint); absent
 # when the cache asked for no signature (agent/download/signature.py).
 MANIFEST_SIGNATURE = "signature"
+# In that record: the files of the source the signature does not cover (git paths, the signer's
+# ignore_paths), removed before publication: a signed copy holds exactly the signed files.
+MANIFEST_SIGNATURE_EXCLUDED = "excluded"
 # The manifest's key for the OCI archive layers a copy's files were unpacked from (path, size,
 # digest, kind); absent for every other source (agent/download/unpack.py).
 MANIFEST_LAYERS = "layers"
@@ -172,6 +175,11 @@ def secret_reader_role_name(cache_name: str) -> str:
     return _bounded_name("praesto-secret-reader-", cache_name)
 
 
+def download_progress_role_name(cache_name: str) -> str:
+    """The Role (and RoleBinding) letting a PVC-mode download Pod write its Job's progress annotation."""
+    return _bounded_name("praesto-download-progress-", cache_name)
+
+
 # Peers (agent/peers/auth.py, identity.py): every peer token is minted for one target node's
 # audience, `peer_audience(node)`; the TokenReview extras the API server adds to a Pod-bound
 # token name the Pod's node, name and UID.
@@ -192,10 +200,19 @@ ENV_HF_ENDPOINT = "HF_ENDPOINT"  # the Hugging Face endpoint or mirror
 ENV_HF_TOKEN = "HF_TOKEN"  # noqa: S105 - a variable's name: the Hub token (PVC Job: from the cache's Secret)
 ENV_CA_BUNDLE = "PRAESTO_CA_BUNDLE"  # extra PEM CA bundle every download trusts (downloads.caBundle)
 ENV_TERMINATION_LOG = "PRAESTO_TERMINATION_LOG"  # the PVC-mode Job's result file (hooks/pvc_pod.py)
+# PVC mode's live progress (hooks/pvc_progress.py, agent/download/job_progress.py): the download Pod
+# patches this one annotation on its own Job (`namespace/name` in the env variable), authenticated by
+# a projected token for the Job's ServiceAccount in PROGRESS_CREDENTIALS_DIR (files `token`, `ca.crt`).
+ANNOTATION_DOWNLOAD_PROGRESS = "praesto.io/progress"
+ENV_PROGRESS_JOB = "PRAESTO_PROGRESS_JOB"
+PROGRESS_CREDENTIALS_DIR = "/var/run/secrets/praesto/progress"
 ENV_CREDENTIALS_DIR = "PRAESTO_CREDENTIALS_DIR"  # a mounted object-store credentials Secret
 # OCI registry mirrors, JSON {"registry host": ["https://mirror[:port]", ...]} (downloads.oci.mirrors):
 # tried in order before the registry itself, like containerd's hosts.toml mirrors.
 ENV_OCI_MIRRORS = "PRAESTO_OCI_MIRRORS"
+# Networks a download may reach although internal (chart downloads.egress.allowedCIDRs; comma-separated
+# CIDRs): agent/download/egress.py refuses loopback, link-local, metadata and private addresses otherwise.
+ENV_EGRESS_ALLOWED_CIDRS = "PRAESTO_EGRESS_ALLOWED_CIDRS"
 # The platform's signing trust (chart verification.trust): the mounted ConfigMap's directory, read
 # by the hooks and the node agent at start; and the namespaces that accept only signed models
 # (verification.requiredIn, comma-separated, "*": all). praesto/trustpolicy.py.

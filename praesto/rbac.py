@@ -46,6 +46,12 @@ AGENT_SECRET_GRANT = Permission("", "secrets", ("get",))
 # ... and, when spec.verification's trust material is in a ConfigMap, get on that one ConfigMap.
 AGENT_CONFIGMAP_GRANT = Permission("", "configmaps", ("get",))
 
+# PVC mode's live progress: the download Pod's own ServiceAccount may patch its one Job (Role in the
+# cache's namespace, resourceNames = the Job, only while it runs; hooks/pvc_progress.py). The chart's
+# ValidatingAdmissionPolicy (download-progress-policy.yaml) lets that patch change one annotation only.
+# Metacontroller holds patch on Jobs (METACONTROLLER), which RBAC's escalation check requires.
+DOWNLOADER_PROGRESS_GRANT = Permission("batch", "jobs", ("patch",))
+
 # Peers (agent/peers/auth.py, chart nodeAgent.peers.enabled): a Role in the release namespace lets the
 # agent ServiceAccount request tokens for itself only (resourceNames); the chart's
 # ValidatingAdmissionPolicy binds each to the asking agent's own Pod and a peer audience.

@@ -297,6 +297,7 @@ def test_node_daemonset_env_is_the_agent_and_csi_settings(
     _check("node agent", _env_names(*agents), reads, {
         "KUBECONFIG": "outside a cluster only; in-cluster config otherwise",
         "PRAESTO_CREDENTIALS_DIR": "the `download` subcommand's (the PVC-mode Job sets it)",
+        "PRAESTO_PROGRESS_JOB": "the `download` subcommand's (the PVC-mode Job sets it)",
         **dict.fromkeys(_flag_env_names(reads), "the chart passes the flag instead"),
     })  # fmt: skip
     _check(

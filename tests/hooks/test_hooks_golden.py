@@ -137,7 +137,15 @@ def test_token_secret_grant_is_one_secret_to_the_agent() -> None:
     ]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     pvc_children = _response("pvc-token-and-overrides")["children"]
-    assert _kinds(_response("pvc-token-and-overrides")) == ["PersistentVolumeClaim", "Job"]
+    # PVC mode: the kubelet reads the Secret for the Job's Pod; the one Role is the Job's live progress
+    assert _kinds(_response("pvc-token-and-overrides")) == [
+        "PersistentVolumeClaim",
+        "Job",
+        "Role",
+        "RoleBinding",
+    ]
+    (pvc_role,) = (c for c in pvc_children if c["kind"] == "Role")
+    assert [r["resources"] for r in pvc_role["rules"]] == [["jobs"]]
     container = pvc_children[1]["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}} in (
         container["env"]
@@ -146,12 +154,13 @@ def test_token_secret_grant_is_one_secret_to_the_agent() -> None:
 
 
 def test_pvc_eviction_and_rehydration() -> None:
-    assert _kinds(_response("pvc-seed-first-sync")) == ["PersistentVolumeClaim", "Job"]
+    running = ["PersistentVolumeClaim", "Job", "Role", "RoleBinding"]  # the Role: live progress
+    assert _kinds(_response("pvc-seed-first-sync")) == running
     before = _response("pvc-unused-before-expiry")
     assert before["resyncAfterSeconds"] == 3600.0  # last used 11:00, TTL 2h, now 12:00
     evicted = _response("pvc-evicted")
     assert evicted["children"] == [] and "resyncAfterSeconds" not in evicted
-    assert _kinds(_response("pvc-rehydrate-on-new-consumer")) == ["PersistentVolumeClaim", "Job"]
+    assert _kinds(_response("pvc-rehydrate-on-new-consumer")) == running
     assert _status("pvc-in-use-advances-last-used")["lastUsedTime"] == "2026-12-01T12:00:00Z"
     assert _status("pvc-in-use-last-used-quantized")["lastUsedTime"] == "2026-12-01T11:59:30Z"
 

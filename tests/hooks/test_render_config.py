@@ -51,10 +51,12 @@ def test_render_prints_children_and_status(tmp_path: Path, capsys: pytest.Captur
     assert code == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     kinds = [d["kind"] for d in docs]
-    assert kinds == ["ModelCacheNode", "ModelCache", "PersistentVolumeClaim", "Job", "ModelCache"]
+    # the PVC-mode Role and RoleBinding let the running Job's Pod write its live progress
+    pvc_mode = ["PersistentVolumeClaim", "Job", "Role", "RoleBinding", "ModelCache"]
+    assert kinds == ["ModelCacheNode", "ModelCache", *pvc_mode]
     assert docs[0]["spec"]["nodeName"] == "node-a"
     assert docs[1]["status"]["totalNodes"] == 1
-    assert docs[4]["status"]["pvcName"] == names.pvc_name("tinyllama-rwx")
+    assert docs[6]["status"]["pvcName"] == names.pvc_name("tinyllama-rwx")
     for child in (docs[0], docs[2], docs[3]):
         validate_child(child)
 
