@@ -45,6 +45,8 @@ SETTINGS_MODULES = {
     "agent/cli.py": "praesto-agent main: every subcommand's settings from flags and this environment",
     "csi/cli.py": "praesto-csi main: CsiSettings (csi/settings.py) from flags and this environment",
     "hooks/plan.py": "praesto plan main: DownloadSettings and the object stores' variables, as the download CLI",
+    # writes, never reads: prometheus_client finds its multiprocess directory only through this variable
+    "hooks/serving/worker_metrics.py": "praesto-hooks main: PROMETHEUS_MULTIPROC_DIR for its workers' metric files",
 }
 # The settings objects of the processes: a docstring for every field.
 SETTINGS_TREES = {"agent/settings.py": ["MetricsSettings", "StartupTaintSettings", "ScrubSettings", "AgentSettings"],
