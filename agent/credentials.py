@@ -19,8 +19,9 @@ from praesto.agent.download.api import SignaturePolicy
 from praesto.agent.download.objcreds import settings_from_secret
 from praesto.agent.kube import KubeApi, SecretUnavailable
 
-from praesto import credscope, names, trustpolicy
+from praesto import credscope, names, store, trustpolicy
 from praesto.verification import BASE as VERIFICATION_FIELD
+from praesto.verification import Verification
 
 CLUSTER_SECRET_ENV = "PRAESTO_CREDENTIALS_SECRET"  # noqa: S105 - chart credentials.secretRef: "namespace/name"
 # chart credentials.namespaces, comma-separated: who may use the cluster's credentials at all
@@ -41,14 +42,15 @@ class CredentialPolicy:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], trust_dir: str | None = None) -> CredentialPolicy:
-        """The chart's credentials settings, and the platform's signing trust read from `trust_dir`
-        (--trust-dir, the mounted verification.trust ConfigMap; ValueError when it is unreadable)."""
+        """The chart's credentials settings, and the platform's signing trust in `trust_dir` (--trust-dir,
+        the mounted verification.trust ConfigMap, read again whenever the kubelet updates it:
+        trustpolicy.TrustDir; ValueError when it is missing)."""
         secret = env.get(CLUSTER_SECRET_ENV, "")
         namespace, _, name = secret.partition("/")
         return cls(
             credscope.CredentialScope.from_env(env),
             (namespace, name) if "/" in secret else None,
-            trustpolicy.load_trust_dir(trust_dir),
+            trustpolicy.TrustDir(trust_dir) if trust_dir else {},
         )
 
     def entitled(self, namespace: str, uri: str = "") -> bool:
@@ -106,34 +108,73 @@ class CredentialPolicy:
         return None, settings, where
 
 
+def _cluster_policy(
+    wanted: Verification, cluster_trust: Mapping[str, trustpolicy.ClusterTrust]
+) -> SignaturePolicy | None:
+    """The policy of a platform trust name as this agent holds it now; None when it holds none."""
+    entry = cluster_trust.get(wanted.cluster_trust)
+    if entry is None or entry.method != wanted.method:
+        return None
+    origin = (
+        f"the platform's trust {wanted.cluster_trust!r} ({VERIFICATION_FIELD}.{wanted.method}.clusterTrust)"
+    )
+    if wanted.method == "publicKey":
+        return SignaturePolicy(wanted.method, wanted.path, origin, public_key=entry.pem)
+    return SignaturePolicy(wanted.method, wanted.path, origin, certificates=(entry.pem,))
+
+
+def _sigstore_policy(wanted: Verification) -> SignaturePolicy:
+    return SignaturePolicy(
+        wanted.method,
+        wanted.path,
+        f"{VERIFICATION_FIELD}.sigstore",
+        identity=wanted.identity,
+        oidc_issuer=wanted.oidc_issuer,
+    )
+
+
+def required_signature(
+    ref: CacheRef, cluster_trust: Mapping[str, trustpolicy.ClusterTrust]
+) -> store.RequiredSignature | None:
+    """What a copy of `ref` must have been verified with, as far as the agent knows it without the
+    API: the platform's trust (re-read when its volume changed) and a sigstore identity give the
+    fingerprint; a namespace Secret or ConfigMap is read only by a download (the per-cache grant
+    exists only while a copy downloads: hooks/local.py), so there only method and path are known.
+    The reconcile compares copies against it at every pass (store.copy_mismatch)."""
+    wanted = ref.verification
+    if wanted is None:
+        return None
+    if wanted.cluster_trust:
+        policy = _cluster_policy(wanted, cluster_trust)
+        if policy is None:
+            origin = f"the platform's trust {wanted.cluster_trust!r}"
+            return store.RequiredSignature(wanted.method, wanted.path, store.TRUST_WITHDRAWN, origin)
+        return policy.required
+    if wanted.method == "sigstore":
+        return _sigstore_policy(wanted).required
+    return store.RequiredSignature(wanted.method, wanted.path)
+
+
 def signature_policy(
     kube: KubeApi, ref: CacheRef, cluster_trust: Mapping[str, trustpolicy.ClusterTrust]
 ) -> SignaturePolicy | None:
     """The signature this copy's model must carry, its trust material read now from the cache's own
     Secret (the per-cache grant, hooks/local.py), held in memory for this attempt only, or the
-    platform's (`cluster_trust`, chart verification.trust)."""
+    platform's (`cluster_trust`, chart verification.trust, as mounted now)."""
     wanted = ref.verification
     if wanted is None:
         return None
     if wanted.cluster_trust:
-        entry = cluster_trust.get(wanted.cluster_trust)
-        if entry is None or entry.method != wanted.method:
+        policy = _cluster_policy(wanted, cluster_trust)
+        if policy is None:
             raise SecretUnavailable(
                 f"{VERIFICATION_FIELD}.{wanted.method}.clusterTrust {wanted.cluster_trust!r}: this node agent "
-                "has no such platform trust; add it to the chart's verification.trust (or check --trust-dir)"
+                "has no such platform trust (withdrawn, or not yet mounted here); add it to the chart's "
+                "verification.trust (or check --trust-dir)"
             )
-        origin = f"the platform's trust {wanted.cluster_trust!r} ({VERIFICATION_FIELD}.{wanted.method}.clusterTrust)"
-        if wanted.method == "publicKey":
-            return SignaturePolicy(wanted.method, wanted.path, origin, public_key=entry.pem)
-        return SignaturePolicy(wanted.method, wanted.path, origin, certificates=(entry.pem,))
+        return policy
     if wanted.method == "sigstore":  # no material to read
-        return SignaturePolicy(
-            wanted.method,
-            wanted.path,
-            f"{VERIFICATION_FIELD}.sigstore",
-            identity=wanted.identity,
-            oidc_issuer=wanted.oidc_issuer,
-        )
+        return _sigstore_policy(wanted)
     what = "the PEM public key" if wanted.method == "publicKey" else "the PEM CA certificates"
     if wanted.secret_ref is not None:
         name, key = wanted.secret_ref.name, str(wanted.secret_ref.key)

@@ -27,6 +27,8 @@ from praesto.agent import baselock, eviction, logs
 from praesto.agent import status as st
 from praesto.agent.coldstart_reporter import record_copy
 from praesto.agent.copies import CacheRef, CacheState, Copies, CopyKey, Obj, Outcome, progress_record, ref_of
+from praesto.agent.credentials import required_signature
+from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.jobs import JobRunner
 from praesto.agent.kube import KubeApi, key_of, short_error
 from praesto.agent.metrics import AgentMetrics
@@ -50,6 +52,8 @@ class AgentConfig:
     base_path: Path
     endpoint: str | None = None
     ca_bundle: str | None = None  # PRAESTO_CA_BUNDLE (--ca-bundle): extra PEM CA file downloads trust
+    # where a tenant's input may send downloads (--egress-allowed-cidrs; download/egress.py)
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
     # the process environment as praesto-agent run started (Options.store_env): what the store
     # clients' settings come from (workload identity, endpoints, proxies)
     store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -202,8 +206,11 @@ class Reconciler:
         self._start(obj, ref, state)
 
     def _parse(self, obj: Obj) -> CacheRef | None:
+        """The copy's ref, its required signature carrying the trust held now (the platform's trust is
+        re-read when the kubelet updated its volume), so every pass re-derives Ready from it."""
         try:
-            return ref_of(obj)
+            ref = ref_of(obj)
+            return replace(ref, signature=required_signature(ref, self.jobs.credentials.cluster_trust))
         except (InvalidSpec, ValueError, QuantityError, TypeError, KeyError) as err:
             self.status.set(
                 obj, names.PHASE_FAILED, st.REASON_INVALID_SPEC, f"{err}; fix the ModelCache spec"

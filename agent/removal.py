@@ -44,7 +44,9 @@ class Removal:
             seen = path.stat()
         except (FileNotFoundError, NotADirectoryError):
             return False
-        signature = (seen.st_ino, seen.st_mtime_ns, seen.st_size, ref.cache_uid)
+        # the trust held now is part of it: a replaced key compares the manifest again
+        trust = ref.signature.trust if ref.signature else ""
+        signature = (seen.st_ino, seen.st_mtime_ns, seen.st_size, ref.cache_uid, trust)
         if state.matching_manifest == signature:
             return False
         source = ref.source
@@ -55,7 +57,7 @@ class Removal:
             allow_patterns=source.allow_patterns,
             ignore_patterns=source.ignore_patterns,
             cache_uid=ref.cache_uid,
-            signature=(ref.verification.method, ref.verification.path) if ref.verification else None,
+            signature=ref.signature,
         )
         if why is None:
             state.matching_manifest = signature

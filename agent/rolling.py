@@ -12,6 +12,13 @@ mounts open the cache directory and get the new revision. A retired copy goes on
 record names its commit (with eviction's protocol: marker aside, records re-read). Asking for
 a revision a retired copy holds moves it back to `next`: a rollback fetches nothing.
 
+Every copy is compared with the trust held now (`CacheRef.signature`, re-derived at every pass
+from the platform's mounted trust: credentials.required_signature), so after a key is replaced or
+withdrawn no copy verified only under it serves: the served one is taken out of service at once
+(`_withdraw`: into `retired`, where running Pods keep their inode and new mounts cannot find it)
+and fetched again, verified under the current trust, or it fails SignatureInvalid; a `next` or
+retired copy verified under it is never switched in or rolled back to.
+
 `Rolling.step` decides and does one step; the reconciler starts the download it asks for.
 """
 
@@ -23,6 +30,7 @@ import ctypes.util
 import errno
 import os
 import shutil
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -44,11 +52,15 @@ class Step(Enum):
     SERVE = "serve"  # the served copy is what the ModelCacheNode asks for (or not a rolling case)
     FETCH = "fetch"  # download the asked revision beside the served copy
     HOLD = "hold"  # the asked revision is held beside; spec.switch says not to serve it yet
+    # the served copy was verified under trust no longer held: taken out of service, the cache
+    # directory is empty and the reconcile downloads it again (as for a copy never fetched)
+    WITHDRAWN = "withdrawn"
 
 
-def _mismatch(manifest: dict[str, Any], ref: CacheRef, *, revision: bool) -> str | None:
+def _mismatch(manifest: dict[str, Any], ref: CacheRef, *, revision: bool, signed: bool = True) -> str | None:
     """Why `manifest` is not a copy of this cache at the asked version (`revision`), or at any
-    version of its source (not `revision`: an object store's other prefix in the same bucket too)."""
+    version of its source (not `revision`: an object store's other prefix in the same bucket too),
+    verified as spec.verification asks under the trust held now (not `signed`: regardless)."""
     source = ref.source
     uri = source.uri
     if not revision:
@@ -62,8 +74,21 @@ def _mismatch(manifest: dict[str, Any], ref: CacheRef, *, revision: bool) -> str
         allow_patterns=source.allow_patterns,
         ignore_patterns=source.ignore_patterns,
         cache_uid=ref.cache_uid,
-        signature=(ref.verification.method, ref.verification.path) if ref.verification else None,
+        signature=ref.signature if signed else None,
     )
+
+
+def _untrusted(served: dict[str, Any], ref: CacheRef) -> str | None:
+    """Why the served copy, this cache's and verified the way spec.verification asks, no longer
+    stands: it was verified under trust the agent does not hold now. None otherwise (a copy never
+    verified that way, or another cache's, is removal.py's case: it waits for its mounts)."""
+    wanted = ref.signature
+    if wanted is None or not wanted.trust or _mismatch(served, ref, revision=False, signed=False) is not None:
+        return None
+    record = served.get(names.MANIFEST_SIGNATURE)
+    if store.signature_mismatch(record, replace(wanted, trust="")) is not None:
+        return None
+    return store.signature_mismatch(record, wanted)
 
 
 def complete_manifest(path: Path) -> dict[str, Any] | None:
@@ -120,6 +145,10 @@ class Rolling:
             self.collect(ns, cache)  # the usual tick: the served copy is still the one asked for
             return Step.SERVE
         served = complete_manifest(self.layout.cache_dir(ns, cache)) or {}
+        untrusted = _untrusted(served, ref)
+        if untrusted is not None:
+            self._withdraw(obj, ref, served, untrusted)
+            return Step.WITHDRAWN
         if _mismatch(served, ref, revision=True) is None:
             state.served_revision = seen
             self._retire_next(ref)  # asked back to the served revision before a switch
@@ -159,6 +188,29 @@ class Rolling:
             "revision switched", extra={"detail": message}
         )
         self.kube.emit_event(obj, "Normal", names.REASON_REVISION_SWITCHED, message)
+
+    def _withdraw(self, obj: Obj, ref: CacheRef, served: dict[str, Any], why: str) -> None:
+        """Take the served copy out of service now, not once its Pods end: the complete marker first
+        (a CSI publish that opened the directory meanwhile finds none and is retried), then into
+        `retired`, where running Pods keep reading their inode until `collect` removes it; it is
+        never rolled back to (`_reuse_retired` compares its trust too). The cache directory is then
+        empty, and the reconcile fetches the model again and verifies it under the current trust."""
+        ns, cache = ref.namespace, ref.cache
+        current = self.layout.cache_dir(ns, cache)
+        with self.lock:
+            with contextlib.suppress(FileNotFoundError):
+                (current / names.COMPLETE_FILE).unlink()
+            retired = self._free_retired_name(ns, cache, commit_of(served) + ".untrusted")
+            retired.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(current, retired)
+        message = (
+            f"the copy at revision {commit_of(served)[:12]} is no longer served: {why}; fetching it again "
+            "and verifying it under the current trust (Pods running on it keep it until they end)"
+        )
+        logs.cache_logger(ns, cache, modelCacheNode=ref.name).warning(
+            "copy verified under withdrawn trust taken out of service", extra={"detail": message}
+        )
+        self.kube.emit_event(obj, "Warning", names.REASON_SIGNATURE_INVALID, message)
 
     def _free_retired_name(self, ns: str, cache: str, commit: str) -> Path:
         path = self.layout.retired_dir(ns, cache, commit or "unknown")
@@ -234,14 +286,16 @@ class Rolling:
         return removed
 
 
-def _identity(manifest: Path, ref: CacheRef) -> tuple[int, int, int, str, str] | None:
-    """(inode, mtime, size) of the served manifest with the asked revision and cache: while these
-    stay, the served copy need not be read again on every tick."""
+def _identity(manifest: Path, ref: CacheRef) -> tuple[int, int, int, str, str, str] | None:
+    """(inode, mtime, size) of the served manifest with the asked revision, cache and trust held
+    now: while these stay, the served copy need not be read again on every tick; a replaced key
+    changes the last one, so every copy is compared again on the next pass."""
     try:
         seen = manifest.stat()
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return seen.st_ino, seen.st_mtime_ns, seen.st_size, ref.source.version, ref.cache_uid
+    trust = ref.signature.trust if ref.signature else ""
+    return seen.st_ino, seen.st_mtime_ns, seen.st_size, ref.source.version, ref.cache_uid, trust
 
 
 def _mounted(layout: StoreLayout, ns: str, cache: str, commit: str) -> bool:

@@ -3,7 +3,10 @@ signatures are mandatory (the chart's `verification.trust` and `verification.req
 
 The chart renders `verification.trust` into one ConfigMap in the release namespace, one key per
 entry, `<name>.<method>.pem` (method `publicKey` or `certificate`); the node agent and the hooks
-mount it and read it once at start (`load_trust_dir`). A cache asks for an entry with
+mount it. The hooks read it at start (`load_trust_dir`; the chart rolls them when it changes); the
+node agent is not rolled, so it reads it again whenever the kubelet has updated the volume
+(`TrustDir`): a key the platform replaced or withdrew takes every copy verified under it out of
+Ready on the next reconcile pass (agent/rolling.py), without a restart. A cache asks for an entry with
 `spec.verification.signature.<method>.clusterTrust: <name>`. The material is public (public keys,
 CA certificates), yet it reaches the PVC-mode downloader without any object in the tenant's
 namespace that the tenant could edit: the hooks put it on the Job's Pod template.
@@ -13,7 +16,9 @@ the webhook and left InvalidSpec by the sync hook.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +56,56 @@ def load_trust_dir(directory: str | Path | None) -> dict[str, ClusterTrust]:
             continue
         found[stem] = ClusterTrust(method, path.read_bytes())
     return found
+
+
+def _stamp(root: Path) -> tuple[tuple[str, int, int, int, int], ...]:
+    """What changes when the volume's content does: each entry's inode, size, mtime and ctime (the
+    kubelet swaps `..data` to a new timestamped folder, so every file it points at is a new inode;
+    a plain folder edited in place changes ctime)."""
+    found = []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        try:
+            seen = entry.stat()  # through the kubelet's symlinks
+        except OSError:
+            continue
+        found.append((entry.name, seen.st_ino, seen.st_size, seen.st_mtime_ns, seen.st_ctime_ns))
+    return tuple(found)
+
+
+class TrustDir(Mapping[str, ClusterTrust]):
+    """The mounted trust ConfigMap as it is now: read again on the first look after it changed.
+
+    The kubelet updates a ConfigMap volume in place (within its sync period, about a minute), and
+    the agent is not restarted for it, so every look compares a stamp of the folder (one scandir
+    and a stat per entry) and reads the files again when it moved. A folder that cannot be read
+    any more keeps the last trust read: a missing volume is the start's error (`load_trust_dir`),
+    never a reason to drop every copy at once.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.root = Path(directory)
+        self._lock = threading.Lock()
+        self._stamp = _stamp(self.root) if self.root.is_dir() else ()
+        self._entries = load_trust_dir(self.root)  # ValueError when the folder is missing
+
+    def current(self) -> dict[str, ClusterTrust]:
+        with self._lock:
+            try:
+                stamp = _stamp(self.root)
+                if stamp != self._stamp:
+                    self._entries, self._stamp = load_trust_dir(self.root), stamp
+            except (OSError, ValueError):
+                pass  # the last trust read stays (see the class docstring)
+            return self._entries
+
+    def __getitem__(self, name: str) -> ClusterTrust:
+        return self.current()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.current())
+
+    def __len__(self) -> int:
+        return len(self.current())
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,20 @@ from praesto.names import DEFAULT_SIGNATURE_FILE
 from testkit.pki import CertificateAuthority, KeyPair, signing_key
 
 
-def _signed(files: dict[str, bytes], config: model_signing.signing.Config) -> dict[str, bytes]:
-    """`files` plus the bundle `config` signs them into, at the library's default path."""
+def _signed(
+    files: dict[str, bytes], config: model_signing.signing.Config, ignore: tuple[str, ...] = ()
+) -> dict[str, bytes]:
+    """`files` plus the bundle `config` signs them into, at the library's default path; `ignore`:
+    paths the signer leaves out (`model_signing sign --ignore-paths`, recorded in the payload)."""
     with tempfile.TemporaryDirectory(prefix="praesto-sign-") as scratch:
         model = Path(scratch) / "model"
         for name, data in files.items():
             (model / name).parent.mkdir(parents=True, exist_ok=True)
             (model / name).write_bytes(data)
         signature = Path(scratch) / DEFAULT_SIGNATURE_FILE
+        if ignore:
+            hashing = model_signing.hashing.Config().set_ignored_paths(paths=ignore)  # type: ignore[no-untyped-call]
+            config = config.set_hashing_config(hashing)
         config.sign(model, signature)
         return {**files, DEFAULT_SIGNATURE_FILE: signature.read_bytes()}
 
@@ -30,9 +36,9 @@ def key_pair(path: Path) -> KeyPair:
     return signing_key(path)
 
 
-def sign_with_key(files: dict[str, bytes], key: KeyPair) -> dict[str, bytes]:
+def sign_with_key(files: dict[str, bytes], key: KeyPair, ignore: tuple[str, ...] = ()) -> dict[str, bytes]:
     config = model_signing.signing.Config()  # type: ignore[no-untyped-call]  # its __init__ lacks -> None
-    return _signed(files, config.use_elliptic_key_signer(private_key=key.key_path))
+    return _signed(files, config.use_elliptic_key_signer(private_key=key.key_path), ignore)
 
 
 def sign_with_certificate(

@@ -4,19 +4,21 @@ refuse, what the PVC-mode Job carries, what the node agent verifies with."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from praesto.agent.copies import ref_of
-from praesto.agent.credentials import CredentialPolicy, signature_policy
+from praesto.agent.credentials import CredentialPolicy, required_signature, signature_policy
 from praesto.agent.kube import SecretUnavailable
 from praesto.hooks.modelcache import sync
 from praesto.hooks.pvc_job import download_job
 
-from praesto import names, trustpolicy
+from praesto import names, store, trustpolicy
 from praesto.spec import parse_spec
 from praesto.trustpolicy import ClusterTrust, TrustPolicy, load_trust_dir, trust_file_name
+from testkit.configmap_volume import project
 from testkit.hook_objects import NOW, modelcache, sync_request
 from tests.hooks.golden import CONFIG
 
@@ -112,3 +114,42 @@ def test_the_agent_verifies_with_its_own_copy_of_the_platforms_trust() -> None:
     with pytest.raises(SecretUnavailable, match=r"verification\.trust"):
         signature_policy(NoApi(), ref, {})  # type: ignore[arg-type]
     assert CredentialPolicy().cluster_trust == {}
+
+
+def test_the_agents_trust_follows_the_mounted_configmap_as_the_kubelet_updates_it(tmp_path: Path) -> None:
+    """The kubelet updates a ConfigMap volume in place (testkit/configmap_volume.py, as its
+    AtomicWriter does); the agent is not restarted for it, so its view is read again on change, and
+    the fingerprint a copy is compared with (credentials.required_signature) moves with it."""
+    mounted = tmp_path / "cluster-trust"
+    project(mounted, {trust_file_name("platform", "publicKey"): PEM})
+    live = trustpolicy.TrustDir(mounted)
+    obj = {
+        "metadata": {"name": "m-node", "namespace": "team", "uid": "u"},
+        "spec": {"modelCacheName": "m", "nodeName": "n", "source": {"uri": "hf://org/m"}, "size": "1Gi",
+                 "verification": {"method": "publicKey", "path": "model.sig", "clusterTrust": "platform"}},
+    }  # fmt: skip
+    ref = ref_of(obj)
+    before = required_signature(ref, live)
+    assert before is not None and before.trust.startswith("sha256:") and dict(live) == POLICY.trust
+
+    replaced = PEM.replace(b"MFkw", b"MFkx")
+    project(mounted, {trust_file_name("platform", "publicKey"): replaced})
+    after = required_signature(ref, live)
+    assert live["platform"].pem == replaced and after is not None and after.trust != before.trust
+    record = {"method": "publicKey", "path": "model.sig", "trust": before.trust, "trustFrom": "x"}
+    assert "replaced or withdrawn" in str(store.signature_mismatch(record, after))
+    assert store.signature_mismatch({**record, "trust": after.trust}, after) is None
+
+    project(mounted, {})  # the entry withdrawn: no copy stands for it
+    gone = required_signature(ref, live)
+    assert gone is not None and gone.trust == store.TRUST_WITHDRAWN and "platform" not in live
+    assert "withdrawn" in str(store.signature_mismatch({**record, "trust": after.trust}, gone))
+    with pytest.raises(SecretUnavailable, match="withdrawn"):
+        signature_policy(NoApi(), ref, live)  # type: ignore[arg-type]
+
+    project(mounted, {trust_file_name("platform", "publicKey"): PEM})
+    assert live["platform"].pem == PEM  # put back: read again
+    shutil.rmtree(mounted)  # unreadable now: the last trust read stays, never an empty one
+    assert live["platform"].pem == PEM
+    with pytest.raises(ValueError, match="does not exist"):
+        trustpolicy.TrustDir(mounted)  # but an agent does not start without it

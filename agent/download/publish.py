@@ -24,7 +24,7 @@ from typing import Any
 from praesto.agent.download.api import Options, Plan, SignaturePolicy
 from praesto.agent.download.crashpoints import COMPLETE_WRITTEN, TREE_MOVED, WRITTEN_NOT_RENAMED, crash_point
 
-from praesto import names
+from praesto import names, store
 
 STAGING_IN_DEST = ".praesto-staging"
 TREE = "tree"
@@ -63,16 +63,11 @@ def complete_manifest(dest: Path) -> dict[str, Any] | None:
 
 
 def signature_recorded(manifest: dict[str, Any], policy: SignaturePolicy | None) -> bool:
-    """A complete copy satisfies `policy`: none asked, or verified by the same method and trust."""
+    """A complete copy satisfies `policy`: none asked, or verified by the same method and path under
+    the same trust (store.signature_mismatch: the comparison the agent's reconcile makes too)."""
     if policy is None:
         return True
-    record = manifest.get(names.MANIFEST_SIGNATURE)
-    return (
-        isinstance(record, dict)
-        and record.get("method") == policy.method
-        and record.get("trust") == policy.trust
-        and record.get("path") == policy.path
-    )
+    return store.signature_mismatch(manifest.get(names.MANIFEST_SIGNATURE), policy.required) is None
 
 
 def is_published(
@@ -85,7 +80,10 @@ def is_published(
         return False
     if cache_uid and manifest.get(names.MANIFEST_CACHE_UID, cache_uid) != cache_uid:
         return False
-    want = {(f.path, f.size) for f in plan.files}
+    # the files the signature did not cover were never published (signature.drop_unsigned)
+    record = manifest.get(names.MANIFEST_SIGNATURE)
+    dropped = set(record.get(names.MANIFEST_SIGNATURE_EXCLUDED) or ()) if isinstance(record, dict) else set()
+    want = {(f.path, f.size) for f in plan.files if f.path not in dropped}
     # An OCI copy lists the files it unpacked from archive layers, and those layers apart: the plan
     # names the layers, so they stand in for the files they held.
     have = {(f.get("path"), f.get("size")) for f in manifest.get("files", []) if "layer" not in f}
@@ -98,7 +96,7 @@ def is_published(
 
 
 def manifest_for(
-    plan: Plan, sha256: dict[str, str], cache_uid: str = "", signed: dict[str, str] | None = None
+    plan: Plan, sha256: dict[str, str], cache_uid: str = "", signed: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     files = []
     for f in plan.files:
@@ -276,7 +274,7 @@ def publish(
     pvc: bool,
     sha256: dict[str, str],
     cache_uid: str = "",
-    signed: dict[str, str] | None = None,
+    signed: dict[str, Any] | None = None,
 ) -> None:
     """Move the verified tree into `dest`, then write the markers, complete last.
 

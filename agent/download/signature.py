@@ -18,6 +18,14 @@ The hashing configuration (files or shards, sha256/blake2/blake3) is the one the
 from the payload as `verifying.Config._guess_hashing_config` does, so any model the library signs
 verifies here. The check runs on the staged tree before publication (download.py): a model that
 fails it is never renamed into place and no complete marker is written.
+
+A verified model publishes exactly the files the signature covers (the payload's resources) and
+the bundle itself: what the library does not hash (the git paths, the signer's ignore_paths) is
+removed from the tree after verification and listed in the manifest's signature record
+(`names.MANIFEST_SIGNATURE_EXCLUDED`), never published beside a "verified" model (issue 37 item 4). Excluded rather than
+refused: every Hugging Face repository carries `.gitattributes`, and `model_signing sign` skips it
+by default, so refusing would refuse every signed Hub model for a file no Pod needs; a Pod reading
+the copy sees only what the signer vouched for either way.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import binascii
 import hashlib
 import json
 import logging
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -37,7 +46,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from praesto.agent.download.api import LastingDownloadError, SignaturePolicy, TemporaryDownloadError
 from praesto.agent.download.hfplan import RESERVED_PREFIX
 
-from praesto.names import DEFAULT_SIGNATURE_FILE, REASON_SIGNATURE_INVALID
+from praesto.names import DEFAULT_SIGNATURE_FILE, MANIFEST_SIGNATURE_EXCLUDED, REASON_SIGNATURE_INVALID
 
 LIBRARY = "model-signing 1.1.1"
 REASON = REASON_SIGNATURE_INVALID
@@ -147,8 +156,39 @@ def _cause(error: Exception, tree: Path) -> tuple[str, str | None]:
     return f"{name}: {text}", None
 
 
-def verify_tree(tree: Path, policy: SignaturePolicy) -> dict[str, str]:
-    """Verify `policy`'s signature over `tree`; the manifest's record of it, or LastingDownloadError."""
+def signed_paths(bundle: dict[str, Any]) -> set[str]:
+    """The files the signed payload covers: its resources by name (a shard's name is
+    `path:start:end`: model_signing/manifest.py `_Shard`)."""
+    predicate = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))["predicate"]
+    shards = predicate["serialization"].get("method") == "shards"
+    resources = (str(r["name"]) for r in predicate.get("resources") or [])
+    return {name.rsplit(":", 2)[0] if shards else name for name in resources}
+
+
+def drop_unsigned(tree: Path, covered: set[str], policy: SignaturePolicy) -> list[str]:
+    """Remove every file of `tree` the signature does not cover (but the bundle itself) and the
+    folders left empty; the removed files' paths, sorted."""
+    extras = []
+    for walked, _dirs, files in os.walk(tree):
+        base = os.path.relpath(walked, tree)
+        for name in files:
+            rel = name if base == "." else f"{base}/{name}"
+            if rel not in covered and rel != policy.path and not rel.startswith(RESERVED_PREFIX):
+                extras.append(rel)
+    for rel in sorted(extras):
+        (tree / rel).unlink()
+        folder = (tree / rel).parent
+        while folder != tree and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
+    if extras:
+        log.warning("not published: files the signature does not cover path=%s files=%s", policy.path, extras)
+    return sorted(extras)
+
+
+def verify_tree(tree: Path, policy: SignaturePolicy) -> dict[str, Any]:
+    """Verify `policy`'s signature over `tree`, then drop what it does not cover (`drop_unsigned`);
+    the manifest's record of it, or LastingDownloadError."""
     from model_signing import verifying
 
     signature = tree / policy.path
@@ -187,7 +227,7 @@ def verify_tree(tree: Path, policy: SignaturePolicy) -> dict[str, str]:
             config.verify(tree, signature)
         except Exception as error:  # every failure of the library is a refusal here
             raise _refuse(policy, *_cause(error, tree)) from None
-    record = {
+    record: dict[str, Any] = {
         "method": policy.method,
         "path": policy.path,
         "signer": _signer(bundle, policy),
@@ -195,6 +235,9 @@ def verify_tree(tree: Path, policy: SignaturePolicy) -> dict[str, str]:
         "trustFrom": policy.origin,
         "verifiedWith": LIBRARY,
     }
+    excluded = drop_unsigned(tree, signed_paths(bundle), policy)
+    if excluded:
+        record[MANIFEST_SIGNATURE_EXCLUDED] = excluded
     log.info("signature verified path=%s method=%s signer=%s", policy.path, policy.method, record["signer"])
     return record
 

