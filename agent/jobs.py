@@ -19,6 +19,7 @@ from praesto.agent.budget.origin_budget import OriginBudget
 from praesto.agent.copies import CacheRef, Outcome
 from praesto.agent.credentials import CredentialPolicy, signature_policy
 from praesto.agent.download import api as dlapi
+from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.kube import KubeApi, SecretUnavailable
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.peering import REASON_WAITING_FOR_PEER, Peering
@@ -39,15 +40,20 @@ def check_request(ref: CacheRef, plan: dlapi.Plan) -> None:
     Otherwise one cache (on every node, with an empty nodeSelector) could take far
     more than its owner declared, and the webhook's namespace quota would count
     nothing real.
+
+    Counted as the copy lands on disk (Plan.disk_bytes: archive layers and what they unpack to, the
+    whole limit for an archive that does not say), the number the room reserves and unpacking is
+    stopped at (the download's `max_bytes` is this limit).
     """
     limit = ref.size_bytes
-    if limit is not None and plan.total_bytes > limit:
+    if limit is not None and plan.disk_bytes(limit) > limit:
+        need = plan.disk_bytes(None)
         raise dlapi.LastingDownloadError(
             "SizeExceedsRequest",
-            f"the model is {format_bytes(plan.total_bytes)} ({plan.total_bytes} bytes), more than "
+            f"the model is {plan.describe_size()} on disk, more than "
             f"spec.storage.size {format_bytes(limit)} ({limit} bytes), the most one node copy may take; "
             "nothing was written; raise storage.size on the ModelCache (delete and create it again) to at "
-            f"least {format_bytes(plan.total_bytes)}, or narrow it with allowPatterns/ignorePatterns",
+            f"least {format_bytes(need)}, or narrow it with allowPatterns/ignorePatterns",
         )
 
 
@@ -103,6 +109,8 @@ class Job:
                 cancel=self.options.cancel,
                 cache_uid=self.ref.cache_uid,
                 signature=signature,
+                max_bytes=self.ref.size_bytes,  # archives stop unpacking there (download/unpack.py)
+                egress=self.options.egress,  # where the cache's source may send this node
             )
             plan = self.planner(self.ref.source, options)
             self.log.info(
@@ -174,6 +182,7 @@ class JobRunner:
         direct_writes: bool = True,
         ca_bundle: str | None = None,
         store_env: Mapping[str, str] | None = None,
+        egress: EgressPolicy | None = None,
         max_parallel: int,
         peering: Peering | None = None,
         budget: OriginBudget | None = None,
@@ -183,6 +192,7 @@ class JobRunner:
         self.endpoint, self.concurrency, self.ca_bundle = endpoint, concurrency, ca_bundle
         self.direct_writes = direct_writes
         self.store_env: Mapping[str, str] = store_env or {}
+        self.egress = egress or EgressPolicy()  # none given: every internal address refused
         self.peering, self.budget = peering, budget
         # each download gives its share of the origin slots back when it ends
         self.downloader = budget.releasing(downloader) if budget is not None else downloader
@@ -194,6 +204,7 @@ class JobRunner:
             endpoint=self.endpoint, concurrency=self.concurrency, ca_bundle=self.ca_bundle,
             direct_writes=self.direct_writes,
             store_env=self.store_env,  # the store clients' settings and the proxies, from the edge
+            egress=self.egress,
         )  # fmt: skip
         job = Job(
             ref, self.layout, self.kube, options, self.room, self._started, self.status.progress,

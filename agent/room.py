@@ -73,7 +73,8 @@ class DiskRoom:
         with self.copies.lock:
             disk = capacity.disk_usage(base)
             reserve = capacity.reserve_bytes(self.reserve, disk.total)
-            needed = max(0, plan.total_bytes - written(key))
+            promised = plan.disk_bytes(ref.size_bytes)  # what check_request let through, unpacked
+            needed = max(0, promised - written(key))
             in_flight = self.reservations.outstanding(written, excluding=key)
             candidates = self.candidates(ref)
             chosen = capacity.choose_evictions(needed, _minus(disk, in_flight), reserve, candidates)
@@ -94,7 +95,7 @@ class DiskRoom:
                     )
             if evicted:
                 eviction.gc_blobs(self.layout)
-            self.reservations.reserve(key, plan.total_bytes)
+            self.reservations.reserve(key, promised)
             return evicted
 
     def release(self, key: StoreKey) -> None:

@@ -25,10 +25,12 @@ from typing import Any
 
 from praesto.agent.download import DownloadError, Options, Plan, TemporaryDownloadError, plan
 from praesto.agent.download.download import check_size
+from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.download.objcreds import settings_from_env
 from praesto.agent.download.settings import DownloadSettings
 from praesto.hooks.render import RenderError, load_modelcaches
 
+from praesto import names
 from praesto.cliargs import EXIT_USAGE, CommandParser
 from praesto.quantity import format_bytes
 from praesto.spec import InvalidSpec, ModelCacheSpec, parse_spec
@@ -61,6 +63,7 @@ def options_for(args: argparse.Namespace, env: Mapping[str, str], scheme: str) -
         token=settings.hf_token,
         credentials=settings_from_env(env) if scheme not in ("hf", "oci") else None,
         credentials_from="the environment",
+        egress=EgressPolicy.from_text(settings.egress_allowed_cidrs),  # main checked it
     )
 
 
@@ -90,13 +93,24 @@ def plan_cache(name: str, spec: ModelCacheSpec, args: argparse.Namespace, env: M
     except DownloadError as error:
         _say(f"WARNING: ModelCache {name} will not fit: {error.reason}: {error.message}", sys.stderr)
         return EXIT_DOES_NOT_FIT
-    _say(f"ModelCache {name}: fits ({100 * total // spec.size_bytes}% of storage.size)")
+    need = planned.disk_bytes(spec.size_bytes)  # on disk, as check_size counted it
+    share = (
+        "an archive layer's unpacked size is known only once unpacked: up to all of storage.size"
+        if planned.unpacked_unknown
+        else f"{100 * need // spec.size_bytes}% of storage.size"
+    )
+    _say(f"ModelCache {name}: fits ({share})")
     return EXIT_FITS
 
 
 def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ) if env is None else env
+    try:
+        EgressPolicy.from_text(DownloadSettings.from_env(env).egress_allowed_cidrs)
+    except ValueError as err:
+        _say(f"{PROG}: {names.ENV_EGRESS_ALLOWED_CIDRS}: {err}", sys.stderr)
+        return EXIT_USAGE
     try:
         caches = load_modelcaches(args.filename)
     except RenderError as err:

@@ -30,6 +30,7 @@ from praesto.agent.reconcile import AgentConfig
 from praesto import names, rbac
 from praesto.reflector import Backoff
 from praesto.store import StoreLayout
+from testkit.egress import LOOPBACK
 from testkit.hub import LocalHub
 from testkit.kube_faults import RequestRecord
 from testkit.kube_real import RealKube
@@ -49,6 +50,7 @@ class Env:
     log: io.StringIO = field(default_factory=io.StringIO)
     agent: Agent | None = None
     offset: float = 0.0  # seconds added to the agent's wall clock
+    trust_dir: Path | None = None  # the platform's trust ConfigMap as mounted (--trust-dir), if any
 
     @property
     def layout(self) -> StoreLayout:
@@ -73,12 +75,13 @@ class Env:
             retry_max=1.0,
             watch_backoff=Backoff(0.05, 0.5),
             store_env=dict(os.environ),  # as praesto-agent run takes it at start (agent/settings.py)
+            egress=LOOPBACK,  # the hub, registries and stores of these tests listen on loopback
         )
         config = replace(config, **overrides)
         logs.configure("DEBUG", self.log)
         api = KubeApi(agent_client(self.kube), NODE, watch_timeout=5)
         # the chart's credentials settings, read at start as praesto-agent run does (agent/settings.py)
-        credentials = CredentialPolicy.from_env(os.environ)
+        credentials = CredentialPolicy.from_env(os.environ, str(self.trust_dir) if self.trust_dir else None)
         self.agent = Agent(
             config, api, AgentMetrics.create(), clock=self.clock, credentials=credentials
         ).start()

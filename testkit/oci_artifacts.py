@@ -44,6 +44,7 @@ class Layer:
     kind: str = "weight"  # weight, weight.config, doc, code
     blob: bytes | None = None  # the layer's bytes as pushed, when not built from `data` (hostile archives)
     size_claim: int | None = None  # the metadata's size, when it should lie
+    metadata: bool = True  # False: the layer carries no org.cncf.model.file.metadata+json annotation
 
     @property
     def media_type(self) -> str:
@@ -110,7 +111,9 @@ def push_modelpack(
         )  # fmt: skip
         name = f"layer-{number}.{layer.packing.replace('+', '.')}"  # the blob file; its title
         (workdir / name).write_bytes(blob)
-        annotations[name] = {ANNOTATION_FILEPATH: layer.path, ANNOTATION_FILE_METADATA: _metadata(layer)}
+        annotations[name] = {ANNOTATION_FILEPATH: layer.path}
+        if layer.metadata:
+            annotations[name][ANNOTATION_FILE_METADATA] = _metadata(layer)
         args.append(f"{name}:{layer.media_type}")
     (workdir / "annotations.json").write_text(json.dumps(annotations))
     out = registry.oras(

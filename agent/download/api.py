@@ -16,10 +16,13 @@ from typing import ClassVar, Protocol
 
 from praesto.agent.download.arrivals import Arrivals
 from praesto.agent.download.digests import ALGORITHMS, RunningDigest, StoreDigest
+from praesto.agent.download.egress import REASON_EGRESS_REFUSED, EgressPolicy
 from praesto.agent.download.proxies import proxies_from_env
 
 from praesto import names
+from praesto.quantity import format_bytes
 from praesto.spec import Source
+from praesto.store import RequiredSignature
 
 REASONS = (
     "RepoNotFound",
@@ -33,6 +36,7 @@ REASONS = (
     "WaitingForCredentials",  # the source refused anonymous access and no credential is configured
     "SizeExceedsRequest",  # --max-bytes: the source is larger than the volume it must fit (PVC mode)
     names.REASON_SIGNATURE_INVALID,  # a required model signature is missing, invalid or does not match
+    REASON_EGRESS_REFUSED,  # the origin, a redirect or a token realm is an address the egress rule refuses
 )
 # `extra` of the log records that sum up a plan or a publication: `praesto-agent download` says
 # these itself, in its own words, and drops the records (else each line is printed twice).
@@ -83,6 +87,20 @@ class LastingDownloadError(DownloadError):
 
 
 ARCHIVE_KINDS = ("tar", "tar+gzip", "tar+zstd")  # OCI layers unpacked into the tree (unpack.py)
+# Files one copy may hold: each takes an inode, a manifest entry and the agent's memory from the plan
+# on. A plan of more is refused before anything is fetched (check_file_count, from the Hub and
+# object-store planners), an archive's files and folders past it as they unpack (unpack.py); the
+# scale bench.agent_scale_bench measures.
+MAX_FILES = 100_000
+
+
+def check_file_count(uri: str, count: int, limit: int, fix: str) -> None:
+    """Refuse a selection of more than `limit` files, naming both numbers and how to narrow it."""
+    if count > limit:
+        raise LastingDownloadError(
+            "InvalidRepoFile",
+            f"{uri}: {count} files to fetch, more than the {limit} one copy may hold; {fix}",
+        )
 
 
 @dataclass(frozen=True)
@@ -92,8 +110,10 @@ class Archive:
 
     kind: str  # one of ARCHIVE_KINDS
     layer_path: str  # the file or folder it holds, as the manifest names it (for messages)
-    # The most bytes its files may hold: the ModelPack file metadata's size, else the layer's own
-    # size for an uncompressed tar; None for a compressed layer without metadata (the disk bounds it).
+    # The most bytes its files may hold, as the artifact says: the ModelPack file metadata's size
+    # (no more than the layer's own size for an uncompressed tar, which holds no more than itself);
+    # None for a compressed layer without metadata: unknown until unpacked, so every size check
+    # counts the copy's bound (storage.size) for it (Plan.disk_bytes) and unpack.py stops there.
     unpacked_limit: int | None = None
 
 
@@ -172,7 +192,32 @@ class Plan:
 
     @property
     def total_bytes(self) -> int:
+        """The bytes fetched: every file and archive layer as the origin serves it (progress)."""
         return sum(f.size for f in self.files)
+
+    @property
+    def unpacked_unknown(self) -> bool:
+        """An archive layer says nothing of what it unpacks to (a compressed layer without metadata)."""
+        return any(f.archive is not None and f.archive.unpacked_limit is None for f in self.files)
+
+    def disk_bytes(self, bound: int | None) -> int:
+        """The most bytes the download puts on disk at once, the one number every size check counts
+        (storage.size, --max-bytes, the node's room; the namespace quota counts storage.size): every
+        file and archive layer as fetched, plus what each archive unpacks to (unpack.py keeps the
+        layers until they are unpacked). An archive that does not say counts the whole `bound`, the
+        most the copy may take (unpack.py stops it there); with no bound, only what is known."""
+        known = self.total_bytes + sum(
+            f.archive.unpacked_limit or 0 for f in self.files if f.archive is not None
+        )
+        return max(known, bound) if bound is not None and self.unpacked_unknown else known
+
+    def describe_size(self) -> str:
+        """What is known of `disk_bytes`, for messages: '1.2 GiB (1288490188 bytes)', or 'at least ...'."""
+        need = self.disk_bytes(None)
+        said = f"{format_bytes(need)} ({need} bytes)"
+        if self.unpacked_unknown:
+            return f"at least {said} (an archive layer's unpacked size is known only once unpacked)"
+        return said
 
 
 @dataclass
@@ -270,6 +315,11 @@ class SignaturePolicy:
         material = b"".join((self.public_key, *self.certificates, self.identity.encode(), b"\0"))
         return "sha256:" + hashlib.sha256(material + self.oidc_issuer.encode()).hexdigest()
 
+    @property
+    def required(self) -> RequiredSignature:
+        """What a copy's manifest must record to stand for this policy (store.signature_mismatch)."""
+        return RequiredSignature(self.method, self.path, self.trust, self.origin)
+
 
 @dataclass
 class Options:
@@ -286,6 +336,7 @@ class Options:
     # proxies, CA: objcreds.store_config), taken once at the process edge; empty: none of it.
     store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     max_bytes: int | None = None  # refuse before writing when the source is larger (PVC: storage.size)
+    max_files: int = MAX_FILES  # refuse a plan of more files (check_file_count); lowered only by tests
     concurrency: int = 32  # parallel connections: CDNs cap each one (see bench/download_bench.py)
     blobs_dir: Path | None = None  # content-addressed area for dedup (hard links)
     # Who may reuse small files recorded by origin key (publish.origin_key): the namespace. Their
@@ -313,6 +364,9 @@ class Options:
     signature: SignaturePolicy | None = None
     # OCI: speak plain HTTP to a registry on this machine (--plain-http; refused for any other host).
     plain_http: bool = False
+    # Where a tenant's input may send this process (egress.py): the platform's allowed networks
+    # (downloads.egress.allowedCIDRs); the default refuses every internal address.
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
 
     @property
     def proxies(self) -> dict[str, str]:

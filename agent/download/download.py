@@ -7,10 +7,13 @@ cancel and transient errors, removed when the disk is full (space given back).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from praesto.agent.download import hfplan, objfetch, objplan, ocifetch, ociplan
 from praesto.agent.download.api import (
@@ -29,6 +32,7 @@ from praesto.agent.download.publish import TREE, is_published, publish, staging_
 from praesto.agent.download.signature import verify_tree
 from praesto.agent.download.unpack import unpack_layers
 
+from praesto import names
 from praesto.quantity import format_bytes
 from praesto.spec import Source
 
@@ -45,17 +49,19 @@ def plan(source: Source, options: Options) -> Plan:
 
 
 def check_size(plan: Plan, options: Options) -> None:
-    """Refuse, before a byte is written, a source larger than the volume it must fit."""
-    if options.max_bytes is not None and plan.total_bytes > options.max_bytes:
+    """Refuse, before a byte is written, a source larger than the volume it must fit: counted as it
+    lands on disk (Plan.disk_bytes: archive layers and what they unpack to), not as it is fetched."""
+    bound = options.max_bytes
+    if bound is not None and plan.disk_bytes(bound) > bound:
         raise LastingDownloadError(
             "SizeExceedsRequest",
-            f"{plan.source.uri} is {format_bytes(plan.total_bytes)} ({plan.total_bytes} bytes) but the volume "
-            f"holds {format_bytes(options.max_bytes)} ({options.max_bytes} bytes, spec.storage.size); "
+            f"{plan.source.uri} takes {plan.describe_size()} on disk but the volume holds "
+            f"{format_bytes(bound)} ({bound} bytes, spec.storage.size); nothing was written; "
             "raise storage.size on the ModelCache to at least the model's size",
         )
 
 
-def _verify_signature(staging: Path, options: Options) -> dict[str, str] | None:
+def _verify_signature(staging: Path, options: Options) -> dict[str, Any] | None:
     """The required signature checked over the staged tree, before anything is published.
 
     A refusal removes staging: its bytes match the origin's listing (the engine verified that) but
@@ -71,16 +77,30 @@ def _verify_signature(staging: Path, options: Options) -> dict[str, str] | None:
 
 
 def _unpacked(plan: Plan, staging: Path, sha256: dict[str, str], options: Options) -> Plan:
-    """OCI archive layers unpacked into the staged tree (unpack.py); the plan of the tree as it is.
+    """OCI archive layers unpacked into the staged tree (unpack.py), stopped as they cross
+    `options.max_bytes` (storage.size); the plan of the tree as it is.
 
     A refusal removes staging: the layers are what the registry vouches for, so fetching them
     again would only be refused the same way.
     """
     try:
-        return unpack_layers(plan, staging / TREE, sha256, options.blobs_dir)
+        return unpack_layers(plan, staging / TREE, sha256, options.blobs_dir, options.max_bytes)
     except LastingDownloadError:
         shutil.rmtree(staging, ignore_errors=True)
+        _drop_blobs(plan, options.blobs_dir)
         raise
+
+
+def _drop_blobs(plan: Plan, blobs: Path | None) -> None:
+    """The refused plan's blobs go with staging (the engine shared each file and layer once it was
+    verified), unless a copy links them too: nothing of a refused artifact stays on the node."""
+    for file in plan.files:
+        if blobs is None or file.sha256 is None:
+            continue
+        blob = blobs / file.sha256
+        with contextlib.suppress(OSError):
+            if blob.stat().st_nlink == 1:
+                blob.unlink()
 
 
 def download(plan: Plan, dest: Path, options: Options) -> Result:
@@ -108,6 +128,9 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
             engine.close()
         tree_plan = _unpacked(plan, staging, engine.sha256, options)
         signed = _verify_signature(staging, options)
+        if signed and signed.get(names.MANIFEST_SIGNATURE_EXCLUDED):  # exactly the files signed are published
+            dropped = set(signed[names.MANIFEST_SIGNATURE_EXCLUDED])
+            tree_plan = replace(tree_plan, files=tuple(f for f in tree_plan.files if f.path not in dropped))
         publish(tree_plan, staging, dest, pvc, engine.sha256, options.cache_uid, signed)
     except OSError as error:
         if error.errno not in NO_SPACE:
@@ -119,7 +142,8 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
         free = shutil.disk_usage(staging.parent if staging.parent.exists() else dest.parent).free
         raise LastingDownloadError(
             "InsufficientDiskSpace",
-            f"{plan.source.uri} needs {format_bytes(plan.total_bytes)} but only {format_bytes(free)} is free "
+            f"{plan.source.uri} needs {format_bytes(plan.disk_bytes(options.max_bytes))} but only "
+            f"{format_bytes(free)} is free "
             f"on the filesystem of {dest}; free space or use a larger disk",
         ) from None
     except (DownloadError, DownloadCancelled):

@@ -100,8 +100,9 @@ class Engine:
         self.endpoint = endpoint
         self.options = options
         self.transport: ByteSource = transport or Transport(
-            endpoint, options.token, ca_bundle=options.ca_bundle, proxies=options.proxies
-        )
+            endpoint, options.token, ca_bundle=options.ca_bundle, proxies=options.proxies,
+            egress=options.egress.trusting(endpoint),  # the Hub the platform configured; not its redirects
+        )  # fmt: skip
         self.budget = MemoryBudget(options.memory_budget)
         self.concurrency = PartConcurrency(START_CONNECTIONS, options.concurrency, busy=OwnCpuMeter())
         self._meter = threading.local()  # per connection: bytes and seconds towards the next rate
@@ -163,6 +164,9 @@ class Engine:
             need += sum(end - start for i, (start, end) in enumerate(parts) if i not in done)
             self.jobs.append(job)
         self.done = self.result.bytes_resumed + self.result.bytes_deduplicated
+        # and what archive layers say they unpack to beside them (one that does not say is stopped at
+        # the bound as it unpacks: asking the whole bound free here would refuse a PVC its own size)
+        need += self.plan.disk_bytes(None) - self.plan.total_bytes
         free = shutil.disk_usage(self.tree).free
         if need > free:
             raise OSError(errno.ENOSPC, f"{need} bytes needed, {free} free")

@@ -231,12 +231,12 @@ def _files(
         if means.archive is None:
             file = RemoteFile(means.path, size, sha256=hex_, key=url)
         else:
-            limit = (
-                means.metadata_size
-                if means.metadata_size is not None
-                else (size if means.archive == "tar" else None)
-            )
-            archive = Archive(means.archive, means.path, limit)
+            # What it says it unpacks to (None: unknown, the copy's bound counts: Plan.disk_bytes);
+            # an uncompressed tar holds no more than itself, whatever its metadata says.
+            claims = [
+                c for c in (means.metadata_size, size if means.archive == "tar" else None) if c is not None
+            ]
+            archive = Archive(means.archive, means.path, min(claims, default=None))
             file = RemoteFile(f"{ARCHIVE_DIR}/{hex_}", size, sha256=hex_, key=url, archive=archive)
         if file.path in files and file.archive is None:
             raise LastingDownloadError(
