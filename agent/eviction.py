@@ -101,8 +101,11 @@ def remove_all(layout: StoreLayout, namespace: str, name: str) -> None:
         shutil.rmtree(beside(namespace, name), ignore_errors=True)
     store.clear_progress(layout, namespace, name)
     store.clear_hydration_request(layout, namespace, name)
-    with contextlib.suppress(FileNotFoundError):
-        (layout.used_dir / store.cache_key(namespace, name)).unlink()
+    # the cache's records: its use stamp, where its bytes came from, its last scrub
+    for record in (layout.used_dir / store.cache_key(namespace, name), layout.copy_record(namespace, name),
+                   layout.scrub_record(namespace, name)):  # fmt: skip
+        with contextlib.suppress(FileNotFoundError):
+            record.unlink()
     ns_dir = layout.base / namespace
     with contextlib.suppress(OSError):
         ns_dir.rmdir()  # only when empty

@@ -78,9 +78,18 @@ def ordered(objects: list[Obj]) -> list[Obj]:
     return sorted(objects, key=lambda o: rank.get(o["kind"], len(FIRST)))
 
 
+HOOK_ANNOTATION = "helm.sh/hook"
+
+
+def is_hook(obj: Obj) -> bool:
+    """A Helm hook (e.g. the pre-delete uninstall check): Helm runs it at its event, never installs it."""
+    return HOOK_ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {})
+
+
 def render_for_cluster(tmp: Path, values: Obj) -> list[Obj]:
+    """What `helm install` creates: the rendered objects without hooks."""
     chart = chart_with_metacontroller_standin(tmp)
-    return render_objects(values, chart_dir=chart)
+    return [o for o in render_objects(values, chart_dir=chart) if not is_hook(o)]
 
 
 def apply_rendered(

@@ -56,6 +56,10 @@ ADMISSION_PLUGINS = (
     "ValidatingAdmissionPolicy",
     "ResourceQuota",
 )
+# The Service range, and the ClusterIP the API server gives `default/kubernetes` (its first
+# address): Pods of the node tier reach the API server there (testkit/kubernetes_service.py).
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
 # Every default controller except the two that need signing keys a test cluster has no use
 # for (legacy token Secrets, CSRs), and, where no kubelet posts heartbeats (the control-plane
 # tier's Node objects are written by tests), the node lifecycle one, which would mark those
@@ -177,7 +181,7 @@ class ControlPlane:
         serving = self.pki.issue(
             "apiserver",
             common_name="kube-apiserver",
-            hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc"),
+            hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc", KUBERNETES_SERVICE_IP),
         )
         self._admin_pair = self.pki.issue(
             "admin", common_name="praesto-test-admin", organizations=("system:masters",), client=True
@@ -240,11 +244,15 @@ class ControlPlane:
                 f"--kubelet-client-key={kubelet_client.key_path}",
                 f"--kubelet-certificate-authority={self.ca_path}",
                 "--kubelet-preferred-address-types=InternalIP",
-                "--service-cluster-ip-range=10.96.0.0/16",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--event-ttl=10m",
                 "--v=1",
+                # A webhook named by Service (the chart's, installed by helm) is called at a ready
+                # endpoint of it, a Pod's address the node routes to (cmd/kube-apiserver/app/server.go
+                # buildServiceResolver at v1.37.2), instead of its ClusterIP: no kube-proxy runs here.
+                *(["--enable-aggregator-routing=true"] if self.with_kubelets else []),
             ],
             logs / "kube-apiserver.log",
         )

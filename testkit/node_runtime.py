@@ -14,7 +14,8 @@ Configuration (containerd v2.4 config `version = 3`, plugin sections as in conta
 * one CNI network: a bridge with host-local IPAM in TEST-NET-2 (198.51.100.0/24, a
   documentation range that belongs to the tier and routes nowhere); Pods get one route, to
   the node's own address through the bridge (a download Job's Pod reaches the tier's hub
-  there), no default route and no masquerade; IPAM state in the work dir. The bridge plugin
+  there) and one to the `kubernetes` Service's ClusterIP (testkit/kubernetes_service.py), no
+  default route and no masquerade; IPAM state in the work dir. The bridge plugin
   turns on ip_forward for its gateway; the node's teardown puts it back.
 """
 
@@ -25,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from testkit.controlplane import Component, wait_for
+from testkit.controlplane import KUBERNETES_SERVICE_IP, Component, wait_for
 from testkit.node_host import NODE_IP
 
 STARTUP_DEADLINE = 60.0
@@ -106,7 +107,9 @@ state = "{self.workdir / "state"}"
                     "ipam": {
                         "type": "host-local",
                         "ranges": [[{"subnet": POD_SUBNET}]],
-                        "routes": [{"dst": f"{NODE_IP}/32"}],  # via the bridge; no default route
+                        # via the bridge, no default route: the node's address, and the API
+                        # server's ClusterIP (testkit/kubernetes_service.py)
+                        "routes": [{"dst": f"{NODE_IP}/32"}, {"dst": f"{KUBERNETES_SERVICE_IP}/32"}],
                         "dataDir": str(self.workdir / "ipam"),
                     },
                 },

@@ -10,18 +10,26 @@ import copy
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from testkit.controlplane import Component
+from testkit.egress import LOOPBACK_FLAG
 from testkit.helm_chart import NAMESPACE
 from testkit.installed_wheel import installed_wheel
+from testkit.kube_apply import Kube
 from tests.cluster.installed import AGENT_SA, Installed
 
 Obj = dict[str, Any]
+
+
+class HasAdmin(Protocol):
+    """An installed chart's cluster-admin client (Installed, or a helm release on the node tier)."""
+
+    admin: Kube
 
 
 def agent_command() -> str:
@@ -56,7 +64,7 @@ def bound_to(pod: Obj) -> dict[str, str]:
     return {"kind": "Pod", "apiVersion": "v1", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
 
 
-def remove_agent_pod(installed: Installed, pod: Obj) -> None:
+def remove_agent_pod(installed: HasAdmin, pod: Obj) -> None:
     """Delete at once (grace 0): without a kubelet a graceful delete would wait forever."""
     meta = pod["metadata"]
     try:
@@ -93,6 +101,7 @@ class AgentProcess:
             f"--node-name={self.node}",
             f"--base-path={self.base}",
             f"--hf-endpoint={self.hub_endpoint}",
+            LOOPBACK_FLAG,  # the hub and stores of the tier listen on loopback
             f"--kubeconfig={kubeconfig}",
             "--reserve=0",
             "--metrics-port=0",

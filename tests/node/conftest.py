@@ -28,6 +28,8 @@ from tests.node.node_daemons import NodeDaemons, chart_values
 
 __all__ = ["running_metacontroller"]  # a fixture (tests/cluster/controllers.py)
 NODE = "node-tier-1"
+HELM_INSTALLS = ("test_helm_lifecycle.py",)  # modules that `helm install` the chart themselves
+NODES_OF_THEIR_OWN = ("test_local_cluster_run.py",)  # modules that start a node themselves (make run)
 _VERSIONS: list[str] = []
 
 
@@ -100,6 +102,17 @@ def controllers(running_metacontroller: Metacontroller) -> Metacontroller:
     cluster the chart brings the real one.
     """
     return running_metacontroller
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that install the chart with the real helm run first, on a cluster nothing installed
+    it on yet: the session's `installed` applies the chart without helm, and both cannot hold the
+    cluster-scoped CSIDriver. Everything else keeps its order."""
+    # Before them, modules that bring up a node of their own: one node per machine, so they go
+    # before the session's node starts.
+    items.sort(
+        key=lambda item: (item.path.name not in NODES_OF_THEIR_OWN, item.path.name not in HELM_INSTALLS)
+    )
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

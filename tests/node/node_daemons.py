@@ -11,25 +11,38 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from kubernetes import client
 from praesto.csi.proto import csi_pb2, csi_pb2_grpc
 
 from praesto import names
-from testkit.controlplane import Component, wait_for
+from testkit.controlplane import Component, ControlPlane, wait_for
 from testkit.helm_chart import NAMESPACE, RELEASE
 from testkit.hub import LocalHub
 from testkit.installed_wheel import installed_wheel
+from testkit.kube_apply import Kube
+from testkit.node_host import NODE_IP
 from testkit.praesto_image import PRAESTO_IMAGE
 from testkit.real_node import RealNode
 from tests.cluster.agents import bound_to, remove_agent_pod
-from tests.cluster.installed import AGENT_SA, Installed
+from tests.cluster.installed import AGENT_SA
 from tests.node.daemonset import HostPaths, host_argv, placeholder_pod, rendered_env
 
 Obj = dict[str, Any]
 REGISTRATION_DEADLINE = 60.0
+
+
+class ChartOnCluster(Protocol):
+    """What the node's processes read of an installed chart: tests/cluster/installed.py's Installed
+    (objects applied by the tier), or a release the real helm installed (tests/node/helm_release.py)."""
+
+    plane: ControlPlane
+    admin: Kube
+    trust_dir: Path
+
+    def rendered(self, kind: str, name: str | None = None) -> Obj: ...
 
 
 def chart_values(hub: LocalHub) -> Obj:
@@ -41,12 +54,14 @@ def chart_values(hub: LocalHub) -> Obj:
     return {
         "nodeAgent": {"peers": {"enabled": False}},
         "downloader": {"hfEndpoint": hub.endpoint},
+        # the hub's CDN origin is on the node's own address, a reserved one (agent/download/egress.py)
+        "downloads": {"egress": {"allowedCIDRs": [f"{NODE_IP}/32"]}},
         "image": dict(zip(("repository", "tag"), PRAESTO_IMAGE.rsplit(":", 1), strict=True)),
     }
 
 
 class NodeDaemons:
-    def __init__(self, installed: Installed, node: RealNode, workdir: Path) -> None:
+    def __init__(self, installed: ChartOnCluster, node: RealNode, workdir: Path) -> None:
         self.installed = installed
         self.node = node
         self.workdir = workdir
