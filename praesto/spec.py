@@ -39,6 +39,11 @@ URI_EXAMPLES = {
 }
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 SOURCE_FORMS = ("huggingface", "oci", "uri")  # spec.source's one-of
+# allowPatterns / ignorePatterns (the CRDs' maxItems and maxLength): every listed file is matched
+# against every pattern, so a plan's file cap (agent/download/api.py MAX_FILES) times these bounds
+# is the most matching a copy's plan does; a real list holds a few, each far shorter.
+MAX_PATTERNS = 32
+MAX_PATTERN_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,14 @@ def _check_patterns(value: Any, field_path: str) -> tuple[tuple[str, ...], list[
         return (), [
             SpecError(
                 field_path, "must be a list of non-empty glob patterns", 'e.g. ["*.json", "*.safetensors"]'
+            )
+        ]
+    if len(value) > MAX_PATTERNS or any(len(p) > MAX_PATTERN_CHARS for p in value):
+        return (), [
+            SpecError(
+                field_path,
+                f"holds at most {MAX_PATTERNS} patterns of at most {MAX_PATTERN_CHARS} characters each",
+                "match several files with one pattern (e.g. *.safetensors, or a folder/)",
             )
         ]
     return tuple(value), []

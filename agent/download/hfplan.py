@@ -21,6 +21,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils._paths import filter_repo_objects
+from praesto.agent.download import hubclient
 from praesto.agent.download.api import (
     SUMMARY,
     DownloadError,
@@ -29,7 +30,9 @@ from praesto.agent.download.api import (
     Plan,
     RemoteFile,
     TemporaryDownloadError,
+    check_file_count,
 )
+from praesto.agent.download.egress import REASON_EGRESS_REFUSED, EgressRefused
 
 from praesto.spec import Source
 
@@ -45,7 +48,9 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 # library is imported, so the CLI and the agent both get it; read at call time
 # (utils/_headers.py `_http_user_agent`).
 constants.HF_HUB_DISABLE_TELEMETRY = True
+hubclient.install()  # its connections under the egress rule of the plan on each thread (hubclient.py)
 RESERVED_PREFIX = ".praesto"  # marker files and staging live at the top of a cache
+FEWER_HUB_FILES = "select fewer with spec.source.huggingface.allowPatterns or ignorePatterns"
 
 
 def endpoint_of(options: Options) -> str:
@@ -83,6 +88,12 @@ def plan(source: Source, options: Options) -> Plan:
     endpoint = endpoint_of(options)
     revision = source.revision or "main"
     api = HfApi(endpoint=endpoint, token=options.token or False, library_name="praesto")
+    # the Hub the platform configured is trusted as it is; where it redirects is checked
+    with hubclient.applied(options.egress.trusting(endpoint)):
+        return _plan_at(api, endpoint, source, revision, options)
+
+
+def _plan_at(api: HfApi, endpoint: str, source: Source, revision: str, options: Options) -> Plan:
     try:
         info = api.model_info(source.location, revision=revision)
         commit = info.sha
@@ -94,6 +105,7 @@ def plan(source: Source, options: Options) -> Plan:
             if isinstance(e, RepoFile)
         ]
         files = _select(entries, source)
+        check_file_count(source.uri, len(files), options.max_files, FEWER_HUB_FILES)
         if info.gated and files:
             _probe_access(api, source, commit, files[0].path)
     except DownloadError:
@@ -135,6 +147,8 @@ def _probe_access(api: HfApi, source: Source, commit: str, path: str) -> None:
 def translate_error(error: BaseException, source: Source, revision: str, options: Options) -> DownloadError:
     """Hub client errors as the reasons the agent puts on conditions (never with the token)."""
     uri = source.uri
+    if isinstance(error, EgressRefused):
+        return LastingDownloadError(REASON_EGRESS_REFUSED, f"{uri}: {error}")
     status = error.response.status_code if isinstance(error, HfHubHTTPError) else None
     if isinstance(error, GatedRepoError):
         return LastingDownloadError(

@@ -24,6 +24,7 @@ import obstore
 from huggingface_hub.utils._paths import filter_repo_objects
 from obstore.exceptions import (
     BaseError,
+    InvalidPathError,
     NotFoundError,
     PermissionDeniedError,
     PreconditionError,
@@ -38,8 +39,10 @@ from praesto.agent.download.api import (
     Plan,
     RemoteFile,
     TemporaryDownloadError,
+    check_file_count,
 )
 from praesto.agent.download.digests import StoreDigest
+from praesto.agent.download.egress import REASON_EGRESS_REFUSED, EgressRefused
 from praesto.agent.download.hfplan import check_repo_path
 from praesto.agent.download.objcreds import StoreConfig, store_config
 from praesto.agent.download.storesums import with_store_digests
@@ -55,6 +58,7 @@ STORE_ERRORS = (BaseError, OSError)
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 _CODE = re.compile(r"<Code>([A-Za-z]+)</Code>")
 _STATUS = re.compile(r"status code: (\d{3})")
+_BAD_KEY = re.compile(r'path: "((?:[^"\\]|\\.)*)"')  # object_store's InvalidPath, as Rust's Debug prints it
 MISSING_BUCKET = ("NoSuchBucket", "ContainerNotFound")
 REFUSED = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "AuthenticationFailed",
            "AuthorizationFailure", "InvalidAuthenticationInfo", "ExpiredToken")  # fmt: skip
@@ -67,8 +71,9 @@ def split(source: Source) -> tuple[str, str]:
 
 
 def config_for(source: Source, options: Options) -> StoreConfig:
+    """The store's settings, with every URL they name checked under the egress rule first."""
     bucket, _ = split(source)
-    return store_config(
+    cfg = store_config(
         source.scheme,
         bucket,
         options.credentials or {},
@@ -76,6 +81,12 @@ def config_for(source: Source, options: Options) -> StoreConfig:
         options.credentials_from,
         identity_allowed=options.identity_allowed,
     )
+    for url in cfg.contacts:
+        try:
+            options.egress.check_url(url)
+        except EgressRefused as refused:
+            raise LastingDownloadError(REASON_EGRESS_REFUSED, f"{source.uri}: {refused}") from None
+    return cfg
 
 
 def open_store(cfg: StoreConfig) -> Store:
@@ -103,6 +114,8 @@ def translate(error: Exception, uri: str, cfg: StoreConfig, what: str) -> Downlo
     """Store errors as condition reasons. The text quoted is the store's error code only:
     never the raw message (it may carry a signed URL)."""
     text = str(error)
+    if isinstance(error, InvalidPathError):
+        return unsafe_key(text, uri)
     code_match = _CODE.search(text)
     code = code_match.group(1) if code_match else ""
     status_match = _STATUS.search(text)
@@ -140,6 +153,19 @@ def translate(error: Exception, uri: str, cfg: StoreConfig, what: str) -> Downlo
     return TemporaryDownloadError("SourceUnavailable", f"{uri}: {what} failed{detail}; it will be retried")
 
 
+def unsafe_key(text: str, uri: str) -> LastingDownloadError:
+    """A key with `..`, `.` or empty segments (`a//b`): obstore's listing refuses to parse it, before
+    check_repo_path sees it. The bucket holds it until someone renames it, so the copy fails for good
+    naming the key (never retried as a store outage)."""
+    found = _BAD_KEY.search(text)
+    key = re.sub(r"\\(.)", r"\1", found.group(1)) if found else "?"
+    return LastingDownloadError(
+        "InvalidRepoFile",
+        f"{uri}: object {key!r} would escape the destination ('..', '.' or an empty segment); remove or "
+        "rename it in the bucket (plain relative names only)",
+    )
+
+
 def plan(source: Source, options: Options) -> Plan:
     """Every object under the prefix (after patterns), pinned by ETag and version."""
     cfg = config_for(source, options)
@@ -156,10 +182,11 @@ def plan(source: Source, options: Options) -> Plan:
             f"{source.uri}: no object at or under this prefix; check the prefix (it is case-sensitive)",
         )
     chosen = _select(metas, source)
+    check_file_count(source.uri, len(chosen), options.max_files, "point the URI at a prefix holding fewer")
     if chosen and chosen[0][1].get("version") is None:
         chosen = _with_versions(store, chosen, source.uri, cfg)
     files = tuple(sorted((_remote(path, meta, cfg.etag_md5) for path, meta in chosen), key=lambda f: f.path))
-    files = with_store_digests(store, cfg, files, options.ca_bundle, options.proxies)
+    files = with_store_digests(store, cfg, files, options.ca_bundle, options.proxies, options.egress)
     revision = revision_of(files)
     log.info("planned source=%s revision=%s files=%d", source.uri, revision, len(files), extra=SUMMARY)
     return Plan(source=source, revision=revision, files=files)

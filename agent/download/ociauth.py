@@ -25,8 +25,12 @@ from praesto.agent.download.api import LastingDownloadError, TemporaryDownloadEr
 from praesto.agent.download.http import Transport, redact
 
 from praesto import names
+from praesto.quantity import format_bytes
 
 _PARAM = re.compile(r'(\w+)="([^"]*)"')
+# A token service answers a small JSON object (Docker Hub's is about 5 KiB with its JWT); a realm is
+# any URL a tenant's registry names, so its answer is read only up to this, never whole.
+MAX_TOKEN_ANSWER_BYTES = 64 << 10
 DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
 
@@ -144,7 +148,14 @@ class RegistryAuth:
         else:
             url = f"{realm}{'&' if '?' in realm else '?'}{urlencode({**query, 'scope': scope})}"
             resp = self.transport.request("GET", url, authorized=False, headers=headers)
-        data = resp.read()
+        data = resp.read(MAX_TOKEN_ANSWER_BYTES + 1)
+        if len(data) > MAX_TOKEN_ANSWER_BYTES:
+            self.transport.close()  # the rest of that answer is still on the connection
+            raise LastingDownloadError(
+                "SourceUnavailable",
+                f"the token service {redact(realm)} answered more than {format_bytes(MAX_TOKEN_ANSWER_BYTES)}, "
+                "which is no token answer; check the registry's token realm",
+            )
         if resp.status in (401, 403):
             if cred is None:
                 raise LastingDownloadError(

@@ -14,7 +14,7 @@ from celpy.adapter import json_to_cel
 
 from praesto import names
 from praesto.quantity import DURATION_PATTERN, QUANTITY_PATTERN
-from praesto.spec import HF_REPO_PATTERN
+from praesto.spec import HF_REPO_PATTERN, MAX_PATTERN_CHARS, MAX_PATTERNS, InvalidSpec, parse_spec
 from tests.hooks.schemas import ROOT, crd, crd_errors
 
 MC, MCN = names.MODELCACHE_KIND, names.MODELCACHENODE_KIND
@@ -101,6 +101,31 @@ def test_patterns_are_the_parsers_own() -> None:
     assert spec["source"]["properties"]["huggingface"]["properties"]["repo"]["pattern"] == HF_REPO_PATTERN
     node_spec = _schema(MCN)["properties"]["spec"]["properties"]
     assert node_spec["size"]["pattern"] == QUANTITY_PATTERN
+
+
+def test_pattern_list_bounds_are_the_parsers_own() -> None:
+    """Issue 37: the CRDs bound allowPatterns / ignorePatterns where the parser does, and no further."""
+    hf = _schema(MC)["properties"]["spec"]["properties"]["source"]["properties"]["huggingface"]["properties"]
+    node_source = _schema(MCN)["properties"]["spec"]["properties"]["source"]["properties"]
+    for field in ("allowPatterns", "ignorePatterns"):
+        for schema in (hf[field], node_source[field]):
+            assert schema["maxItems"] == MAX_PATTERNS
+            assert schema["items"]["maxLength"] == MAX_PATTERN_CHARS
+    longest = "*" * MAX_PATTERN_CHARS
+    for field in ("allowPatterns", "ignorePatterns"):
+        for patterns in ([longest] * MAX_PATTERNS, ["*"] * (MAX_PATTERNS + 1), [longest + "*"]):
+            spec = {"source": {"huggingface": {"repo": "a/b", field: patterns}}, "storage": {"size": "1Gi"}}
+            admitted = len(patterns) <= MAX_PATTERNS and all(len(p) <= MAX_PATTERN_CHARS for p in patterns)
+            assert (crd_errors({"apiVersion": names.API_VERSION, "kind": MC, "metadata": {"name": "x"},
+                                "spec": spec}) == []) == admitted  # fmt: skip
+            if admitted:
+                parse_spec(spec)
+                continue
+            with pytest.raises(InvalidSpec) as info:
+                parse_spec(spec)
+            (error,) = info.value.errors
+            assert error.field == f"spec.source.huggingface.{field}"
+            assert f"at most {MAX_PATTERNS} patterns of at most {MAX_PATTERN_CHARS} characters" in error.cause
 
 
 def test_every_cel_rule_compiles() -> None:
