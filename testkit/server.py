@@ -34,6 +34,7 @@ from typing import Any
 from testkit.pki import CertificateAuthority
 
 STARTUP_DEADLINE = 30.0
+BACKLOG = 2048  # gunicorn's default `backlog` (gunicorn/config.py): the chart's praesto-hooks listens with it
 STOP_DEADLINE = 15.0
 
 
@@ -141,7 +142,7 @@ def hooks_server(
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
-    listener.listen(128)
+    listener.listen(BACKLOG)
     port = listener.getsockname()[1]
     args = [
         *(command or _command()),

@@ -56,3 +56,15 @@ def test_only_one_of_certfile_and_keyfile_is_one_line(tmp_path: Path) -> None:
 def test_a_bind_that_is_not_an_address_is_refused_before_gunicorn(bind: str) -> None:
     line = hooks("--bind", bind)
     assert "--bind: expected host:port (e.g. 0.0.0.0:8443)" in line and f"got {bind!r}" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--max-connections-per-client", "1001"), "--max-connections-per-client must be at most 1000"),
+        (("--max-connections-per-client", "0"), "--max-connections-per-client: expected a positive integer"),
+        (("--min-body-rate", "1000"), "--min-body-rate must be at least 65536"),
+    ],
+)
+def test_a_flood_limit_out_of_range_is_one_line(args: tuple[str, ...], needle: str) -> None:
+    assert needle in hooks(*args)

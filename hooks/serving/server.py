@@ -13,6 +13,7 @@ unreadable or not a pair (else a traceback from gunicorn's TLS setup), a name th
 from __future__ import annotations
 
 import argparse
+import resource
 import socket
 import ssl
 import subprocess
@@ -26,12 +27,20 @@ from praesto.hooks.admission.http import CONFIG_REQUIRE_CLIENT_CERT
 from praesto.hooks.config import ConfigError, HooksConfig
 from praesto.hooks.serving import worker_metrics
 from praesto.hooks.serving.app import create_app
-from praesto.hooks.whole_request_worker import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REQUEST_TIMEOUT
+from praesto.hooks.whole_request_worker import (
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MIN_BODY_RATE,
+    DEFAULT_REQUEST_TIMEOUT,
+    SMALL_BODY,
+    WORKER_CONNECTIONS,
+)
 from praesto.hooks.whole_request_worker import settings as worker_settings
 
 from praesto.cliargs import EXIT_USAGE, CommandParser, add_version, positive_int, seconds
 
 TLS_FILES = (("--certfile", "certfile"), ("--keyfile", "keyfile"), ("--client-ca-file", "client_ca_file"))
+OTHER_FILES = 64  # a worker's descriptors besides connections: listener, poller, pipes, logs, metric files
 
 
 class HooksServer(BaseApplication):  # type: ignore[misc]
@@ -93,6 +102,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="seconds a client has to complete the TLS handshake and send the whole request "
         f"(default {DEFAULT_REQUEST_TIMEOUT:g})",
     )
+    parser.add_argument(
+        "--max-connections-per-client",
+        type=positive_int,
+        default=DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+        help="incomplete connections one client address may hold in each worker; past it, its connection "
+        f"silent the longest is closed with 408 (default {DEFAULT_MAX_CONNECTIONS_PER_CLIENT}, "
+        f"at most {WORKER_CONNECTIONS // 4})",
+    )
+    parser.add_argument(
+        "--min-body-rate",
+        type=positive_int,
+        default=DEFAULT_MIN_BODY_RATE,
+        help=f"bytes/s a body over {SMALL_BODY} bytes must keep up while it holds its worker's turn; "
+        f"a slower one gets 408 (default {DEFAULT_MIN_BODY_RATE})",
+    )
     parser.add_argument("--certfile", help="TLS certificate (PEM); enables HTTPS together with --keyfile")
     parser.add_argument("--keyfile", help="TLS private key (PEM)")
     parser.add_argument(
@@ -116,10 +140,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--max-request-bytes must be at least 1048576 (1 MiB): admission reviews need it")
     if not 1 <= args.request_timeout <= 60:
         parser.error("--request-timeout must be between 1 and 60 seconds")
+    if args.max_connections_per_client > WORKER_CONNECTIONS // 4:
+        parser.error(
+            f"--max-connections-per-client must be at most {WORKER_CONNECTIONS // 4}: a quarter of a "
+            f"worker's {WORKER_CONNECTIONS} connections, so that other clients keep room"
+        )
+    if args.min_body_rate < 64 << 10:
+        parser.error("--min-body-rate must be at least 65536 (64 KiB/s)")
     return args
 
 
-def gunicorn_options(args: argparse.Namespace) -> dict[str, Any]:
+def open_files_for(connections: int) -> int:
+    """Raise the soft open-files limit toward `connections` (the workers inherit it) and return how
+    many connections a worker can hold within it. Containers often start at a soft 1024 with a
+    higher hard limit (Go programs raise it themselves); an accept() past it fails with EMFILE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + OTHER_FILES
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft == resource.RLIM_INFINITY:
+        return connections
+    return max(1, min(connections, soft - OTHER_FILES))
+
+
+def gunicorn_options(args: argparse.Namespace, connections: int = WORKER_CONNECTIONS) -> dict[str, Any]:
     tls = bool(args.certfile)
     options: dict[str, Any] = {
         "bind": args.bind or ["0.0.0.0:8443" if tls else "0.0.0.0:8080"],
@@ -127,7 +172,13 @@ def gunicorn_options(args: argparse.Namespace) -> dict[str, Any]:
         "threads": args.threads,
         # Handshake, head and body are read on the worker's event loop under a deadline and a
         # size limit; a pool thread only sees a complete request (hooks/whole_request_worker.py).
-        **worker_settings(args.max_request_bytes, args.request_timeout),
+        **worker_settings(
+            args.max_request_bytes,
+            args.request_timeout,
+            args.max_connections_per_client,
+            args.min_body_rate,
+            connections,
+        ),
         "timeout": args.timeout,
         "graceful_timeout": 10,
         "errorlog": "-",
@@ -227,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         app = create_app(config, metrics_dir=metrics_dir)
         app.config[CONFIG_REQUIRE_CLIENT_CERT] = bool(args.client_ca_file)
         app.config["MAX_CONTENT_LENGTH"] = args.max_request_bytes
-        HooksServer(app, gunicorn_options(args)).run()
+        HooksServer(app, gunicorn_options(args, open_files_for(WORKER_CONNECTIONS))).run()
     return 0
 
 

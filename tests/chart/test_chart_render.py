@@ -185,11 +185,19 @@ def test_network_policy_admits_metacontroller_and_the_api_server_addresses_only(
 
 
 def test_hooks_request_limits_reach_the_server() -> None:
-    args = one(render_objects({"hooks": {"maxRequestBytes": 33554432, "requestTimeoutSeconds": 5}}), "Deployment",
+    limits = {"maxRequestBytes": 33554432, "requestTimeoutSeconds": 5, "maxConnectionsPerClient": 40,
+              "minBodyBytesPerSecond": 1048576}  # fmt: skip
+    args = one(render_objects({"hooks": limits}), "Deployment",
                "praesto-hooks")["spec"]["template"]["spec"]["containers"][0]["args"]  # fmt: skip
     assert "--max-request-bytes=33554432" in args and "--request-timeout=5" in args
+    assert "--max-connections-per-client=40" in args and "--min-body-rate=1048576" in args
+    default_args = set(one(render_objects({}), "Deployment", "praesto-hooks")["spec"]["template"]["spec"]
+                       ["containers"][0]["args"])  # fmt: skip
+    assert {"--max-connections-per-client=100", "--min-body-rate=4194304"} <= default_args
     with pytest.raises(Exception, match="maxRequestBytes"):
         render({"hooks": {"maxRequestBytes": 1000}})  # under 1 MiB: admission reviews would not fit
+    with pytest.raises(Exception, match="maxConnectionsPerClient"):
+        render({"hooks": {"maxConnectionsPerClient": 1001}})  # over a quarter of a worker's connections
 
 
 def test_webhook_configurations() -> None:

@@ -86,6 +86,8 @@ CHANGES: dict[str, tuple[Obj, Obj]] = {
     "hooks.logLevel": ({}, _at("hooks.logLevel", "debug")),
     "hooks.maxRequestBytes": ({}, _at("hooks.maxRequestBytes", 8388608)),
     "hooks.requestTimeoutSeconds": ({}, _at("hooks.requestTimeoutSeconds", 20)),
+    "hooks.maxConnectionsPerClient": ({}, _at("hooks.maxConnectionsPerClient", 50)),
+    "hooks.minBodyBytesPerSecond": ({}, _at("hooks.minBodyBytesPerSecond", 1048576)),
     "hooks.httpsPort": ({}, _at("hooks.httpsPort", 9443)),
     "verification.requiredIn": ({}, _at("verification.requiredIn", ["prod"])),
     "downloader.image.tag": ({}, _at("downloader.image.tag", "9.9.9")),
@@ -103,6 +105,7 @@ CHANGES: dict[str, tuple[Obj, Obj]] = {
         _at("downloads.oci.mirrors", {"docker.io": ["https://mirror.example.com"]}),
     ),
     "downloads.caBundle.configMapName": ({}, _at("downloads.caBundle.configMapName", "corporate-ca")),
+    "downloads.egress.allowedCIDRs": ({}, _at("downloads.egress.allowedCIDRs", ["10.20.0.0/16"])),
     # Live: the hooks read these files at every TLS handshake (tests/hooks/test_hooks_tls_reload.py).
     "webhooks.clientAuth.caBundle": (
         _at("webhooks.clientAuth.caBundle", PEM_CERT.format("AAAA")),

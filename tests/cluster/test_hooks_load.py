@@ -1,4 +1,5 @@
-"""Admission stays fast while slow and oversize clients hammer praesto-hooks (#21 item 14).
+"""Admission stays fast while slow and oversize clients hammer praesto-hooks (#21 item 14), and
+large syncs, admission and /healthz stay up under silent large bodies and half-open floods (#37 item 5).
 
 The real API server calls the installed wheel's `praesto-hooks` (chart arguments, one worker of
 four threads) for 200 dry-run Pod creates, while 50 clients hold connections half-open or trickle
@@ -20,7 +21,8 @@ from contextlib import contextmanager
 
 from kubernetes import client
 
-from testkit.server import RunningServer, half_client_hello
+from testkit.hook_floods import SYNC_PATH, HalfOpenFlood, SilentLargeBodies, large_sync_request, sync_body
+from testkit.server import RunningServer, get_text, half_client_hello, post_json
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, pod
 
@@ -28,6 +30,10 @@ SLOW_CLIENTS = 50
 REVIEWS = 200
 P99_BOUND = 1.0
 OVERSIZE = 100 << 20
+SYNCS = 6
+FLOOD = 2200  # from 22 addresses of 100: over gunicorn's 1000 a worker, within praesto-hooks' 4000
+FLOOD_REVIEWS = 40
+FLOOD_BOUND = 3.0  # one answer behind a flood (a wait for the large-body turn included); deadlines are 10 s
 
 
 def _address(server: RunningServer) -> tuple[str, int]:
@@ -174,3 +180,42 @@ def test_admission_p99_stays_under_a_second_under_slow_and_oversize_clients(inst
         oversize.statuses
     )
     assert slow.count == SLOW_CLIENTS
+
+
+def test_large_syncs_are_answered_while_silent_bodies_take_turns(installed: Installed) -> None:
+    """#37 item 5 (a): four heads declaring 16 MiB and nothing more held the large-body turn, and
+    every ~300 KiB sync (a cache over 25 real-sized Nodes) got 503 for as long as they kept at it."""
+    body = sync_body(large_sync_request())
+    with SilentLargeBodies(installed.hooks, count=4, source="127.0.0.2") as attackers:
+        attackers.wait_holding()
+        for _ in range(SYNCS):
+            started = time.monotonic()
+            status, answer = post_json(installed.hooks, SYNC_PATH, None, raw=body, timeout=15)
+            took = time.monotonic() - started
+            assert status == 200, (status, answer)
+            assert took < FLOOD_BOUND, f"a large sync took {took:.2f}s behind silent bodies"
+    assert attackers.cut and all(s.startswith(b"HTTP/1.1 408") for s in attackers.cut), attackers.cut
+
+
+def test_admission_and_healthz_stay_up_under_a_half_open_flood(installed: Installed) -> None:
+    """#37 item 5 (b): 2,200 half-open connections filled gunicorn's worker_connections (1000) and
+    /healthz and admission waited in the backlog for each wave's 10 s deadline. A worker now holds
+    4000 (tests/hooks/test_hooks_floods.py floods one address past its cap, and a worker past its
+    open-files limit)."""
+    namespace = opted_in_namespace(installed.admin, "hooks-flood")
+    installed.admin.create(modelcache("flood", namespace))
+    core = client.CoreV1Api(installed.admin.api)
+    body = pod("probe", namespace, "flood")
+    core.create_namespaced_pod(namespace, body, dry_run="All")  # the lookups' watch is filled
+    with HalfOpenFlood(installed.hooks, count=FLOOD, sources=FLOOD // 100) as flood:
+        flood.wait_connected()
+        for index in range(FLOOD_REVIEWS):
+            started = time.monotonic()
+            created = core.create_namespaced_pod(namespace, body, dry_run="All")
+            took = time.monotonic() - started
+            assert any(v.csi for v in created.spec.volumes or []), "the Pod came back without the model"
+            assert took < FLOOD_BOUND, f"admission took {took:.2f}s behind {FLOOD} half-open connections"
+            if index % 10 == 0:
+                started = time.monotonic()
+                status, _ = get_text(installed.hooks, "/healthz", timeout=15)
+                assert status == 200 and time.monotonic() - started < FLOOD_BOUND

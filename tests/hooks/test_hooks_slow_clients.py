@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from praesto.hooks.whole_request_worker import Refused, body_length
+from praesto.hooks.arrivals import BODY_GRACE
+from praesto.hooks.refusals import Refused, body_length
 
 from testkit.server import RunningServer, half_client_hello, hooks_server, post_json
 
@@ -165,16 +166,22 @@ def test_a_body_within_the_limit_is_answered(server: RunningServer) -> None:
     assert status == 400 and "parent" in json.dumps(answer)  # read whole and judged by the hook
 
 
-def test_one_large_body_at_a_time_per_worker(server: RunningServer) -> None:
+def test_one_large_body_at_a_time_per_worker_and_a_stalled_one_loses_its_turn(server: RunningServer) -> None:
     size = LIMIT - 1024
     head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode()
     with _tls(server) as first:
-        first.sendall(head + b"{")  # holds the large-body slot while its body arrives
-        status, payload = _raw_exchange(server, head)
-        assert status.startswith(b"HTTP/1.1 503")
-        assert "retry" in json.loads(payload)["error"]
+        first.sendall(head + b"{")  # takes the worker's large-body turn, then stalls
         small_status, took = _timed_post(server, {"kind": "AdmissionReview"})
         assert small_status in (200, 400) and took < SERVE_DEADLINE  # small bodies never wait for it
+        started = time.monotonic()
+        status, payload = _raw_exchange(server, head, b"x" * size)  # waits its turn, then is read whole
+        waited = time.monotonic() - started
+        assert status.startswith(b"HTTP/1.1 400"), (status, payload)  # judged by the hook: not JSON
+        assert BODY_GRACE * 0.8 <= waited < REQUEST_TIMEOUT, waited  # within its own deadline
+        first.settimeout(5)
+        answer = first.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert "bytes/s" in json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
 
 
 @pytest.mark.parametrize(
