@@ -74,7 +74,7 @@ class Agent:
             planner or plan, downloader or download, lambda outcome: self.reconciler.done(outcome),
             endpoint=config.endpoint, concurrency=config.concurrency, max_parallel=config.max_parallel_caches,
             direct_writes=config.direct_writes,
-            ca_bundle=config.ca_bundle, store_env=config.store_env,
+            ca_bundle=config.ca_bundle, store_env=config.store_env, egress=config.egress,
             peering=peering, budget=budget,
         )  # fmt: skip
         self.reconciler = Reconciler(

@@ -23,6 +23,8 @@ from praesto.agent import capacity
 from praesto.agent.budget.config import add_budget_arguments, budget_config, check_budget_arguments
 from praesto.agent.budget.origin_budget import BudgetConfig
 from praesto.agent.credentials import CredentialPolicy
+from praesto.agent.download import egress
+from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.metrics import FROM_LOCAL, METRICS_FROM
 from praesto.agent.peers.config import add_peer_arguments, check_peer_arguments, peer_config
 from praesto.agent.peers.peering import PeerConfig
@@ -95,6 +97,10 @@ class AgentSettings:
     ca_bundle: str | None = None
     """--ca-bundle (PRAESTO_CA_BUNDLE, chart downloads.caBundle): an extra PEM CA bundle every
     download trusts besides the system roots."""
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+    """--egress-allowed-cidrs (PRAESTO_EGRESS_ALLOWED_CIDRS, chart downloads.egress.allowedCIDRs):
+    internal networks a cache's source, its redirects and token realms may reach; every loopback,
+    link-local, metadata and private address is refused otherwise (download/egress.py)."""
     concurrency: int = AgentConfig.concurrency
     """--concurrency (PRAESTO_CONCURRENCY): parallel connections per download."""
     write_mode: str = WRITE_DIRECT
@@ -147,6 +153,7 @@ class AgentSettings:
             log_level=str(getattr(args, "log_level", None) or names.DEFAULT_LOG_LEVEL),
             hf_endpoint=args.hf_endpoint,
             ca_bundle=args.ca_bundle,
+            egress=EgressPolicy.from_text(args.egress_allowed_cidrs),
             concurrency=args.concurrency,
             write_mode=args.write_mode,
             max_parallel_caches=args.max_parallel_caches,
@@ -172,6 +179,7 @@ class AgentSettings:
             base_path=self.base_path,
             endpoint=self.hf_endpoint,
             ca_bundle=self.ca_bundle,
+            egress=self.egress,
             store_env=self.store_env,
             concurrency=self.concurrency,
             direct_writes=self.write_mode == WRITE_DIRECT,
@@ -229,6 +237,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str
         "(env PRAESTO_CA_BUNDLE; chart downloads.caBundle)",
     )
     add(
+        "--egress-allowed-cidrs",
+        default=env(names.ENV_EGRESS_ALLOWED_CIDRS, ""),
+        help="comma-separated internal networks downloads may reach (e.g. 10.20.0.0/16 for an in-cluster "
+        "mirror); loopback, link-local, metadata and private addresses are refused otherwise "
+        f"(env {names.ENV_EGRESS_ALLOWED_CIDRS}; chart {egress.ALLOWED_SETTING})",
+    )
+    add(
         "--trust-dir",
         default=env(names.ENV_TRUST_DIR),
         help="the platform's signing trust, <name>.<publicKey|certificate>.pem files (env PRAESTO_TRUST_DIR; "
@@ -281,6 +296,10 @@ def check_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> str | N
         )
     if not 0 <= args.metrics_port <= 65535:
         return f"--metrics-port: {args.metrics_port} is not a port; use 1-65535, or 0 to disable"
+    try:
+        egress.parse_allowed(args.egress_allowed_cidrs)
+    except ValueError as err:
+        return f"--egress-allowed-cidrs ({names.ENV_EGRESS_ALLOWED_CIDRS}): {err}"
     try:
         capacity.check_reserve(args.reserve)
     except QuantityError as err:

@@ -35,6 +35,7 @@ from bench.common import ROUNDS, interleaved, median, print_table, rss_mib
 from praesto import names
 from praesto.spec import Source
 from testkit.agent_harness import Env, env_context
+from testkit.egress import LOOPBACK
 from testkit.hub import LocalHub
 from testkit.kube_real import proxied, running_plane
 
@@ -110,7 +111,7 @@ def bench_many_files(work: Path, count: int, rounds: int) -> None:
     # page), which at 100 pages of 1000 would be its cost, not ours (2 minutes here).
     with LocalHub(work / "hub", page_size=count) as hub:
         hub.add_repo("org/many", files)
-        options = Options(endpoint=hub.endpoint)
+        options = Options(endpoint=hub.endpoint, egress=LOOPBACK)
         plans = []
 
         def planning() -> float:

@@ -16,6 +16,7 @@ from praesto.agent.download.objplan import revision_of
 
 from praesto import names
 from praesto.spec import Source, parse_uri
+from testkit.egress import LOOPBACK, LOOPBACK_ENV
 from tests.download.conftest import tree_of
 
 MiB = 1 << 20
@@ -39,7 +40,8 @@ def source(uri: str) -> Source:
 
 
 def options(credentials: dict[str, str], **kwargs: object) -> Options:
-    defaults: dict[str, object] = {"credentials": credentials, "part_size": 1 * MiB, "concurrency": 4}
+    defaults: dict[str, object] = {"credentials": credentials, "part_size": 1 * MiB, "concurrency": 4,
+                                   "egress": LOOPBACK}  # the emulators listen on loopback  # fmt: skip
     defaults.update(kwargs)
     return Options(**defaults)  # type: ignore[arg-type]
 
@@ -74,6 +76,7 @@ def check_prefix_download(
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """`praesto-agent …` in a subprocess, with no cloud credentials leaking in from this one."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HF_", "AZURE_", "GOOGLE_"))}
+    base.update(LOOPBACK_ENV)  # the emulators listen on loopback
     return subprocess.run(
         [sys.executable, "-m", "praesto.agent.cli", *args],
         env={**base, **env},

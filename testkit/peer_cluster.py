@@ -29,6 +29,7 @@ from praesto.agent.reconcile import AgentConfig
 from praesto import names, rbac
 from praesto.reflector import Backoff
 from praesto.store import StoreLayout
+from testkit.egress import LOOPBACK
 from testkit.hub import LocalHub
 from testkit.kube_real import RealKube
 from testkit.objects import modelcachenode
@@ -103,7 +104,7 @@ class Cluster:
         config = AgentConfig(
             node_name=name, base_path=node.base, endpoint=self.hub.endpoint, concurrency=concurrency, reserve="0",
             tick_seconds=0.1, progress_seconds=0.2, retry_initial=0.2, retry_max=1.0,
-            watch_backoff=Backoff(0.05, 0.5),
+            watch_backoff=Backoff(0.05, 0.5), egress=LOOPBACK,
         )  # fmt: skip
         node.agent = Agent(
             config,

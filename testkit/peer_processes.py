@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from praesto.agent.peers.server import Limits
 
 from testkit.controlplane import Component, ControlPlane
+from testkit.egress import LOOPBACK_FLAG
 from testkit.installed_wheel import installed_wheel
 from testkit.peer_cluster import AGENT_SERVICE_ACCOUNT, Cluster, Node, agent_client, agent_pod
 
@@ -68,6 +69,7 @@ class ProcessCluster(Cluster):
             f"--node-name={name}",
             f"--base-path={node.base}",
             f"--hf-endpoint={self.hub.endpoint}",
+            LOOPBACK_FLAG,  # the hub listens on loopback
             f"--kubeconfig={kubeconfig}",
             "--reserve=0",
             "--metrics-port=0",

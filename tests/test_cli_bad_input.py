@@ -21,6 +21,7 @@ from praesto.agent.download.publish import STAGING_IN_DEST
 
 from praesto import names
 from praesto.spec import URI_EXAMPLES
+from testkit.egress import LOOPBACK_FLAG
 from testkit.hub import LocalHub
 
 BIN = Path(sys.executable).parent  # the venv's console scripts, as installed by pyproject.toml
@@ -58,7 +59,7 @@ def hub(tmp_path: Path) -> Iterator[LocalHub]:
 
 def download(hub: LocalHub, dest: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return run("praesto-agent", "download", "hf://org/model", "--dest", str(dest), "--endpoint", hub.endpoint,
-               *extra)  # fmt: skip
+               LOOPBACK_FLAG, *extra)  # fmt: skip
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -163,6 +164,25 @@ def test_a_missing_credentials_dir_is_refused_naming_it(tmp_path: Path) -> None:
                    env={names.ENV_CREDENTIALS_DIR: str(a_file)})  # fmt: skip
     refused(from_env, f"--credentials-dir {a_file} is not a directory", names.ENV_CREDENTIALS_DIR)
     assert sorted(os.listdir(tmp_path)) == ["creds"]
+
+
+def test_a_malformed_egress_allow_list_is_refused_before_any_work(tmp_path: Path) -> None:
+    """`--egress-allowed-cidrs` and its variable, for `download` and `run` alike: one line, exit 2."""
+    dest = tmp_path / "out"
+    flag = run(
+        "praesto-agent",
+        "download",
+        "hf://org/model",
+        "--dest",
+        str(dest),
+        "--egress-allowed-cidrs",
+        "10.0.0.0/33",
+    )
+    refused(flag, "--egress-allowed-cidrs", names.ENV_EGRESS_ALLOWED_CIDRS, "'10.0.0.0/33' is not a CIDR")
+    from_env = run("praesto-agent", "run", "--node-name", "n", "--base-path", str(tmp_path),
+                   env={names.ENV_EGRESS_ALLOWED_CIDRS: "in-cluster"})  # fmt: skip
+    refused(from_env, "--egress-allowed-cidrs", "'in-cluster' is not a CIDR", "10.0.0.0/8")
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize(

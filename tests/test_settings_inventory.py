@@ -228,6 +228,7 @@ FULL_VALUES: dict[str, Any] = {
         "caBundle": {"configMapName": "corporate-ca"},
         "proxy": {"httpProxy": "http://proxy:3128", "httpsProxy": "http://proxy:3128", "noProxy": ".svc"},
         "oci": {"mirrors": {"docker.io": ["https://mirror.example.com"]}},
+        "egress": {"allowedCIDRs": ["10.20.0.0/16", "fd00:20::/64"]},
     },
     "verification": {
         "trust": {"platform": {"publicKey": "-----BEGIN PUBLIC KEY-----\nx\n-----END PUBLIC KEY-----\n"}},

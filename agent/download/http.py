@@ -10,7 +10,9 @@ httpx2 variant of this module was not benchmarked separately. Connections are pe
 thread, so no locking is needed, and they are reused across parts (keep-alive).
 
 Auth goes to the Hub's origin only: redirects to a CDN (signed URLs) never carry it,
-the same rule `huggingface_hub` follows.
+the same rule `huggingface_hub` follows. Every connection (the origin, each redirect's host,
+a token realm) is opened under the egress rule (egress.py): `_create_connection`, the hook
+`http.client` dials through, dials only the addresses the rule admits.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import http.client
 import mmap
 import os
 import random
+import socket
 import ssl
 import threading
 import time
@@ -27,6 +30,7 @@ from collections.abc import Callable, Mapping
 from urllib.parse import urljoin, urlsplit
 
 from praesto.agent.download.api import DownloadCancelled, LastingDownloadError, Target
+from praesto.agent.download.egress import REASON_EGRESS_REFUSED, EgressPolicy, EgressRefused, connect
 from praesto.agent.download.proxies import proxy_for
 from praesto.agent.download.writes import aligned_buffer
 
@@ -71,12 +75,15 @@ class Transport:
         timeout: float = 60.0,
         ca_bundle: str | None = None,
         proxies: Mapping[str, str] | None = None,
+        egress: EgressPolicy | None,
     ) -> None:
         self.hub_origin = origin(hub_endpoint)
         self._token = token
         self.timeout = timeout
         self.ca_bundle = ca_bundle  # Options.ca_bundle: the process's PRAESTO_CA_BUNDLE
         self.proxies: Mapping[str, str] = proxies or {}  # Options.proxies (download/proxies.py)
+        # Options.egress (trusting what the platform configured); None: not a tenant's origin (peers)
+        self.egress = egress
         self._local = threading.local()
 
     # ---- connections -----------------------------------------------------------
@@ -96,6 +103,8 @@ class Transport:
                 conn = http.client.HTTPConnection(host, timeout=self.timeout)
             if proxy:
                 conn.set_tunnel(netloc)
+            if self.egress is not None:
+                guard(conn, self.egress)
             pool[key] = conn
         return conn
 
@@ -139,6 +148,9 @@ class Transport:
             except (OSError, http.client.HTTPException) as error:
                 self._drop(url)
                 raise Transient(f"{parts.netloc}: {type(error).__name__}: {error}") from None
+            except EgressRefused as refused:
+                self._drop(url)
+                raise LastingDownloadError(REASON_EGRESS_REFUSED, str(refused)) from None
         raise AssertionError("unreachable")
 
     # ---- high level ----------------------------------------------------------------
@@ -221,6 +233,23 @@ class Transport:
                     resp.close()  # closed, the keep-alive connection takes the next request
                 else:
                     self._drop(target.url)  # unread body: the connection cannot be reused
+
+
+def guard(conn: http.client.HTTPConnection, policy: EgressPolicy) -> None:
+    """Open `conn` under `policy`: directly, only to an address it admits (egress.connect);
+    through a proxy (set_tunnel), the proxy is the platform's and the target is checked as written
+    before the CONNECT (the proxy resolves it)."""
+
+    def create(
+        address: tuple[str, int], timeout: float | None = None, source_address: tuple[str, int] | None = None
+    ) -> socket.socket:
+        tunnel = conn._tunnel_host  # type: ignore[attr-defined]  # set by set_tunnel (CPython 3.11)
+        if tunnel:
+            policy.check_literal(tunnel, conn._tunnel_port)  # type: ignore[attr-defined]
+            return socket.create_connection(address, timeout, source_address)
+        return connect(address[0], address[1], timeout, source_address, policy)
+
+    conn._create_connection = create  # type: ignore[attr-defined]  # what HTTPConnection.connect dials
 
 
 def tls_context(extra: str | None = None) -> ssl.SSLContext:

@@ -115,6 +115,9 @@ class StoreConfig:
     credentialed: bool
     described: str  # where the credential came from, for messages (never its value)
     etag_md5: bool = False  # S3: a single-part ETag is the MD5 (not with SSE-KMS/SSE-C: set "0")
+    # URLs the settings name that the store client will contact (an endpoint, a key file's
+    # token_uri): the tenant's, so objplan checks them under the egress rule before opening the store.
+    contacts: tuple[str, ...] = ()
 
     @property
     def retry(self) -> dict[str, Any]:
@@ -237,13 +240,15 @@ def _s3(bucket: str, s: Mapping[str, str], env: Mapping[str, str], where: str, i
     verify = s.get("S3_VERIFY_SSL", "1").lower() not in FALSE
     http = endpoint.startswith("http://") or s.get("AWS_ALLOW_HTTP", "").lower() == "true"
     md5 = s.get("S3_VERIFY_ETAG_MD5", "1").lower() not in FALSE
-    return StoreConfig("s3", bucket, config, client_options(http, verify, env), credentialed, described, md5)
+    opts = client_options(http, verify, env)
+    return StoreConfig("s3", bucket, config, opts, credentialed, described, md5, _contacts(endpoint))
 
 
 def _gcs(
     bucket: str, s: Mapping[str, str], env: Mapping[str, str], where: str, identity: bool
 ) -> StoreConfig:
     config: dict[str, Any] = {}
+    contacts: tuple[str, ...] = ()
     endpoint = _url(s.get("GOOGLE_BASE_URL", ""), "GOOGLE_BASE_URL", where, "https://gcs.example:4443")
     if endpoint:
         config["base_url"] = endpoint
@@ -261,6 +266,7 @@ def _gcs(
             )
         config["service_account_key"] = key
         endpoint = endpoint or str(parsed.get("gcs_base_url") or "")  # the key file may name its endpoint
+        contacts += (str(parsed.get("token_uri") or ""),)  # where the client trades the key for a token
         credentialed, described = True, where
     elif identity or env.get("GOOGLE_APPLICATION_CREDENTIALS"):
         credentialed, described = True, "the workload identity"
@@ -268,7 +274,9 @@ def _gcs(
         config["skip_signature"] = True
         credentialed, described = False, "no credentials"
     opts = client_options(endpoint.startswith("http://"), True, env)
-    return StoreConfig("gs", bucket, config, opts, credentialed, described)
+    return StoreConfig(
+        "gs", bucket, config, opts, credentialed, described, contacts=_contacts(endpoint, *contacts)
+    )
 
 
 def _azure(
@@ -309,4 +317,8 @@ def _azure(
         config["skip_signature"] = True
         credentialed, described = False, "no credentials"
     opts = client_options(endpoint.startswith("http://"), True, env)
-    return StoreConfig("az", bucket, config, opts, credentialed, described)
+    return StoreConfig("az", bucket, config, opts, credentialed, described, contacts=_contacts(endpoint))
+
+
+def _contacts(*urls: str) -> tuple[str, ...]:
+    return tuple(u for u in urls if u)

@@ -72,8 +72,13 @@ def endpoints(ref: Reference, options: Options) -> list[Endpoint]:
 class RegistryTransport(Transport):
     """`Transport` whose `Authorization` is the registry's (RegistryAuth), renewed on a 401."""
 
-    def __init__(self, base: str, ref: Reference, credential: Credential | None, options: Options) -> None:
-        super().__init__(base, None, ca_bundle=options.ca_bundle, proxies=options.proxies)
+    def __init__(
+        self, base: str, ref: Reference, credential: Credential | None, options: Options, *, mirror: bool
+    ) -> None:
+        # A mirror is the platform's (downloads.oci.mirrors): trusted as configured. The registry,
+        # its token realm and every redirect are the tenant's: under the egress rule (egress.py).
+        egress = options.egress.trusting(base) if mirror else options.egress
+        super().__init__(base, None, ca_bundle=options.ca_bundle, proxies=options.proxies, egress=egress)
         self.auth = RegistryAuth(self, ref.repository, credential)
 
     def _headers(self, url: str, authorized: bool, extra: dict[str, str]) -> dict[str, str]:
@@ -109,4 +114,5 @@ def transport_for(endpoint: Endpoint, ref: Reference, options: Options) -> Regis
     where = options.credentials_from
     # Each host gets its own login only: a mirror is never handed the registry's.
     credential = credential_for(host if endpoint.mirror else ref.host, options.credentials, where)
-    return RegistryTransport(endpoint.base, ref, credential, options)
+    mirror = endpoint.mirror and endpoint.base in mirrors_of(options.store_env, ref.host)  # as configured
+    return RegistryTransport(endpoint.base, ref, credential, options, mirror=mirror)

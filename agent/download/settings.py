@@ -27,6 +27,9 @@ class DownloadSettings:
     # The whole environment as the process started, for the store clients' settings (workload
     # identity, endpoints, proxies, CA: objcreds.store_config reads what it knows from it).
     store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # PRAESTO_EGRESS_ALLOWED_CIDRS: internal networks the source may reach (download/egress.py);
+    # --egress-allowed-cidrs wins; unset: every loopback, link-local, metadata and private address refused
+    egress_allowed_cidrs: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DownloadSettings:
@@ -34,6 +37,7 @@ class DownloadSettings:
             hf_endpoint=env.get(names.ENV_HF_ENDPOINT) or None,
             hf_token=env.get(names.ENV_HF_TOKEN) or None,
             ca_bundle=env.get(names.ENV_CA_BUNDLE) or None,
+            egress_allowed_cidrs=env.get(names.ENV_EGRESS_ALLOWED_CIDRS) or "",
             termination_log=env.get(names.ENV_TERMINATION_LOG) or None,
             store_env=dict(env),
         )

@@ -34,6 +34,7 @@ from obstore.exceptions import BaseError
 from obstore.store import AzureStore, GCSStore, S3Store
 from praesto.agent.download.api import RemoteFile
 from praesto.agent.download.digests import StoreDigest, from_base64
+from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.download.http import Transient, Transport, redact
 from praesto.agent.download.objcreds import StoreConfig
 
@@ -52,10 +53,13 @@ def with_store_digests(
     files: tuple[RemoteFile, ...],
     ca_bundle: str | None = None,
     proxies: Mapping[str, str] | None = None,
+    egress: EgressPolicy | None = None,
 ) -> tuple[RemoteFile, ...]:
     """`files` with the store's checksum on each one that has no cryptographic digest yet.
     `ca_bundle`: Options.ca_bundle, trusted by the HEAD requests besides the system roots;
-    `proxies`: Options.proxies, which they go through."""
+    `proxies`: Options.proxies, which they go through; `egress`: Options.egress, the rule they
+    are opened under (None: the default, which refuses every internal address)."""
+    egress = egress or EgressPolicy()
     wanted = [f for f in files if not f.cryptographically_verified and f.size > 0]
     if not wanted or cfg.client_options.get("allow_invalid_certificates"):
         return files  # a checksum from a server whose certificate is not checked vouches for nothing
@@ -64,7 +68,7 @@ def with_store_digests(
     except (ValueError, RuntimeError) as error:
         log.warning("no store checksums for %s: %s", cfg.bucket, error)
         return files
-    transport = Transport("", None, timeout=30.0, ca_bundle=ca_bundle, proxies=proxies)
+    transport = Transport("", None, timeout=30.0, ca_bundle=ca_bundle, proxies=proxies, egress=egress)
     missed: list[str] = []  # "path: why", for one warning at the end, not one per object
     signing_failed = threading.Event()  # signing fails alike for every object: stop asking
 

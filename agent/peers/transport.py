@@ -43,7 +43,9 @@ class PeerTransport(Transport):
         node_of: Callable[[str], str],
         proxies: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__("http://peer.invalid", None, timeout=timeout, proxies=proxies)
+        # Peers are other nodes' agents at the addresses the platform's own objects give: not a
+        # tenant's origin, so not under the egress rule (download/egress.py).
+        super().__init__("http://peer.invalid", None, timeout=timeout, proxies=proxies, egress=None)
         self.credentials = credentials
         self.node_of = node_of
         self._deadline = threading.local()  # of the range being fetched on this thread (fetch_by)

@@ -19,6 +19,7 @@ from praesto.agent.settings import add_run_arguments, check_arguments
 from praesto import names
 from praesto.quantity import QuantityError
 from testkit.agent_harness import env_context
+from testkit.egress import LOOPBACK_ENV
 from testkit.kube_real import RealKube
 
 GiB = 2**30
@@ -55,8 +56,8 @@ def test_run_process_downloads_serves_metrics_and_stops_on_sigterm(tmp_path: Pat
             "--metrics-port", str(port), "--reserve", "0%",
         ]  # fmt: skip
         proc = subprocess.Popen(
-            cmd, env={**os.environ, "NODE_NAME": "node-a"}, stderr=subprocess.PIPE, text=True
-        )
+            cmd, env={**os.environ, **LOOPBACK_ENV, "NODE_NAME": "node-a"}, stderr=subprocess.PIPE, text=True
+        )  # the hub listens on loopback
         try:
             env.wait_phase("tiny", names.PHASE_READY)
             deadline = time.monotonic() + 10

@@ -14,6 +14,7 @@ import pytest
 
 from praesto import names
 from testkit.agent_harness import NODE, Env, env_context, ready_condition
+from testkit.egress import LOOPBACK
 from testkit.kube_real import RealKube
 from testkit.objects import modelcachenode
 from testkit.pki import CertificateAuthority
@@ -135,7 +136,7 @@ def test_an_unsigned_prebaked_copy_does_not_stand_in_for_a_cache_that_verifies(
     env.hub.add_repo("org/prebaked", sign_with_key(FILES, publisher))
     source, _ = parse_uri("hf://org/prebaked")
     assert source is not None
-    options = Options(endpoint=env.hub.endpoint)
+    options = Options(endpoint=env.hub.endpoint, egress=LOOPBACK)  # the hub's CDN is on loopback too
     download(plan(source, options), env.layout.cache_dir("team-a", "prebaked"), options)
     assert names.MANIFEST_SIGNATURE not in json.loads(
         (env.layout.cache_dir("team-a", "prebaked") / names.MANIFEST_FILE).read_text()

@@ -20,6 +20,7 @@ from testkit.chart_install import (
     render_for_cluster,
 )
 from testkit.controlplane import ControlPlane
+from testkit.egress import LOOPBACK_CIDRS
 from testkit.helm_chart import CRD_DIR, NAMESPACE, RELEASE, one
 from testkit.installed_wheel import installed_wheel
 from testkit.kube_apply import Kube
@@ -40,6 +41,8 @@ VALUES: Obj = {
     "verification": {"requiredIn": [SIGNED_ONLY_NAMESPACE]},
     "nodeAgent": {"startupTaint": {"namespaces": [WARM_NAMESPACE]}},
     "namespaceQuota": {"namespaces": {QUOTA_NAMESPACE: "3Gi", ORDER_NAMESPACE: "3Gi"}},
+    # the tier's hub, registries and stores listen on loopback: the PVC-mode Jobs reach them
+    "downloads": {"egress": {"allowedCIDRs": LOOPBACK_CIDRS.split(",")}},
 }
 HOOKS_SA = f"{RELEASE}-hooks"
 AGENT_SA = f"{RELEASE}-node-agent"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from praesto.agent.download import Options
 
+from testkit.egress import LOOPBACK
 from testkit.hub import LocalHub
 
 MiB = 1 << 20
@@ -33,7 +34,8 @@ def hub(tmp_path: Path) -> Iterator[LocalHub]:
 
 def options_for(hub: LocalHub, **kwargs: object) -> Options:
     """Small parts so a few MiB exercise ranges, resume and out-of-order hashing."""
-    defaults: dict[str, object] = {"endpoint": hub.endpoint, "part_size": 1 * MiB, "concurrency": 4}
+    defaults: dict[str, object] = {"endpoint": hub.endpoint, "part_size": 1 * MiB, "concurrency": 4,
+                                   "egress": LOOPBACK}  # the hub's CDN is another loopback origin  # fmt: skip
     defaults.update(kwargs)
     return Options(**defaults)  # type: ignore[arg-type]
 

@@ -17,6 +17,7 @@ from praesto.agent.download.crashpoints import COMPLETE_WRITTEN, FILE_READ_ONLY,
 from praesto.agent.download.publish import STAGING_IN_DEST
 
 from praesto import names
+from testkit.egress import LOOPBACK_ENV, LOOPBACK_FLAG
 from testkit.hub import LocalHub
 from tests.download.conftest import MiB, sample_files, tree_of
 
@@ -31,7 +32,7 @@ def _cli(
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **LOOPBACK_ENV, **(env or {})},  # the test's origins are on loopback
     )
 
 
@@ -89,7 +90,7 @@ def test_sigkill_mid_download_then_resume_fetches_less_than_total(hub: LocalHub,
     hub.faults.rate = 4 * MiB  # per response: slow enough to kill mid-way
     stage, dest = tmp_path / "stage", tmp_path / "dest"
     args = ["download", "hf://org/model", "--dest", str(dest), "--endpoint", hub.endpoint,
-            "--staging-dir", str(stage), "--part-size", "1", "--concurrency", "4", "--quiet"]  # fmt: skip
+            "--staging-dir", str(stage), "--part-size", "1", "--concurrency", "4", "--quiet", LOOPBACK_FLAG]  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "praesto.agent.cli", *args], stderr=subprocess.DEVNULL)
     journal = stage / ".praesto-journal"
 
@@ -177,7 +178,7 @@ def test_a_kill_at_each_step_resumes_to_a_verified_published_cache(
     args = [*prefix, sys.executable, "-m", "praesto.agent.cli", "download", "hf://org/model", "--dest", str(dest),
             "--endpoint", hub.endpoint, "--staging-dir", str(work / "stage"), "--part-size", "1",
             "--concurrency", "1", "--quiet"]  # fmt: skip
-    env = {**os.environ, "HOME": str(work), "HF_HOME": str(work / "hf")}
+    env = {**os.environ, **LOOPBACK_ENV, "HOME": str(work), "HF_HOME": str(work / "hf")}
     killed = subprocess.run(
         args, env={**env, "PRAESTO_CRASH_AT": point}, capture_output=True, text=True, timeout=60
     )

@@ -18,6 +18,7 @@ from praesto.agent.eviction import gc_blobs
 from praesto import names
 from praesto.spec import Source
 from praesto.store import StoreLayout
+from testkit.egress import LOOPBACK
 from testkit.hub import LocalHub
 from tests.download.conftest import MiB, options_for, sample_files, tree_of
 
@@ -313,7 +314,7 @@ def test_cancel_keeps_staging_and_the_next_run_resumes(hub: LocalHub, tmp_path: 
     assert (stage / ".praesto-journal").exists() and not (tmp_path / "m").exists()
     hub.reset_counters()
     hub.faults.rate = 0
-    again = Options(endpoint=hub.endpoint, part_size=MiB, concurrency=4, staging_dir=stage)
+    again = Options(endpoint=hub.endpoint, part_size=MiB, concurrency=4, staging_dir=stage, egress=LOOPBACK)
     result = download(resolved, tmp_path / "m", again)
     assert (tmp_path / "m" / "big.bin").read_bytes() == big
     assert result.bytes_resumed >= 4 * MiB

@@ -13,6 +13,7 @@ from praesto.agent.download.http import Transport
 from praesto.agent.download.proxies import proxies_from_env, proxy_for
 
 from testkit.connect_proxy import connect_proxy
+from testkit.egress import LOOPBACK
 from testkit.hub import LocalHub
 
 
@@ -25,7 +26,8 @@ def test_fetch_goes_through_the_proxy_unless_no_proxy_spares_the_host(
         monkeypatch.delenv(name, raising=False)
     with connect_proxy() as (proxy, tunnels):
         got = bytearray()
-        transport = Transport(hub.endpoint, None, proxies=Options(store_env={"HTTP_PROXY": proxy}).proxies)
+        proxies = Options(store_env={"HTTP_PROXY": proxy}).proxies
+        transport = Transport(hub.endpoint, None, proxies=proxies, egress=LOOPBACK)
         target = transport.resolve(url)
         transport.fetch(target, 0, 100_000, lambda o, c: got.extend(c), threading.Event())
         transport.close()
@@ -35,7 +37,7 @@ def test_fetch_goes_through_the_proxy_unless_no_proxy_spares_the_host(
         spared = proxies_from_env({"HTTP_PROXY": proxy, "NO_PROXY": "127.0.0.1,localhost"})
         before = len(tunnels)
         assert proxy_for("http", hub.endpoint.removeprefix("http://"), spared) is None
-        direct = Transport(hub.endpoint, None, proxies=spared)
+        direct = Transport(hub.endpoint, None, proxies=spared, egress=LOOPBACK)
         direct.fetch(direct.resolve(url), 0, 10, lambda o, c: None, threading.Event())
         direct.close()
         assert len(tunnels) == before
@@ -43,7 +45,7 @@ def test_fetch_goes_through_the_proxy_unless_no_proxy_spares_the_host(
         monkeypatch.setenv(
             "HTTP_PROXY", proxy
         )  # set on the process only: below the edge it counts for nothing
-        unset = Transport(hub.endpoint, None, proxies=Options().proxies)
+        unset = Transport(hub.endpoint, None, proxies=Options().proxies, egress=LOOPBACK)
         unset.fetch(unset.resolve(url), 0, 10, lambda o, c: None, threading.Event())
         unset.close()
         assert len(tunnels) == before

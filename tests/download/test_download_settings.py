@@ -13,6 +13,7 @@ import pytest
 from praesto.agent.download.http import Transient, Transport
 from praesto.agent.download.settings import DownloadSettings
 
+from testkit.egress import LOOPBACK
 from testkit.pki import CertificateAuthority
 
 
@@ -67,12 +68,12 @@ def test_the_ca_bundle_comes_through_the_transport_not_the_environment(
     monkeypatch.setenv("PRAESTO_CA_BUNDLE", str(ca_file))  # ignored below the edge now
     for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
         monkeypatch.delenv(name, raising=False)
-    trusting = Transport("", None, timeout=10, ca_bundle=str(ca_file))
+    trusting = Transport("", None, timeout=10, ca_bundle=str(ca_file), egress=LOOPBACK)
     try:
         assert trusting.request("HEAD", url, authorized=False).status == 200
     finally:
         trusting.close()
-    untrusting = Transport("", None, timeout=10)
+    untrusting = Transport("", None, timeout=10, egress=LOOPBACK)
     try:
         with pytest.raises(Transient, match="CERTIFICATE_VERIFY_FAILED"):
             untrusting.request("HEAD", url, authorized=False)

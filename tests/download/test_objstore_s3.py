@@ -22,6 +22,7 @@ from praesto.agent.download.objplan import revision_of
 
 from praesto import names
 from praesto.spec import Source, parse_uri
+from testkit.egress import LOOPBACK, LOOPBACK_ENV
 from testkit.s3server import S3Server, private_bucket_endpoint
 from tests.download.conftest import tree_of
 
@@ -44,7 +45,8 @@ class S3:
         }
 
     def options(self, **kwargs: object) -> Options:
-        defaults: dict[str, object] = {"credentials": self.creds(), "part_size": 1 * MiB, "concurrency": 4}
+        defaults: dict[str, object] = {"credentials": self.creds(), "part_size": 1 * MiB, "concurrency": 4,
+                                       "egress": LOOPBACK}  # fmt: skip
         defaults.update(kwargs)
         return Options(**defaults)  # type: ignore[arg-type]
 
@@ -147,7 +149,10 @@ def test_wrong_key_is_unauthorized_without_the_secret(s3: S3, caplog: pytest.Log
 def test_anonymous_refusal_waits_for_credentials() -> None:
     with private_bucket_endpoint() as endpoint:
         with pytest.raises(DownloadError) as info:
-            plan(_src(f"s3://{BUCKET}/llama/v1"), Options(credentials={"AWS_ENDPOINT_URL": endpoint}))
+            plan(
+                _src(f"s3://{BUCKET}/llama/v1"),
+                Options(credentials={"AWS_ENDPOINT_URL": endpoint}, egress=LOOPBACK),
+            )
     assert info.value.reason == "WaitingForCredentials"
     assert "spec.source.secretRef" in info.value.message and "credentials.secretRef" in info.value.message
 
@@ -206,7 +211,7 @@ def test_size_larger_than_max_bytes_is_refused_before_writing(s3: S3, tmp_path: 
 
 
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HF_"))}
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HF_"))} | LOOPBACK_ENV
     return subprocess.run(
         [sys.executable, "-m", "praesto.agent.cli", *args],
         env={**base, **env},

@@ -24,6 +24,7 @@ from praesto.agent.download.api import DownloadCancelled, DownloadError, Lasting
 from praesto import names
 from praesto.spec import parse_uri
 from testkit.controlplane import ControlPlaneUnavailable
+from testkit.egress import LOOPBACK, LOOPBACK_ENV
 from testkit.oci_artifacts import Layer, archive, index, push_files, push_modelpack
 from testkit.registry import Registry, docker_config, registry_binaries
 from testkit.registry_token import Grants
@@ -62,7 +63,7 @@ def private(binaries: None, tmp_path: Path) -> Iterator[Registry]:
 
 
 def _options(**kwargs: object) -> Options:
-    defaults: dict[str, object] = {"part_size": 1 * MiB, "concurrency": 4}
+    defaults: dict[str, object] = {"part_size": 1 * MiB, "concurrency": 4, "egress": LOOPBACK}
     defaults.update(kwargs)
     return Options(**defaults)  # type: ignore[arg-type]
 
@@ -247,7 +248,7 @@ def test_a_container_image_layer_is_refused_naming_the_fix(registry: Registry, t
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "praesto.agent.cli", *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})  # fmt: skip
+                          timeout=120, env={**os.environ, **LOOPBACK_ENV, **(env or {})})  # fmt: skip
 
 
 def test_the_cli_downloads_both_formats_and_refuses_with_one_line(

@@ -30,6 +30,7 @@ from praesto.agent.download.storesums import _pick
 
 from praesto import names
 from testkit import azurite, gcs_emulator
+from testkit.egress import LOOPBACK
 from testkit.objstore_checks import MiB, source
 from testkit.s3server import S3Server
 from tests.download.conftest import tree_of
@@ -161,7 +162,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 def test_s3_additional_checksums_are_read_signed_and_verified(s3: dict[str, str], tmp_path: Path) -> None:
     """moto checks SigV4 against the key here (auth_actions): an unsigned HEAD would get no checksum."""
-    options = Options(credentials=s3, part_size=1 * MiB, concurrency=4)
+    options = Options(credentials=s3, part_size=1 * MiB, concurrency=4, egress=LOOPBACK)
     planned = plan(source(f"s3://{BUCKET}/m"), options)
     digests = {f.path: f.digest for f in planned.files}
     sha256 = digests["sha256.bin"]
@@ -184,7 +185,7 @@ def test_s3_additional_checksums_are_read_signed_and_verified(s3: dict[str, str]
 
 
 def test_s3_bytes_that_contradict_the_stores_crc_fail_the_file(s3: dict[str, str], tmp_path: Path) -> None:
-    options = Options(credentials=s3, part_size=1 * MiB, concurrency=4)
+    options = Options(credentials=s3, part_size=1 * MiB, concurrency=4, egress=LOOPBACK)
     planned = plan(source(f"s3://{BUCKET}/m/crc64.bin"), options)
     wrong = StoreDigest("crc64nvme", "0" * 16, "x-amz-checksum-crc64nvme")
     planned = dataclasses.replace(
@@ -205,7 +206,7 @@ def test_gcs_md5_from_x_goog_hash_verifies_the_origin_and_keeps_peers_out(tmp_pa
         server.upload(BUCKET, "m/weights.bin", BIG)
         server.upload(BUCKET, "m/config.json", SMALL)
         settings = {GCS_KEY_FILE: service_account_key(), "GOOGLE_BASE_URL": server.endpoint}
-        options = Options(credentials=settings, part_size=1 * MiB, concurrency=4)
+        options = Options(credentials=settings, part_size=1 * MiB, concurrency=4, egress=LOOPBACK)
         planned = plan(source(f"gs://{BUCKET}/m"), options)
         assert {f.path: f.digest for f in planned.files} == {
             "weights.bin": StoreDigest("md5", hashlib.md5(BIG).hexdigest(), "x-goog-hash"),
@@ -231,7 +232,7 @@ def test_azure_content_md5_when_set_else_origin_only(tmp_path: Path) -> None:
         blocks.stage_block("YmxvY2sx", BIG[: 6 * MiB])
         blocks.stage_block("YmxvY2sy", BIG[6 * MiB :])
         blocks.commit_block_list(["YmxvY2sx", "YmxvY2sy"])
-        options = Options(credentials=server.settings(), part_size=1 * MiB, concurrency=4)
+        options = Options(credentials=server.settings(), part_size=1 * MiB, concurrency=4, egress=LOOPBACK)
         planned = plan(source(f"az://{BUCKET}/m"), options)
         digests = {f.path: f.digest for f in planned.files}
         assert digests == {
@@ -261,7 +262,7 @@ def test_when_signing_fails_the_objects_come_from_the_origin_with_one_warning(
         service.create_container(BUCKET)
         for i in range(40):
             service.get_blob_client(BUCKET, f"m/{i}.txt").upload_blob(SMALL)
-        options = Options(credentials=server.settings())
+        options = Options(credentials=server.settings(), egress=LOOPBACK)
         calls: list[str] = []
 
         def refused(store: object, method: str, path: str, expires: object) -> str:

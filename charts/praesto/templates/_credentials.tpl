@@ -47,6 +47,7 @@ run on every render (included from credentials.yaml).
 {{- with .Values.downloads.proxy.httpsProxy }}{{ $_ := set $out "HTTPS_PROXY" . }}{{ end -}}
 {{- with .Values.downloads.proxy.noProxy }}{{ $_ := set $out "NO_PROXY" . }}{{ end -}}
 {{- with .Values.downloads.oci.mirrors }}{{ $_ := set $out "PRAESTO_OCI_MIRRORS" (toJson .) }}{{ end -}}
+{{- with .Values.downloads.egress.allowedCIDRs }}{{ $_ := set $out "PRAESTO_EGRESS_ALLOWED_CIDRS" (join "," .) }}{{ end -}}
 {{- toJson $out -}}
 {{- end }}
 
