@@ -57,7 +57,15 @@ from praesto.agent.download.checkpoints import Checkpointer
 from praesto.agent.download.concurrency import RATE_WINDOW, START_CONNECTIONS, OwnCpuMeter, PartConcurrency
 from praesto.agent.download.crashpoints import FILE_READ_ONLY, PARTS_JOURNALED, STAGING_CREATED, crash_point
 from praesto.agent.download.hashing import MemoryBudget, StreamHasher
-from praesto.agent.download.http import MAX_ATTEMPTS, Expired, Redirect, Transient, Transport, backoff
+from praesto.agent.download.http import (
+    MAX_ATTEMPTS,
+    MAX_REDIRECTS,
+    Expired,
+    Redirect,
+    Transient,
+    Transport,
+    backoff,
+)
 from praesto.agent.download.journal import Journal
 from praesto.agent.download.publish import (
     TREE,
@@ -334,7 +342,7 @@ class Engine:
         # Peers first, for files an unforgeable origin digest verifies; the origin fetches the rest.
         if self.options.peers is not None and job.file.peers_may_supply:
             self.options.peers.fetch(job.file, start, end, lambda o, c: sink(o, c, True), self.options.cancel)
-        failures, expired = 0, 0
+        failures, expired, hops = 0, 0, 0
         target: Target | None = None
         while pos[0] < end:
             before = pos[0]
@@ -344,6 +352,14 @@ class Engine:
                 self.transport.fetch(target, pos[0], end, sink, self.options.cancel)
                 break
             except Redirect as redirect:
+                # A tenant's origin may answer every byte request with another redirect: bounded,
+                # like resolve(), so a loop fails the copy instead of holding a fetch thread forever.
+                hops += 1
+                if hops > MAX_REDIRECTS:
+                    raise LastingDownloadError(
+                        "SourceUnavailable",
+                        f"{job.file.path}: more than {MAX_REDIRECTS} redirects fetching its bytes",
+                    ) from None
                 target = job.target = redirect.target
             except Expired:
                 expired += 1

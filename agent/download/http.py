@@ -49,6 +49,9 @@ class Transient(Exception):
         self.retry_after = retry_after
 
 
+MAX_REDIRECTS = 10  # hops one resolution or one part's fetch follows before the source counts as broken
+
+
 class Redirect(Exception):
     """The Hub answered a byte request with a redirect (LFS file): fetch from `target`."""
 
@@ -159,7 +162,7 @@ class Transport:
 
         Stops at the first redirect off the Hub (the CDN): that URL is used as it is.
         """
-        for _ in range(10):
+        for _ in range(MAX_REDIRECTS):
             resp = self.request("HEAD", url, authorized=True)
             resp.read()
             if resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):

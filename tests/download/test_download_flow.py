@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from praesto.agent.download import download, plan
-from praesto.agent.download.api import RemoteFile, Sink
+from praesto.agent.download.api import LastingDownloadError, RemoteFile, Sink, Target
 from praesto.agent.download.concurrency import (
     RATE_WINDOW,
     START_CONNECTIONS,
@@ -26,6 +26,7 @@ from praesto.agent.download.concurrency import (
     usable_cpus,
 )
 from praesto.agent.download.engine import Engine
+from praesto.agent.download.http import MAX_REDIRECTS, Redirect
 from praesto.agent.download.publish import publish, staging_for
 
 from praesto.spec import Source
@@ -268,3 +269,24 @@ def test_parts_keep_arriving_while_a_checkpoint_waits_on_the_disk(
     download(plan(Source("hf", "org/flush", "main"), options), dest, options)
     assert held_to_the_end.is_set()
     assert tree_of(dest) == {"big.bin": big}
+
+
+def test_a_redirect_loop_fails_the_copy_instead_of_holding_a_fetch_thread(
+    hub: LocalHub, tmp_path: Path
+) -> None:
+    """A tenant's origin may answer every byte request with another redirect (each hop passes the
+    egress rule): the engine follows MAX_REDIRECTS of them per part, then fails for good."""
+    hub.add_repo("org/loop", {"w.bin": os.urandom(1024)})
+    dest = tmp_path / "out"
+    engine = _engine(hub, "org/loop", dest)
+    hops: list[str] = []
+
+    def always_redirect(target: Target, *_args: object) -> None:
+        hops.append(target.url)
+        raise Redirect(Target(f"{target.url.split('?')[0]}?hop={len(hops)}", authorized=False))
+
+    engine.transport.fetch = always_redirect  # type: ignore[method-assign]
+    engine.prepare()
+    with pytest.raises(LastingDownloadError, match="more than 10 redirects"):
+        engine.run()
+    assert len(hops) == MAX_REDIRECTS + 1
