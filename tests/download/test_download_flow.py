@@ -285,7 +285,7 @@ def test_a_redirect_loop_fails_the_copy_instead_of_holding_a_fetch_thread(
         hops.append(target.url)
         raise Redirect(Target(f"{target.url.split('?')[0]}?hop={len(hops)}", authorized=False))
 
-    engine.transport.fetch = always_redirect  # type: ignore[method-assign]
+    engine.transport.fetch = always_redirect  # type: ignore[method-assign,assignment]
     engine.prepare()
     with pytest.raises(LastingDownloadError, match="more than 10 redirects"):
         engine.run()
