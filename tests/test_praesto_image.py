@@ -25,6 +25,7 @@ from praesto.hooks.pvc_job import download_job
 from praesto.hooks.pvc_pod import TERMINATION_LOG
 
 from praesto.spec import parse_spec
+from testkit.egress import LOOPBACK_ENV
 from testkit.helm_chart import ROOT
 from testkit.hook_objects import modelcache
 from testkit.hub import LocalHub
@@ -152,7 +153,10 @@ def _job_container(hub: LocalHub) -> tuple[dict[str, Any], dict[str, Any]]:
     """(pod spec, container) of the Job the sync hook makes for a shared-PVC cache of `org/model`."""
     spec = {"source": {"uri": "hf://org/model"}, "storage": {"size": "1Gi", "storageClassName": "rwx"}}
     parent = modelcache("llm", spec=spec, namespace="team-a")
-    config = HooksConfig(downloader_image=PRAESTO_IMAGE, hf_endpoint=hub.endpoint)
+    # The chart hands downloads.egress.allowedCIDRs to the Job as downloader env: the hub is on loopback.
+    config = HooksConfig(
+        downloader_image=PRAESTO_IMAGE, hf_endpoint=hub.endpoint, downloader_env=dict(LOOPBACK_ENV)
+    )
     pod: dict[str, Any] = download_job(parent, parse_spec(parent["spec"]), config)["spec"]["template"]["spec"]
     return pod, pod["containers"][0]
 
