@@ -178,7 +178,10 @@ def sync_pvc(
                 phase, (reason, message) = names.PHASE_PENDING, problem
         if phase != names.PHASE_FAILED and section(pvc or {}, "status").get("phase") == "Lost":
             phase, reason = names.PHASE_FAILED, "VolumeLost"
-            message = "the PVC lost its PersistentVolume; delete the PVC to start over"
+            message = (
+                f"the PVC lost its PersistentVolume; delete the PVC {names.pvc_name(cache)} and the Job "
+                f"{names.download_job_name(cache)} to download again (Pods using the old claim must restart)"
+            )
 
     status: Obj = {
         "observedGeneration": generation(parent),
