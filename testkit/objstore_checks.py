@@ -17,7 +17,7 @@ from praesto.agent.download.objplan import revision_of
 from praesto import names
 from praesto.spec import Source, parse_uri
 from testkit.egress import LOOPBACK, LOOPBACK_ENV
-from tests.download.conftest import tree_of
+from testkit.model_tree import tree_of
 
 MiB = 1 << 20
 

@@ -11,6 +11,7 @@ from praesto.agent.download import Options
 
 from testkit.egress import LOOPBACK
 from testkit.hub import LocalHub
+from testkit.model_tree import tree_of as tree_of  # re-exported: the download tests compare trees
 
 MiB = 1 << 20
 
@@ -40,9 +41,3 @@ def options_for(hub: LocalHub, **kwargs: object) -> Options:
     return Options(**defaults)  # type: ignore[arg-type]
 
 
-def tree_of(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in root.rglob("*")
-        if p.is_file() and not p.name.startswith(".praesto")
-    }
