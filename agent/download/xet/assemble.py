@@ -1,0 +1,84 @@
+"""Assemble a file from its reconstruction and the fetched xorb ranges; nothing passes unverified.
+
+Each fetched range is split into chunks and decoded (`chunks.decode_range`); a chunk whose xorb's
+footer is known is checked against the footer's hash for it, naming the chunk on a mismatch; each
+term must unpack to the length the reconstruction stated; the file's Xet hash (the merkle root of
+every chunk, `hashing.file_hash`) must equal the hash the file was asked for. The caller still
+checks the Hub's sha256 before publishing (issue 40 item 1): this is the first gate, not the last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from praesto.agent.download.xet.chunks import Chunk, decode_range
+from praesto.agent.download.xet.errors import XetFormatError
+from praesto.agent.download.xet.footer import XorbFooter
+from praesto.agent.download.xet.hashing import file_hash, from_hex, to_hex
+from praesto.agent.download.xet.reconstruction import FetchRange, Reconstruction
+
+Fetch = Callable[[FetchRange], bytes]
+
+
+def verify_chunks(chunks: list[Chunk], footer: XorbFooter) -> None:
+    """Every chunk's hash is the one the xorb's footer lists at its index."""
+    for chunk in chunks:
+        if chunk.index >= len(footer.chunk_hashes):
+            raise XetFormatError(
+                f"chunk {chunk.index} is outside xorb {to_hex(footer.xorb_hash)} "
+                f"({len(footer.chunk_hashes)} chunks)"
+            )
+        if chunk.hash != footer.chunk_hashes[chunk.index]:
+            raise XetFormatError(
+                f"chunk {chunk.index} of xorb {to_hex(footer.xorb_hash)}: its bytes hash to "
+                f"{to_hex(chunk.hash)}, the xorb lists {to_hex(footer.chunk_hashes[chunk.index])}"
+            )
+
+
+def iter_file(
+    recon: Reconstruction, fetch: Fetch, expected_hash: str, footers: Mapping[str, XorbFooter] | None = None
+) -> Iterator[bytes]:
+    """The file's bytes term by term; raises before the last piece if anything fails to verify, so a
+    consumer that publishes only after exhausting the iterator publishes only verified files."""
+    footers = footers or {}
+    if not recon.terms:  # an empty file: no chunks, and its Xet hash is 32 zero bytes
+        if from_hex(expected_hash) != file_hash([]):
+            raise XetFormatError(f"an empty reconstruction for {expected_hash}, which is not the empty file")
+        return
+    decoded: dict[FetchRange, list[Chunk]] = {}
+    leaves: list[tuple[bytes, int]] = []
+    for term in recon.terms:
+        footer = footers.get(term.xorb)
+        if footer is not None and term.end > len(footer.chunk_hashes):
+            raise XetFormatError(
+                f"reconstruction names chunks [{term.start}, {term.end}) of xorb {term.xorb}, "
+                f"which has {len(footer.chunk_hashes)}: outside the xorb"
+            )
+        source = recon.fetch_for(term)
+        if source not in decoded:
+            chunks = decode_range(fetch(source), source.start, source.end - source.start, term.xorb)
+            if footer is not None:
+                verify_chunks(chunks, footer)
+            decoded = {source: chunks}  # terms arrive in file order: keep only the current range
+        chunks = decoded[source][term.start - source.start : term.end - source.start]
+        size = sum(len(c.data) for c in chunks)
+        if size != term.unpacked_length:
+            raise XetFormatError(
+                f"chunks [{term.start}, {term.end}) of xorb {term.xorb} unpack to {size} bytes, "
+                f"the reconstruction said {term.unpacked_length}"
+            )
+        leaves.extend((c.hash, len(c.data)) for c in chunks)
+        pieces = [c.data for c in chunks]
+        if term is recon.terms[-1]:
+            got = file_hash(leaves)
+            if got != from_hex(expected_hash):
+                raise XetFormatError(
+                    f"the assembled file hashes to {to_hex(got)}, not {expected_hash}: refused"
+                )
+        yield b"".join(pieces)
+
+
+def assemble_file(
+    recon: Reconstruction, fetch: Fetch, expected_hash: str, footers: Mapping[str, XorbFooter] | None = None
+) -> bytes:
+    return b"".join(iter_file(recon, fetch, expected_hash, footers))
