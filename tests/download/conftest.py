@@ -39,5 +39,3 @@ def options_for(hub: LocalHub, **kwargs: object) -> Options:
                                    "egress": LOOPBACK}  # the hub's CDN is another loopback origin  # fmt: skip
     defaults.update(kwargs)
     return Options(**defaults)  # type: ignore[arg-type]
-
-
