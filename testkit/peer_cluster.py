@@ -17,9 +17,12 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 from praesto.agent import logs
+from praesto.agent.budget.leases import LeaseApi
+from praesto.agent.budget.origin_budget import BudgetConfig, OriginBudget
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.node_agent import Agent
+from praesto.agent.peers import protocol
 from praesto.agent.peers.auth import Pod
 from praesto.agent.peers.peering import PeerConfig, Peering
 from praesto.agent.peers.server import Limits
@@ -47,6 +50,8 @@ AGENT_GRANTS = (
     *rbac.AGENT_ORIGIN_BUDGET,
     rbac.AGENT_SECRET_GRANT,
     rbac.AGENT_CONFIGMAP_GRANT,
+    rbac.AGENT_TRUST_SECRET_GRANT,
+    rbac.AGENT_TRUST_CONFIGMAP_GRANT,
 )
 Obj = dict[str, Any]
 
@@ -86,7 +91,10 @@ class Cluster:
         stall_seconds: float = 10.0,
         peers: bool = True,
         concurrency: int = 4,
+        poll_seconds: float = 0.1,
+        budget: BudgetConfig | None = None,
     ) -> Node:
+        """`budget`: the origin budget this agent takes part in (None: ungated)."""
         node = self.nodes.get(name) or Node(name, self.tmp / name, f"127.0.0.{len(self.nodes) + 2}")
         node.base.mkdir(exist_ok=True)
         self.nodes[name] = node
@@ -98,7 +106,7 @@ class Cluster:
             bind=(node.host, 0),
             limits=limits or Limits(),
             tuning=tuning or Tuning(min_seconds=20.0),
-            poll_seconds=0.1,
+            poll_seconds=poll_seconds,
             stall_seconds=stall_seconds,
         )
         config = AgentConfig(
@@ -111,6 +119,7 @@ class Cluster:
             KubeApi(api, name, watch_timeout=5),
             AgentMetrics.create(),
             peering=Peering(peer, api, name, node.layout) if peers else None,
+            budget=OriginBudget(budget, LeaseApi(api, budget.namespace), name) if budget else None,
         ).start()
         return node
 
@@ -196,17 +205,19 @@ def peer_token(
     bound: bool = True,
     target: str = "",
     audience: str = "",
+    key: bytes = b"",
 ) -> str:
-    """A real token (TokenRequest) for the audience of node `target` (or `audience`): of the agent
-    ServiceAccount bound to its Pod on `node`, or of ServiceAccount `user`
-    (system:serviceaccount:<ns>:<name>) bound to a Pod of its own there, or bound to no Pod."""
+    """A real token (TokenRequest) for the audience of node `target` and public key `key`
+    (`protocol.audience`; or `audience`): of the agent ServiceAccount bound to its Pod on `node`,
+    or of ServiceAccount `user` (system:serviceaccount:<ns>:<name>) bound to a Pod of its own
+    there, or bound to no Pod."""
     if user is None:
         pod = agent_pod(kube, node, node)
     else:
         namespace, _, account = user.removeprefix("system:serviceaccount:").partition(":")
         pod = _pod(kube, namespace, account, f"{account}-{node}", node)
     namespace, account = pod.namespace, pod.service_account
-    spec: Obj = {"audiences": [audience or names.peer_audience(target)], "expirationSeconds": 3600}
+    spec: Obj = {"audiences": [audience or protocol.audience(target, key)], "expirationSeconds": 3600}
     if bound:
         spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}

@@ -16,8 +16,9 @@ part size and, per file, "all" or the journaled part indices), so askers can
 pick parts from every peer that has them (swarm.py).
 
 Every request passes `identity.PeerAuthorizer` first: the asking Pod's token minted for
-this node's audience, whose TokenReview names the asking node (401), and a
-ModelCacheNode of the cache on that node (403). A node-wide cap on concurrent uploads (503 + Retry-After beyond it)
+this node's audience and the key that signs the request, whose TokenReview names the
+asking node, the signature, and a nonce never answered before (401; protocol.py,
+replay.py), and a ModelCacheNode of the cache on that node (403). A node-wide cap on concurrent uploads (503 + Retry-After beyond it)
 and on bytes/s keep a node's disk and NIC for its own Pods. Connections are
 capped too (`Limits.max_connections`: beyond it a connection gets 503 and is
 closed at once, without a thread; beyond `max_connections_per_client` from one
@@ -48,33 +49,18 @@ from praesto.agent.peers.identity import PeerAuthorizer, Refused
 from praesto.agent.peers.inflight import InFlight
 from praesto.agent.peers.limits import Limits as Limits  # re-exported: callers import it from here
 from praesto.agent.peers.limits import RateLimiter
+from praesto.agent.peers.protocol import ACCEPT_PREFIX_HEADER, NOT_YET, PREFIX, WRITTEN_HEADER
 
 from praesto import names
 from praesto.store import StoreLayout, read_json
 
 log = logging.getLogger("praesto.peers")
 
-PREFIX = "/v1/caches/"
 _ROUTE = re.compile(r"^/v1/caches/([^/]+)/([^/]+)/([^/]+)/files/(.+)$")
 _PARTS = re.compile(r"^/v1/caches/([^/]+)/([^/]+)/([^/]+)/parts$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 SENDFILE_CHUNK = 4 << 20
-NOT_YET = 425  # Too Early: a download in flight here has not written that range yet
-# Sent by an asker that takes the written prefix of a range still arriving here (206 with a
-# shorter Content-Range; it asks again for the rest). Askers without it get 425 for such ranges.
-ACCEPT_PREFIX_HEADER = "X-Praesto-Accept-Prefix"
 PREFIX_WAIT = 1.0  # seconds a prefix asker's request waits for the first new bytes before 425
-WRITTEN_HEADER = "X-Praesto-Written"  # with 425: bytes written so far, so askers can tell a stall
-
-
-def file_path(namespace: str, cache: str, revision: str, quoted_path: str) -> str:
-    """The request path for one file; `quoted_path` is already URL-quoted."""
-    return f"{PREFIX}{namespace}/{cache}/{revision}/files/{quoted_path}"
-
-
-def parts_path(namespace: str, cache: str, revision: str) -> str:
-    """The request path for what a peer holds of one revision."""
-    return f"{PREFIX}{namespace}/{cache}/{revision}/parts"
 
 
 class PeerServer(ThreadingHTTPServer):
@@ -234,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         raw = urlsplit(self.path).path
         try:
-            node = self.server.authorizer.authenticate(self.headers.get("Authorization"))
+            node = self.server.authorizer.authenticate(self.command, self.path, self.headers)
             match = _ROUTE.match(raw) or _PARTS.match(raw)
             if match is None:
                 raise Refused(

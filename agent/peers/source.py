@@ -41,7 +41,7 @@ from urllib.parse import quote
 from praesto.agent.download.api import DownloadCancelled, DownloadError, RemoteFile, Sink, Target
 from praesto.agent.download.http import Expired, Redirect, Transient
 from praesto.agent.peers import auth
-from praesto.agent.peers.server import file_path, parts_path
+from praesto.agent.peers.protocol import file_path, parts_path
 from praesto.agent.peers.swarm import MAX_PEERS, Offer, neighbours, pick_peer
 from praesto.agent.peers.transport import NotYet, PeerTransport, Slow
 

@@ -1,4 +1,4 @@
-"""HTTP to one peer: this agent's token per request, "not yet" told apart, deadlines, prefixes.
+"""HTTP to one peer: each request signed (protocol.py), "not yet" told apart, deadlines, prefixes.
 
 `PeerSource` (source.py) decides whom to ask for what; this is how one answer is read.
 """
@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from praesto.agent.download.api import Sink, Target
 from praesto.agent.download.http import Transient, Transport, retry_after
 from praesto.agent.peers import auth
-from praesto.agent.peers.server import ACCEPT_PREFIX_HEADER, NOT_YET, WRITTEN_HEADER
+from praesto.agent.peers.protocol import ACCEPT_PREFIX_HEADER, NOT_YET, WRITTEN_HEADER
 
 
 class Slow(Exception):
@@ -33,8 +33,9 @@ class NotYet(Exception):
 
 class PeerTransport(Transport):
     """`Transport` that authenticates each request with this Pod's token for the target node's
-    audience (`node_of` maps a peer address to its node), and tells 425 "not yet" apart from
-    every other refusal (which drops the peer)."""
+    audience and signs it (`node_of` maps a peer address to its node): every attempt, a stale
+    socket's retry included, gets a new nonce. Tells 425 "not yet" apart from every other
+    refusal (which drops the peer)."""
 
     def __init__(
         self,
@@ -50,11 +51,15 @@ class PeerTransport(Transport):
         self.node_of = node_of
         self._deadline = threading.local()  # of the range being fetched on this thread (fetch_by)
         self._served = threading.local()  # where the answer on this thread ends (a prefix: before the range)
+        self._method = threading.local()  # of the request being sent on this thread (it is signed)
 
     def _headers(self, url: str, authorized: bool, extra: dict[str, str]) -> dict[str, str]:
         headers = super()._headers(url, authorized, extra)
+        parts = urlsplit(url)
+        path = parts.path + (f"?{parts.query}" if parts.query else "")  # as the base request sends it
         try:
-            headers["Authorization"] = self.credentials.header(self.node_of(urlsplit(url).netloc))
+            target = self.node_of(parts.netloc)
+            headers.update(self.credentials.sign(target, self._method.value, path, headers))
         except auth.TokenError as err:
             raise Transient(str(err)) from None  # this peer is dropped; the origin serves
         return headers
@@ -94,6 +99,7 @@ class PeerTransport(Transport):
         headers: dict[str, str] | None = None,
         body: bytes | None = None,
     ) -> http.client.HTTPResponse:
+        self._method.value = method
         resp = super().request(method, url, authorized=authorized, headers=headers, body=body)
         if resp.status == NOT_YET:
             resp.read()  # small body: the connection stays usable

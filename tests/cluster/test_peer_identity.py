@@ -9,6 +9,9 @@ asking agent mints its tokens itself through the real TokenRequest API
 Before item 12 every agent held one shared HMAC secret and a token any node accepted:
 a request captured on its way to one node was good at any other for 60 s (nonces
 were per server), and an agent could put another node's token on its own requests.
+Until issue 37 item 6b a captured request replayed to the node it was meant for got
+200 while its token lived: now each token names a key of the asking agent's, that key
+signs each request, and the node answers each nonce once (agent/peers/protocol.py).
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from praesto.agent.peers import auth
+from praesto.agent.peers import auth, protocol
 from praesto.agent.peers.identity import Identities, PeerAuthorizer
-from praesto.agent.peers.server import PeerServer, file_path
+from praesto.agent.peers.protocol import file_path
+from praesto.agent.peers.server import PeerServer
 
 from praesto import names
 from praesto.store import StoreLayout
@@ -98,11 +103,19 @@ def world(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Ite
             admin.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], TENANT)
 
 
-def ask(server: PeerServer, cache: str, header: str) -> tuple[int, str]:
-    path = file_path(TENANT, cache, REV, "model.bin")
+def path_of(cache: str) -> str:
+    return file_path(TENANT, cache, REV, "model.bin")
+
+
+def signed(credentials: auth.Credentials, node: str, cache: str) -> dict[str, str]:
+    """What the agent of `credentials` sends to `node` for the model of `cache`."""
+    return credentials.sign(node, "GET", path_of(cache), {})
+
+
+def ask(server: PeerServer, cache: str, headers: dict[str, str]) -> tuple[int, str]:
     conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=20)
     try:
-        conn.request("GET", path, headers={"Authorization": header})
+        conn.request("GET", path_of(cache), headers=headers)
         resp = conn.getresponse()
         body = resp.read()
         return resp.status, "" if resp.status == 200 else json.loads(body)["error"]
@@ -112,20 +125,27 @@ def ask(server: PeerServer, cache: str, header: str) -> tuple[int, str]:
 
 def test_an_agent_mints_its_own_token_and_reads_only_what_is_placed_on_its_node(world: World) -> None:
     credentials = world.credentials(NODE_A)
-    header = credentials.header(NODE_B)
-    assert ask(world.servers[NODE_B], "placed", header) == (200, "")
-    status, error = ask(world.servers[NODE_B], "elsewhere", header)  # no ModelCacheNode of it on node A
-    assert status == 403 and f"node {NODE_A} holds no copy of {TENANT}/elsewhere" in error
-    assert credentials.header(NODE_B) == header and credentials.minter.minted == 1  # reused
+    assert ask(world.servers[NODE_B], "placed", signed(credentials, NODE_B, "placed")) == (200, "")
+    status, error = ask(world.servers[NODE_B], "elsewhere", signed(credentials, NODE_B, "elsewhere"))
+    assert status == 403 and f"node {NODE_A} holds no copy of {TENANT}/elsewhere" in error  # none on A
+    assert credentials.minter.minted == 1  # the token (and its key) reused
 
 
 def test_a_captured_request_does_not_replay_to_another_node(world: World) -> None:
     """Item 12: minted for node B's audience, the token is refused by node C (and by the API server)."""
-    header = world.credentials(NODE_A).header(NODE_B)
-    assert ask(world.servers[NODE_B], "placed", header)[0] == 200
-    status, error = ask(world.servers[NODE_C], "placed", header)
-    assert status == 401 and names.peer_audience(NODE_C) in error
+    credentials = world.credentials(NODE_A)
+    captured = signed(credentials, NODE_B, "placed")
+    assert ask(world.servers[NODE_B], "placed", captured)[0] == 200
+    status, error = ask(world.servers[NODE_C], "placed", captured)
+    assert status == 401 and f"request to node {NODE_C}" in error  # signed for node B
+    minted = credentials.minter.token_for(NODE_B)  # even signed for C with the agent's own key
+    resigned = protocol.sign(
+        minted.key, minted.token, node=NODE_C, method="GET", target=path_of("placed"), headers={}
+    )
+    status, error = ask(world.servers[NODE_C], "placed", resigned)
+    assert status == 401 and names.peer_audience(NODE_C) + "/" in error
     assert world.servers[NODE_C].bytes_served == 0
+    header = captured[protocol.AUTHORIZATION_HEADER]
     # and node B, which received it, cannot use it against the API server either
     stolen = copy.copy(world.installed.plane.admin().configuration)
     stolen.cert_file = stolen.key_file = None  # nothing but the token
@@ -153,7 +173,7 @@ def test_an_agent_cannot_mint_a_token_that_speaks_for_another_node(world: World)
     assert refused.status == 403 and "only to its own Pod" in str(refused.body)
     own = bound_to(world.pods[NODE_A])
     refused = _mint(world, NODE_A, {"audiences": ["https://kubernetes.default.svc"], "boundObjectRef": own})
-    assert refused.status == 403 and "peer audience" in str(refused.body)
+    assert refused.status == 403 and "may mint tokens only for one audience" in str(refused.body)
     refused = _mint(world, NODE_A, {"audiences": [names.peer_audience(NODE_B)]})  # bound to nothing
     assert refused.status == 403
     refused = _mint(
@@ -171,25 +191,54 @@ def test_an_agent_cannot_mint_a_token_that_speaks_for_another_node(world: World)
     assert denied.value.status == 403
 
 
+def test_a_captured_request_replayed_to_the_same_node_is_refused(world: World) -> None:
+    """Issue 37 item 6b: the same request again, its token with a key of the thief's own, its
+    signature with a fresh nonce: each refused by node B, whose TokenReviews the API server answers."""
+    credentials = world.credentials(NODE_A)
+    server = world.servers[NODE_B]
+    captured = signed(credentials, NODE_B, "placed")
+    assert ask(server, "placed", captured) == (200, "")
+    replayed = server.authorizer.nonces.replayed
+    status, error = ask(server, "placed", captured)
+    assert status == 401 and "nonce seen" in error
+    assert server.authorizer.nonces.replayed == replayed + 1
+    token = captured[protocol.AUTHORIZATION_HEADER].removeprefix("Bearer ")
+    thief = protocol.sign(
+        Ed25519PrivateKey.generate(), token, node=NODE_B, method="GET", target=path_of("placed"), headers={}
+    )
+    status, error = ask(server, "placed", thief)
+    assert status == 401 and "not accepted by the API server for audience" in error
+    fresh = signed(credentials, NODE_B, "placed")  # the agent's next request, for its nonce
+    status, error = ask(server, "placed", {**captured, protocol.NONCE_HEADER: fresh[protocol.NONCE_HEADER]})
+    assert status == 401 and protocol.SIGNATURE_HEADER in error
+    assert ask(server, "placed", fresh) == (200, "")  # the agent itself goes on
+
+
 @pytest.mark.parametrize(
     ("kind", "expected"),
     [
         ("unbound", "not bound to a Pod on a node"),
         ("hooks", "not the node agent"),
-        ("old-shared-audience", "not accepted by the API server for this node's audience"),
+        ("old-shared-audience", "not accepted by the API server for audience"),
+        ("node-audience-naming-no-key", "not accepted by the API server for audience"),
     ],
 )
 def test_tokens_not_bound_to_an_agent_pod_or_not_for_this_node_are_refused(
     world: World, kind: str, expected: str
 ) -> None:
-    audience = names.peer_audience(NODE_B)
+    """Each request signed properly with the key its token names (where it names one)."""
+    key = Ed25519PrivateKey.generate()
+    audience = protocol.audience(NODE_B, protocol.public_bytes(key))
+    own = bound_to(world.pods[NODE_A])
     token = {
         "unbound": lambda: peer_token(world.installed, AGENT_SA, audience),
         "hooks": lambda: peer_token(world.installed, HOOKS_SA, audience),
-        "old-shared-audience": lambda: peer_token(
-            world.installed, AGENT_SA, names.PEER_TOKEN_AUDIENCE, bound_to(world.pods[NODE_A])
+        "old-shared-audience": lambda: peer_token(world.installed, AGENT_SA, names.PEER_TOKEN_AUDIENCE, own),
+        "node-audience-naming-no-key": lambda: peer_token(
+            world.installed, AGENT_SA, names.peer_audience(NODE_B), own
         ),
     }[kind]()
-    status, error = ask(world.servers[NODE_B], "placed", f"Bearer {token}")
+    headers = protocol.sign(key, token, node=NODE_B, method="GET", target=path_of("placed"), headers={})
+    status, error = ask(world.servers[NODE_B], "placed", headers)
     assert status == 401 and expected in error
     assert token not in error

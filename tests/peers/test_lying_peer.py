@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from praesto.agent.download import download, plan
-from praesto.agent.peers.server import NOT_YET, WRITTEN_HEADER
+from praesto.agent.peers.protocol import NOT_YET, WRITTEN_HEADER
 from praesto.agent.peers.source import PeerSource, Tuning
 
 from praesto.spec import Source

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from praesto.agent.download.api import Target
-from praesto.agent.peers.auth import Credentials, TokenMinter
+from praesto.agent.peers.auth import Credentials, Minted, TokenMinter
 from praesto.agent.peers.transport import PeerTransport
 
 DATA = bytes(range(256)) * 4096  # 1 MiB
@@ -45,10 +46,10 @@ class _FixedMinter(TokenMinter):
     """A token source that needs no API server: what is under test is the connection, not the token."""
 
     def __init__(self) -> None:
-        pass
+        self.key = Ed25519PrivateKey.generate()
 
-    def token_for(self, node: str) -> str:
-        return "token-for-" + node
+    def token_for(self, node: str) -> Minted:
+        return Minted("token-for-" + node, self.key)
 
 
 @pytest.fixture

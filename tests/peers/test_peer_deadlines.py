@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from praesto.agent.peers.limits import Limits
-from praesto.agent.peers.server import PeerServer, file_path
+from praesto.agent.peers.protocol import file_path
+from praesto.agent.peers.server import PeerServer
 
 from praesto import names
 from praesto.store import StoreLayout
@@ -149,7 +150,7 @@ def test_a_whole_request_sent_slowly_but_in_time_is_served(tmp_path: Path, peers
     limits = Limits(request_seconds=3.0, idle_seconds=30)
     with serving(tmp_path, peers, limits) as srv:
         head = (
-            f"GET {url('empty.txt')} HTTP/1.1\r\nHost: peer\r\nAuthorization: {peers.header()}\r\n"
+            f"GET {url('empty.txt')} HTTP/1.1\r\nHost: peer\r\n{_signed(peers, url('empty.txt'))}"
             "Connection: close\r\n\r\n"
         ).encode()
         sock = connect_from(OTHER, srv.server_port)
@@ -174,9 +175,7 @@ def test_a_slow_reader_is_cut_at_the_minimum_rate_a_fast_one_is_served(tmp_path:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 10)
         sock.connect(("127.0.0.1", srv.server_port))
         with sock:
-            request = (
-                f"GET {url('big.bin')} HTTP/1.1\r\nHost: peer\r\nAuthorization: {peers.header()}\r\n\r\n"
-            )
+            request = f"GET {url('big.bin')} HTTP/1.1\r\nHost: peer\r\n{_signed(peers, url('big.bin'))}\r\n"
             sock.sendall(request.encode())
             started, got = time.monotonic(), 0
             sock.settimeout(5)
@@ -210,9 +209,8 @@ def test_waiting_for_this_nodes_own_upload_rate_does_not_count_against_the_asker
 def _fresh_get(srv: PeerServer, peers: Peers, source: str) -> int:
     conn = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10, source_address=(source, 0))
     try:
-        conn.request(
-            "GET", file_path("team-a", "m", REV, "empty.txt"), headers={"Authorization": peers.header()}
-        )
+        path = file_path("team-a", "m", REV, "empty.txt")
+        conn.request("GET", path, headers=peers.signed(path))
         return conn.getresponse().status
     finally:
         conn.close()
@@ -235,3 +233,8 @@ def _loopback_aliases() -> None:
             socket.create_server((source, 0)).close()
         except OSError:
             pytest.skip(f"{source} is not a local address here")
+
+
+def _signed(peers: Peers, path: str) -> str:
+    """The authentication header lines of `GET path`, each ending in CRLF."""
+    return "".join(f"{name}: {value}\r\n" for name, value in peers.signed(path).items())

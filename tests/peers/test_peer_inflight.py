@@ -24,14 +24,8 @@ from praesto.agent.download.api import Plan, RemoteFile
 from praesto.agent.download.arrivals import Arrivals
 from praesto.agent.download.journal import Journal
 from praesto.agent.download.publish import TREE
-from praesto.agent.peers.server import (
-    ACCEPT_PREFIX_HEADER,
-    NOT_YET,
-    WRITTEN_HEADER,
-    PeerServer,
-    file_path,
-    parts_path,
-)
+from praesto.agent.peers.protocol import ACCEPT_PREFIX_HEADER, NOT_YET, WRITTEN_HEADER, file_path, parts_path
+from praesto.agent.peers.server import PeerServer
 from praesto.agent.peers.source import PeerSource, Tuning
 
 from praesto import names
@@ -101,8 +95,7 @@ def get(
         headers = {ACCEPT_PREFIX_HEADER: "1"} if prefix else {}
         if span is not None:
             headers["Range"] = f"bytes={span[0]}-{span[1] - 1}"
-        headers["Authorization"] = leader.peers.header()
-        conn.request("GET", path, headers=headers)
+        conn.request("GET", path, headers=leader.peers.signed(path, headers))
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
     finally:

@@ -1,4 +1,6 @@
-"""The peer server over real HTTP: per-node tokens, manifest-only paths, Range, caps, idle timeouts."""
+"""The peer server over real HTTP: per-node tokens, manifest-only paths, Range, caps, idle timeouts.
+
+(Signed requests and their replays: test_peer_replay.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from praesto.agent.peers.server import Limits, PeerServer, file_path
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from praesto.agent.peers import auth
+from praesto.agent.peers.protocol import AUTHORIZATION_HEADER, file_path
+from praesto.agent.peers.server import Limits, PeerServer
 
 from praesto import names
 from praesto.store import StoreLayout
@@ -66,7 +71,7 @@ def get(
         sent = dict(headers or {})
         if signed:
             peers: Peers = srv.peers  # type: ignore[attr-defined]
-            sent.setdefault("Authorization", peers.header())
+            sent = peers.signed(path, sent)
         conn.request("GET", path, headers=sent)
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
@@ -92,31 +97,52 @@ def test_signed_request_gets_the_whole_file(server: PeerServer) -> None:
 
 # Headers are made when the test runs (not at import): the test ids are the same in every xdist worker.
 MODEL = url("model.bin")
-BAD_HEADERS: dict[str, Callable[[Peers], str | None]] = {
-    "missing": lambda p: None,
-    "empty-bearer": lambda p: "Bearer ",
-    "old-scheme": lambda p: "Praesto-v2 node-b 1 " + "0" * 32 + " " + "0" * 64 + " " + p.token(),
-    "token-with-spaces": lambda p: p.header() + " more",
-    "token-the-api-server-does-not-know": lambda p: "Bearer forged.jwt.token",
-    "token-of-another-service-account": lambda p: (
-        "Bearer " + p.token(user="system:serviceaccount:team-x:default")
+Token = Callable[[Peers, Ed25519PrivateKey], str]  # a token made for a request signed with the key
+
+
+def _signed(
+    token: Token, authorization: Callable[[str], str] = lambda value: value
+) -> Callable[[Peers], dict[str, str]]:
+    """A request to MODEL signed properly with a new key, carrying `token(key)` (Authorization
+    changed by `authorization`): what is refused is the token, not the signature."""
+
+    def made(peers: Peers) -> dict[str, str]:
+        key = Ed25519PrivateKey.generate()
+        sent = peers.signed(MODEL, minted=auth.Minted(token(peers, key), key))
+        return {**sent, AUTHORIZATION_HEADER: authorization(sent[AUTHORIZATION_HEADER])}
+
+    return made
+
+
+def _agent(peers: Peers, key: Ed25519PrivateKey) -> str:
+    return peers.token(key=key)
+
+
+BAD_HEADERS: dict[str, Callable[[Peers], dict[str, str]]] = {
+    "missing": lambda p: {},
+    "empty-bearer": _signed(_agent, lambda _: "Bearer "),
+    "old-scheme": lambda p: {
+        "Authorization": "Praesto-v2 node-b 1 " + "0" * 32 + " " + "0" * 64 + " " + p.token()
+    },
+    "token-with-spaces": _signed(_agent, lambda value: value + " more"),
+    "token-the-api-server-does-not-know": _signed(lambda p, k: "forged.jwt.token"),
+    "token-of-another-service-account": _signed(
+        lambda p, k: p.token(user="system:serviceaccount:team-x:default", key=k)
     ),
-    "token-bound-to-no-pod": lambda p: "Bearer " + p.token(bound=False),
+    "token-bound-to-no-pod": _signed(lambda p, k: p.token(bound=False, key=k)),
     # issue 21 item 12: a token is good for the node it was minted for, and no other
-    "token-minted-for-another-node": lambda p: "Bearer " + p.token(target="node-c"),
-    "token-with-the-old-shared-audience": lambda p: "Bearer " + _shared_audience(p),
+    "token-minted-for-another-node": _signed(lambda p, k: p.token(target="node-c", key=k)),
+    # the one audience every agent accepted before item 12 (`praesto-peer`)
+    "token-with-the-old-shared-audience": _signed(lambda p, k: p.token(audience=names.PEER_TOKEN_AUDIENCE)),
+    # issue 37 item 6b: this node's audience before tokens named a key (any key signed with it)
+    "token-for-this-node-naming-no-key": _signed(lambda p, k: p.token(audience=names.peer_audience(SERVER))),
+    "token-for-another-key": _signed(lambda p, k: p.token(key=Ed25519PrivateKey.generate())),
 }
-
-
-def _shared_audience(peers: Peers) -> str:
-    """A Pod-bound agent token for the one audience every agent accepted before (`praesto-peer`)."""
-    return peers.token(audience=names.PEER_TOKEN_AUDIENCE)
 
 
 @pytest.mark.parametrize("case", sorted(BAD_HEADERS))
 def test_unauthenticated_or_not_for_this_node_is_401(server: PeerServer, peers: Peers, case: str) -> None:
-    header = BAD_HEADERS[case](peers)
-    status, _, body = get(server, MODEL, {"Authorization": header} if header else None, signed=False)
+    status, _, body = get(server, MODEL, BAD_HEADERS[case](peers), signed=False)
     assert status == 401, case
     error = json.loads(body)["error"]
     assert DATA[:100] not in body and error.startswith("Authorization:")
@@ -129,11 +155,16 @@ def test_a_captured_request_does_not_replay_to_another_node(
 ) -> None:
     """Issue 21 item 12: nonces were per server and the signature did not name the target, so a
     request captured on its way to one node was good at every other node for 60 s."""
-    header = peers.header()
-    assert get(server, MODEL, {"Authorization": header}, signed=False)[0] == 200
+    captured = peers.signed(MODEL)
+    assert get(server, MODEL, captured, signed=False)[0] == 200
     with serving(tmp_path / "store-c", peers, "node-c") as other:
-        status, _, body = get(other, MODEL, {"Authorization": header}, signed=False)
-        assert status == 401 and b"praesto-peer/node-c" in body
+        status, _, body = get(other, MODEL, captured, signed=False)
+        assert status == 401 and b"request to node node-c" in body  # signed for node-a
+        # and even signed for node-c by its own key, the token is node-a's only
+        status, _, body = get(
+            other, MODEL, peers.signed(MODEL, target="node-c", minted=peers.agent()), signed=False
+        )
+        assert status == 401 and b"praesto-peer/node-c/" in body
         assert other.bytes_served == 0
 
 
@@ -166,7 +197,7 @@ def test_token_reviews_are_remembered_by_hash_not_repeated(server: PeerServer, p
     assert server.authorizer.identities.reviews == 1
     reviewed = [r for r in peers.kube.requests if r.resource == "tokenreviews"]
     assert len(reviewed) == 1
-    assert not any(peers.tokens[ASKER] in key for key in server.authorizer.identities._reviews)
+    assert not any(peers.agent().token in key for key in server.authorizer.identities._reviews)
 
 
 def test_idle_and_excess_connections_hold_no_threads(tmp_path: Path, peers: Peers) -> None:
@@ -262,7 +293,7 @@ def test_upload_cap_answers_busy_with_retry_after(tmp_path: Path, peers: Peers) 
     srv = PeerServer(layout, peers.authorizer(), ("127.0.0.1", 0), Limits(max_uploads=1, rate=20_000)).start()
     try:
         first = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
-        first.request("GET", MODEL, headers={"Authorization": peers.header()})
+        first.request("GET", MODEL, headers=peers.signed(MODEL))
         resp = first.getresponse()
         assert resp.status == 200 and resp.read(100) == DATA[:100]  # in flight, paced at 20 kB/s
         status, headers, _ = get_with(srv, peers, url("empty.txt"))
@@ -277,7 +308,7 @@ def test_stop_cuts_transfers_in_flight(tmp_path: Path, peers: Peers) -> None:
     make_cache(layout)
     srv = PeerServer(layout, peers.authorizer(), ("127.0.0.1", 0), Limits(rate=20_000)).start()
     conn = http.client.HTTPConnection("127.0.0.1", srv.server_port, timeout=10)
-    conn.request("GET", MODEL, headers={"Authorization": peers.header()})
+    conn.request("GET", MODEL, headers=peers.signed(MODEL))
     resp = conn.getresponse()
     got = resp.read(100)
     stopper = threading.Thread(target=srv.stop)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from praesto.agent.peers.auth import MAX_TOKEN_CHARS, SCHEME
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from praesto.agent.peers.auth import MAX_TOKEN_CHARS, Minted
 
 from tests.peers.conftest import SERVER, Peers
 from tests.peers.test_peer_server import MODEL, get, serving
@@ -25,11 +26,12 @@ def test_a_token_over_16_kib_is_refused_without_a_token_review(peers: Peers, tmp
     assert MAX_TOKEN_CHARS == 16 << 10
     with serving(tmp_path / "store", peers, SERVER) as server:
         before = reviews(peers)
-        at_the_bound = f"{SCHEME} {'a' * MAX_TOKEN_CHARS}"  # reviewed (and refused by the API server)
-        status, _, _ = get(server, MODEL, {"Authorization": at_the_bound}, signed=False)
+        key = Ed25519PrivateKey.generate()  # requests signed properly: what is refused is the token
+        at_the_bound = peers.signed(MODEL, minted=Minted("a" * MAX_TOKEN_CHARS, key))
+        status, _, _ = get(server, MODEL, at_the_bound, signed=False)  # reviewed (and refused there)
         assert status == 401 and reviews(peers) == before + 1
-        over = f"{SCHEME} {'a' * (MAX_TOKEN_CHARS + 1)}"
-        status, _, body = get(server, MODEL, {"Authorization": over}, signed=False)
+        over = peers.signed(MODEL, minted=Minted("a" * (MAX_TOKEN_CHARS + 1), key))
+        status, _, body = get(server, MODEL, over, signed=False)
         assert status == 401 and json.loads(body)["error"].startswith("Authorization:")
         assert reviews(peers) == before + 1  # none sent for it
         assert server.authorizer.identities.reviews == 1
