@@ -11,13 +11,16 @@ PVC-mode Job too (praesto/credscope.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from praesto.agent.broker_client import Broker
 from praesto.agent.copies import CacheRef
 from praesto.agent.download.api import SignaturePolicy
 from praesto.agent.download.objcreds import settings_from_secret
 from praesto.agent.kube import KubeApi, SecretUnavailable
+from praesto.agent.trust_material import Material, Unreadable
 
 from praesto import credscope, names, store, trustpolicy
 from praesto.verification import BASE as VERIFICATION_FIELD
@@ -33,12 +36,26 @@ CLUSTER_CREDENTIALS_SOURCES_ENV = credscope.ENV_SOURCES
 Credentials = tuple[str | None, dict[str, str] | None, str]
 
 
+class SecretReader(Protocol):
+    """Where a cache's own credentials Secret is read: the credentials broker, for this node's copy
+    only (agent/broker_client.py CacheObjects), or the API directly (`KubeApi`, no broker configured)."""
+
+    def read_secret(self, namespace: str, secret: str) -> tuple[dict[str, str], dict[str, str]]: ...
+
+    def read_token(self, namespace: str, secret: str, key: str | None) -> str: ...
+
+    def read_secret_value(self, namespace: str, secret: str, key: str, what: str) -> bytes: ...
+
+
 @dataclass(frozen=True)
 class CredentialPolicy:
     scope: credscope.CredentialScope = field(default_factory=credscope.CredentialScope)
     cluster_secret: tuple[str, str] | None = None  # (namespace, name) of the chart's Secret
     # the platform's signing trust by name (chart verification.trust, praesto/trustpolicy.py)
     cluster_trust: Mapping[str, trustpolicy.ClusterTrust] = field(default_factory=dict)
+    # the credentials broker (the chart always sets --credentials-broker): a cache's own Secret comes
+    # from it, for this node's copy only; None reads it with the agent's own identity (development)
+    broker: Broker | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], trust_dir: str | None = None) -> CredentialPolicy:
@@ -63,15 +80,21 @@ class CredentialPolicy:
         cluster's serve only the namespaces the platform admin opted in."""
         return ref.source.secret_ref is None and self.entitled(ref.namespace, ref.source.uri)
 
+    def tenant_secrets(self, kube: KubeApi, ref: CacheRef) -> SecretReader:
+        """Where `ref`'s own credentials Secret is read: the broker when configured, else `kube`."""
+        return self.broker.objects(ref.cache) if self.broker is not None else kube
+
     def credentials(self, kube: KubeApi, ref: CacheRef) -> Credentials:
-        """(HF token, object-store settings, where from) for one attempt (Secrets read now)."""
+        """(HF token, object-store settings, where from) for one attempt (Secrets read now): the cache's
+        own through `tenant_secrets`, the chart's with the agent's identity (its credentials Role)."""
         source, secret_ref = ref.source, ref.source.secret_ref
+        tenant = self.tenant_secrets(kube, ref)
         if secret_ref is not None and source.scheme == "hf":
-            return kube.read_token(ref.namespace, secret_ref.name, secret_ref.key), None, ""
+            return tenant.read_token(ref.namespace, secret_ref.name, secret_ref.key), None, ""
         if secret_ref is not None and source.scheme == "oci":  # a kubernetes.io/dockerconfigjson Secret
             key = secret_ref.key or names.DOCKER_CONFIG_KEY
             what = "a Docker config JSON (kubectl create secret docker-registry)"
-            login = kube.read_secret_value(ref.namespace, secret_ref.name, key, what).decode()
+            login = tenant.read_secret_value(ref.namespace, secret_ref.name, key, what).decode()
             return None, {names.DOCKER_CONFIG_KEY: login}, f"Secret {ref.namespace}/{secret_ref.name}"
         if secret_ref is not None:
             namespace, name = ref.namespace, secret_ref.name
@@ -97,7 +120,7 @@ class CredentialPolicy:
             namespace, name = self.cluster_secret
         else:
             return None, None, "no credentials"
-        data, annotations = kube.read_secret(namespace, name)
+        data, annotations = (tenant if secret_ref is not None else kube).read_secret(namespace, name)
         where = f"Secret {namespace}/{name}"
         if source.scheme == "oci":  # the cluster's Secret may hold a registry login too
             shared = data.get(names.DOCKER_CONFIG_KEY)
@@ -133,13 +156,34 @@ def _sigstore_policy(wanted: Verification) -> SignaturePolicy:
     )
 
 
+def _material_origin(namespace: str, wanted: Verification) -> str:
+    if wanted.secret_ref is not None:
+        where = f"Secret {namespace}/{wanted.secret_ref.name} key {wanted.secret_ref.key}"
+    elif wanted.config_map_ref is not None:
+        where = f"ConfigMap {namespace}/{wanted.config_map_ref.name} key {wanted.config_map_ref.key}"
+    else:
+        raise SecretUnavailable(f"{VERIFICATION_FIELD}.{wanted.method} names no Secret or ConfigMap")
+    return f"{where} ({VERIFICATION_FIELD}.{wanted.method})"
+
+
+def _material_policy(wanted: Verification, origin: str, pem: bytes) -> SignaturePolicy:
+    """The policy of PEM material read from the cache's namespace: the download and the reconcile
+    build it alike, so both compute the same fingerprint (SignaturePolicy.trust)."""
+    if wanted.method == "publicKey":
+        return SignaturePolicy(wanted.method, wanted.path, origin, public_key=pem)
+    return SignaturePolicy(wanted.method, wanted.path, origin, certificates=(pem,))
+
+
 def required_signature(
-    ref: CacheRef, cluster_trust: Mapping[str, trustpolicy.ClusterTrust]
+    ref: CacheRef,
+    cluster_trust: Mapping[str, trustpolicy.ClusterTrust],
+    namespace_material: Callable[[str, Verification], Material] | None = None,
 ) -> store.RequiredSignature | None:
-    """What a copy of `ref` must have been verified with, as far as the agent knows it without the
-    API: the platform's trust (re-read when its volume changed) and a sigstore identity give the
-    fingerprint; a namespace Secret or ConfigMap is read only by a download (the per-cache grant
-    exists only while a copy downloads: hooks/local.py), so there only method and path are known.
+    """What a copy of `ref` must have been verified with, and under which trust as the agent holds
+    it now: the platform's trust (re-read when its volume changed), a sigstore identity, or the
+    Secret or ConfigMap of the cache's namespace as `namespace_material` follows it
+    (agent/trust_material.py: its watch). Material gone or unreadable is no trust (TRUST_WITHDRAWN,
+    the origin saying why); material not known yet compares method and path only.
     The reconcile compares copies against it at every pass (store.copy_mismatch)."""
     wanted = ref.verification
     if wanted is None:
@@ -152,6 +196,12 @@ def required_signature(
         return policy.required
     if wanted.method == "sigstore":
         return _sigstore_policy(wanted).required
+    found = namespace_material(ref.namespace, wanted) if namespace_material is not None else None
+    if isinstance(found, bytes):
+        return _material_policy(wanted, _material_origin(ref.namespace, wanted), found).required
+    if isinstance(found, Unreadable):
+        origin = f"{_material_origin(ref.namespace, wanted)}, {found.why},"
+        return store.RequiredSignature(wanted.method, wanted.path, store.TRUST_WITHDRAWN, origin)
     return store.RequiredSignature(wanted.method, wanted.path)
 
 
@@ -176,17 +226,12 @@ def signature_policy(
     if wanted.method == "sigstore":  # no material to read
         return _sigstore_policy(wanted)
     what = "the PEM public key" if wanted.method == "publicKey" else "the PEM CA certificates"
+    origin = _material_origin(ref.namespace, wanted)
     if wanted.secret_ref is not None:
-        name, key = wanted.secret_ref.name, str(wanted.secret_ref.key)
-        pem = kube.read_secret_value(ref.namespace, name, key, what)
-        origin = f"Secret {ref.namespace}/{name} key {key}"
-    elif wanted.config_map_ref is not None:
-        name, key = wanted.config_map_ref.name, str(wanted.config_map_ref.key)
-        pem = kube.read_config_map_value(ref.namespace, name, key, what)
-        origin = f"ConfigMap {ref.namespace}/{name} key {key}"
+        pem = kube.read_secret_value(ref.namespace, wanted.secret_ref.name, str(wanted.secret_ref.key), what)
     else:
-        raise SecretUnavailable(f"{VERIFICATION_FIELD}.{wanted.method} names no Secret or ConfigMap")
-    origin += f" ({VERIFICATION_FIELD}.{wanted.method})"
-    if wanted.method == "publicKey":
-        return SignaturePolicy(wanted.method, wanted.path, origin, public_key=pem)
-    return SignaturePolicy(wanted.method, wanted.path, origin, certificates=(pem,))
+        assert wanted.config_map_ref is not None  # _material_origin raised otherwise
+        pem = kube.read_config_map_value(
+            ref.namespace, wanted.config_map_ref.name, str(wanted.config_map_ref.key), what
+        )
+    return _material_policy(wanted, origin, pem)

@@ -11,14 +11,17 @@ import logging
 import signal
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from types import FrameType
 
 from kubernetes import client, config
 from praesto.agent import baselock, logs
+from praesto.agent.broker_client import Broker
 from praesto.agent.budget.config import build_budget
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.node_agent import Agent
+from praesto.agent.peers.auth import TokenMinter
 from praesto.agent.peers.config import build_peering
 from praesto.agent.settings import AgentSettings, SettingsError
 from praesto.agent.startup_taint import StartupTaint
@@ -49,7 +52,11 @@ def build(settings: AgentSettings, api: client.ApiClient) -> Agent:
     budget = build_budget(settings.origin_budget, api, settings.node_name)
     kube = KubeApi(api, settings.node_name)
     metrics = AgentMetrics.create()
-    return Agent(cfg, kube, metrics, peering=peering, budget=budget, credentials=settings.credentials)
+    credentials = settings.credentials
+    if settings.broker is not None:  # a cache's own Secret, for this node's copies only (hooks/broker.py)
+        broker = Broker(settings.broker, TokenMinter(api, settings.broker.pod))
+        credentials = replace(credentials, broker=broker)
+    return Agent(cfg, kube, metrics, peering=peering, budget=budget, credentials=credentials)
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:

@@ -25,6 +25,8 @@ ENV_DOWNLOADER_RESOURCES = "PRAESTO_DOWNLOADER_RESOURCES"  # JSON ResourceRequir
 ENV_JOB_BACKOFF_LIMIT = "PRAESTO_JOB_BACKOFF_LIMIT"
 ENV_JOB_ACTIVE_DEADLINE_SECONDS = "PRAESTO_JOB_ACTIVE_DEADLINE_SECONDS"
 ENV_AGENT_SERVICE_ACCOUNT = "PRAESTO_AGENT_SERVICE_ACCOUNT"
+# praesto-hooks' own ServiceAccount: the per-cache grants bind it, for the credentials broker (hooks/broker.py)
+ENV_HOOKS_SERVICE_ACCOUNT = "PRAESTO_HOOKS_SERVICE_ACCOUNT"
 ENV_NAMESPACE = "PRAESTO_NAMESPACE"
 ENV_HF_ENDPOINT = "PRAESTO_HF_ENDPOINT"
 ENV_LAST_USED_GRANULARITY = "PRAESTO_LAST_USED_GRANULARITY_SECONDS"
@@ -75,6 +77,9 @@ class HooksConfig:
     # Ready, and Metacontroller would recreate a Job the TTL controller deleted.
     job_active_deadline_seconds: int = 6 * 3600
     agent_service_account: str = "praesto-node-agent"
+    # Who reads a cache's Secrets for the agents: the per-cache grant binds this account, and the
+    # broker route (hooks/broker.py) hands a copy's objects only to the agent of that copy's node.
+    hooks_service_account: str = "praesto-hooks"
     namespace: str = "praesto-system"
     hf_endpoint: str = ""  # passed to the downloader Job as HF_ENDPOINT when set
     # lastUsedTime only moves forward in steps this long: a fresh `now` on every
@@ -147,6 +152,7 @@ class HooksConfig:
                 kwargs[key] = _integer(env, name, minimum)
         for name, key in (
             (ENV_AGENT_SERVICE_ACCOUNT, "agent_service_account"),
+            (ENV_HOOKS_SERVICE_ACCOUNT, "hooks_service_account"),
             (ENV_NAMESPACE, "namespace"),
         ):
             if env.get(name):

@@ -127,10 +127,12 @@ def create_app(config: HooksConfig | None = None, *, metrics_dir: Path | None = 
     # ---- Blueprints of the other hook families are registered here ----
     # (admission webhooks, Node DecoratorController). Keep them below this line.
     from praesto.hooks.admission.http import blueprint as admission_blueprint
+    from praesto.hooks.broker_http import blueprint as broker_blueprint
     from praesto.hooks.nodes import blueprint as nodes_blueprint
 
     app.register_blueprint(admission_blueprint)
     app.register_blueprint(nodes_blueprint)
+    app.register_blueprint(broker_blueprint)  # the agents' credentials broker (hooks/broker.py)
     # ---- end of blueprints ----
 
     return app

@@ -141,16 +141,17 @@ def test_connection_limits_and_deadlines_reach_the_peer_server(tmp_path: Any) ->
     assert problem is not None and problem.startswith("--peer-max-connections-per-client: 11")
 
 
-def test_peers_disabled_renders_no_grant_port_or_flags() -> None:
+def test_peers_disabled_renders_no_port_or_peer_flags_but_keeps_the_broker_token_grant() -> None:
     objects = render_objects({"nodeAgent": {"peers": {"enabled": False}}})
-    assert not find(objects, "Role", PEER) and not find(
-        objects, "ValidatingAdmissionPolicy", f"{PEER}-tokens"
-    )
+    # the credentials broker's tokens are minted the same way (hooks/broker.py): grant and policy stay
+    assert find(objects, "Role", PEER) and find(objects, "ValidatingAdmissionPolicy", f"{PEER}-tokens")
     ingress = one(objects, "NetworkPolicy", f"{RELEASE}-node-agent")["spec"]["ingress"]
     assert not [r for r in ingress if r["ports"][0]["port"] == "peers"]
     agent = pod_spec(objects)["containers"][0]
-    assert not [a for a in agent["args"] if "peer" in a]
+    # only the agent's account, which the broker's tokens need too
+    assert [a.partition("=")[0] for a in agent["args"] if "peer" in a] == ["--peer-service-account"]
     assert "POD_IP" not in {e["name"] for e in agent["env"]}
+    assert {"POD_NAME", "POD_UID"} <= {e["name"] for e in agent["env"]}
     assert not find(render_objects({"nodeAgent": {"enabled": False}}), "Role", PEER)
 
 

@@ -149,16 +149,25 @@ def test_service_exposes_only_https() -> None:
 
 
 def test_network_policy_admits_metacontroller_and_the_api_server_addresses_only() -> None:
-    """#21 item 14: no Pod but Metacontroller's is a peer; the API server and kubelet by address."""
+    """#21 item 14: no Pod but Metacontroller's and the release's node agents (the credentials broker,
+    hooks/broker.py) is a peer; the API server and kubelet by address."""
     policy = one(render_objects(), "NetworkPolicy", "praesto-hooks")
     (rule,) = policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": "https", "protocol": "TCP"}]
     metacontroller = {"app.kubernetes.io/name": "metacontroller", "app.kubernetes.io/instance": "praesto"}
+    agents = {
+        "app.kubernetes.io/name": "praesto",
+        "app.kubernetes.io/instance": "praesto",
+        "app.kubernetes.io/component": "node-agent",
+    }
     assert rule["from"] == [
         {"podSelector": {"matchLabels": metacontroller}},  # the policy's namespace: the release's
+        {"podSelector": {"matchLabels": agents}},
         {"ipBlock": {"cidr": "0.0.0.0/0"}},
         {"ipBlock": {"cidr": "::/0"}},
     ]
+    without_agents = one(render_objects({"nodeAgent": {"enabled": False}}), "NetworkPolicy", "praesto-hooks")
+    assert {"podSelector": {"matchLabels": agents}} not in without_agents["spec"]["ingress"][0]["from"]
     values = {
         "hooks": {
             "networkPolicy": {
@@ -172,6 +181,7 @@ def test_network_policy_admits_metacontroller_and_the_api_server_addresses_only(
     closed = one(render_objects(values), "NetworkPolicy", "praesto-hooks")["spec"]["ingress"][0]["from"]
     assert closed == [
         {"namespaceSelector": {"matchLabels": {"team": "platform"}}},
+        {"podSelector": {"matchLabels": agents}},
         {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]}},
         {"ipBlock": {"cidr": "::/0", "except": ["fd00:10::/56"]}},
         {"ipBlock": {"cidr": "172.18.0.0/24"}},  # a narrow CIDR needs no except (it must contain it)

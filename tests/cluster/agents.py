@@ -108,6 +108,15 @@ class AgentProcess:
             "--concurrency=4",
             *self.extra_args,
         ]
+        # the DaemonSet's credentials broker (praesto-hooks, here the tier's) and this Pod, its tokens' binding
+        meta = self.pod["metadata"]
+        argv += [
+            f"--credentials-broker={self.installed.hooks.base_url}",
+            f"--credentials-broker-ca={self.installed.hooks.ca_path}",
+            f"--pod-name={meta['name']}",
+            f"--pod-uid={meta['uid']}",
+            f"--peer-service-account={NAMESPACE}/{AGENT_SA}",
+        ]
         if self.peer_port:  # the DaemonSet's own --peer-* flags, with what the kubelet would fill in
             meta = self.pod["metadata"]
             filled = {"--peer-port": str(self.peer_port), "--peer-address": "127.0.0.1",
@@ -117,7 +126,7 @@ class AgentProcess:
             ]
             for arg in rendered:
                 flag = arg.partition("=")[0]
-                if flag.startswith(("--peer-", "--pod-")):
+                if flag.startswith(("--peer-", "--pod-")) and flag != "--peer-service-account":
                     argv.append(f"{flag}={filled[flag]}" if flag in filled else arg)
         self.component = Component(f"praesto-agent/{self.node}", argv, self.workdir / "agent.log")
 

@@ -22,7 +22,7 @@ from testkit.hub import LocalHub
 from testkit.metacontroller import CompositeController, gone
 from tests.cluster.agents import AgentProcess
 from tests.cluster.flows import modelcachenodes, phase_is, start_agents, wait_gone
-from tests.cluster.installed import AGENT_SA, Installed
+from tests.cluster.installed import AGENT_SA, HOOKS_SA, Installed
 from tests.cluster.tenants import modelcache, opted_in_namespace, ready_node
 
 NS = "agent-tests"
@@ -40,10 +40,10 @@ def agent(
         yield start_agents(stack, installed, hub, tmp_path_factory.mktemp("agent"), [NODE])[NODE]
 
 
-def agent_may_get_secret(installed: Installed, name: str) -> bool:
+def may_get_secret(installed: Installed, name: str, account: str = AGENT_SA) -> bool:
     review = client.V1SubjectAccessReview(
         spec=client.V1SubjectAccessReviewSpec(
-            user=f"system:serviceaccount:{NAMESPACE}:{AGENT_SA}",
+            user=f"system:serviceaccount:{NAMESPACE}:{account}",
             groups=["system:serviceaccounts", "system:authenticated"],
             resource_attributes=client.V1ResourceAttributes(
                 namespace=NS, verb="get", resource=rbac.AGENT_SECRET_GRANT.resource, name=name
@@ -55,7 +55,7 @@ def agent_may_get_secret(installed: Installed, name: str) -> bool:
     )
 
 
-def test_private_model_through_the_per_cache_secret_grant(
+def test_private_model_through_the_per_cache_secret_grant(  # and the credentials broker
     installed: Installed, hub: LocalHub, agent: AgentProcess, composite: CompositeController
 ) -> None:
     hub.add_repo("org/private", {"config.json": b"{}", "model.bin": b"p" * 400_000}, private=True)
@@ -66,7 +66,7 @@ def test_private_model_through_the_per_cache_secret_grant(
             NS,
             {"metadata": {"name": name}, "data": {"HF_TOKEN": base64.b64encode(b"hf_tenant_token").decode()}},
         )
-    assert not agent_may_get_secret(installed, "hf")
+    assert not may_get_secret(installed, "hf", HOOKS_SA)
     source = {
         "huggingface": {"repo": "org/private", "token": {"secretRef": {"name": "hf", "key": "HF_TOKEN"}}}
     }
@@ -74,9 +74,11 @@ def test_private_model_through_the_per_cache_secret_grant(
     try:
         installed.admin.create(modelcache("private", NS, node_selector={POOL: "agent"}, source=source))
         # While the copy downloads: the grant the sync hook returned, created by Metacontroller's
-        # identity, for exactly that one Secret.
-        wait_for("the per-cache grant", lambda: agent_may_get_secret(installed, "hf"), 30)
-        assert not agent_may_get_secret(installed, "unrelated")
+        # identity, for exactly that one Secret, to praesto-hooks' credentials broker (hooks/broker.py),
+        # which hands it to this node's agent; the agents' own account never reads it.
+        wait_for("the per-cache grant", lambda: may_get_secret(installed, "hf", HOOKS_SA), 30)
+        assert not may_get_secret(installed, "unrelated", HOOKS_SA)
+        assert not may_get_secret(installed, "hf")
         composite.wait_parent(NS, "private", phase_is(names.PHASE_READY), deadline=90)
     finally:
         hub.faults.rate = 0
@@ -86,7 +88,7 @@ def test_private_model_through_the_per_cache_secret_grant(
     role = names.secret_reader_role_name("private")
     wait_gone(installed.admin, "rbac.authorization.k8s.io/v1", "RoleBinding", role, NS)
     wait_gone(installed.admin, "rbac.authorization.k8s.io/v1", "Role", role, NS)
-    assert not agent_may_get_secret(installed, "hf")
+    assert not may_get_secret(installed, "hf", HOOKS_SA) and not may_get_secret(installed, "hf")
 
     installed.admin.delete(names.API_VERSION, names.MODELCACHE_KIND, "private", NS)
     composite.wait_parent(NS, "private", gone, deadline=60)
