@@ -1,7 +1,8 @@
 """The agent's only door to the Kubernetes API (the real `kubernetes` client).
 
 Calls made here are exactly those `praesto.rbac.AGENT` grants: list/watch/patch
-ModelCacheNodes, patch their status, get one named Secret, create Events.
+ModelCacheNodes, patch their status, get one named Secret, list and watch one named
+trust Secret or ConfigMap, create Events.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.node_name = node_name
+        self.watch_timeout = watch_timeout
         self.selector = f"{names.LABEL_NODE}={names.node_label_value(node_name)}"
         # this node's ModelCacheNodes, for the reflector (praesto.reflector) the agent runs
         self._nodes = ListWatch(
@@ -166,6 +168,27 @@ class KubeApi:
         if key not in data:
             raise SecretUnavailable(f"{where} has no key {key}; add {what} under that key")
         return str(data[key]).encode()
+
+    def trust_config_map_watch(self, namespace: str, name: str) -> ListWatch:
+        """List and watch one named ConfigMap (spec.verification's trust material) by fieldSelector
+        metadata.name: what the per-cache Role's resourceNames allows (hooks/local.py), the way the
+        kubelet follows the ConfigMaps its Pods mount (agent/trust_material.py)."""
+        return ListWatch(
+            self.core.list_namespaced_config_map, namespace,
+            field_selector=f"metadata.name={name}", watch_seconds=self.watch_timeout,
+        )  # fmt: skip
+
+    def trust_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """One named Secret's data as stored (base64 values), None when it does not exist: the periodic
+        GET of a trust Secret (agent/trust_material.py SecretRecheck; the Role grants `get` only).
+        Other errors are raised as they come, so a 403 reads "(403)" as the Reflector's do."""
+        try:
+            obj = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return dict(obj.data or {})
 
     # ---- Events ------------------------------------------------------------
 

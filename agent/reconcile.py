@@ -37,6 +37,8 @@ from praesto.agent.rolling import Rolling, Step, version_of
 from praesto.agent.room import DiskRoom
 from praesto.agent.scrub import schedule as scrub_schedule
 from praesto.agent.status_writer import StatusWriter
+from praesto.agent.trust_material import TRUST_SECRET_RECHECK_SECONDS as TRUST_RECHECK
+from praesto.agent.trust_material import NamespaceTrust, TrustObject, trust_object
 
 from praesto import names, store
 from praesto.quantity import QuantityError, format_bytes
@@ -44,6 +46,7 @@ from praesto.quota import Quotas
 from praesto.reflector import Backoff
 from praesto.spec import InvalidSpec
 from praesto.store import StoreLayout
+from praesto.verification import verification_from_node_spec
 
 
 @dataclass
@@ -54,6 +57,7 @@ class AgentConfig:
     ca_bundle: str | None = None  # PRAESTO_CA_BUNDLE (--ca-bundle): extra PEM CA file downloads trust
     # where a tenant's input may send downloads (--egress-allowed-cidrs; download/egress.py)
     egress: EgressPolicy = field(default_factory=EgressPolicy)
+    xet: bool = False  # --xet: Hugging Face files stored in Xet through the Xet CAS (download/xetpath.py)
     # the process environment as praesto-agent run started (Options.store_env): what the store
     # clients' settings come from (workload identity, endpoints, proxies)
     store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -70,6 +74,8 @@ class AgentConfig:
     quotas: Quotas = field(default_factory=Quotas)  # chart namespaceQuota: who gives room first
     scrub_interval: float = 0.0  # seconds between scrubs of a copy (chart nodeAgent.scrub.interval); 0: off
     scrub_bytes_per_second: int = 64 << 20  # the scrub's read budget (chart nodeAgent.scrub.bytesPerSecond)
+    # a trust Secret is read again this often (agent/trust_material.py; tests shorten it)
+    trust_secret_recheck_seconds: float = TRUST_RECHECK
 
 
 class Reconciler:
@@ -94,6 +100,12 @@ class Reconciler:
         self.lock = copies.lock
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.log = logs.logger("praesto.agent", node=config.node_name)
+        # the Secrets and ConfigMaps copies name as trust material, followed (a ConfigMap by watch, a
+        # Secret by a GET every config.trust_secret_recheck_seconds): a change wakes the loop
+        self.trust = NamespaceTrust(
+            kube, self.wake, config.watch_backoff, logs.logger("praesto.agent.kube", node=config.node_name),
+            config.trust_secret_recheck_seconds,
+        )  # fmt: skip
 
     def on_relisted(self) -> None:
         """After every (re)list: the store holds no copy that no ModelCacheNode of this node owns."""
@@ -147,6 +159,8 @@ class Reconciler:
                 self.status.resend()
                 with self.lock:
                     dirty.update(self.copies.objects)
+                    named = [self._trust_object(o) for o in self.copies.objects.values()]
+                self.trust.retain(t for t in named if t is not None)
             for key in sorted(dirty):
                 if stop.is_set():
                     return
@@ -207,15 +221,26 @@ class Reconciler:
 
     def _parse(self, obj: Obj) -> CacheRef | None:
         """The copy's ref, its required signature carrying the trust held now (the platform's trust is
-        re-read when the kubelet updated its volume), so every pass re-derives Ready from it."""
+        re-read when the kubelet updated its volume; a namespace Secret or ConfigMap is followed by
+        its watch, `self.trust`), so every pass re-derives Ready from it."""
         try:
             ref = ref_of(obj)
-            return replace(ref, signature=required_signature(ref, self.jobs.credentials.cluster_trust))
+            required = required_signature(ref, self.jobs.credentials.cluster_trust, self.trust.material)
+            return replace(ref, signature=required)
         except (InvalidSpec, ValueError, QuantityError, TypeError, KeyError) as err:
             self.status.set(
                 obj, names.PHASE_FAILED, st.REASON_INVALID_SPEC, f"{err}; fix the ModelCache spec"
             )
             return None
+
+    @staticmethod
+    def _trust_object(obj: Obj) -> TrustObject | None:
+        """The Secret or ConfigMap a ModelCacheNode names as trust material (its watch stays open)."""
+        spec = obj.get("spec") or {}
+        found = trust_object(
+            str(obj["metadata"].get("namespace") or ""), verification_from_node_spec(spec.get("verification"))
+        )
+        return None if found is None else found[0]
 
     def _ready(self, obj: Obj, ref: CacheRef, state: CacheState) -> None:
         manifest = store.read_json(self.layout.manifest_path(ref.namespace, ref.cache)) or {}

@@ -1,8 +1,9 @@
 """Local CSI mode: one ModelCacheNode per node that should hold a copy.
 
 Nodes come from two places: those matching `spec.nodeSelector` (all Nodes
-when it is empty) and those where a consuming Pod is already scheduled, so an
-autoscaled node that was never labelled still gets its copy on demand.
+when it is empty), seen as their NodeSummaries (hooks/node_summary.py) or, until
+a Node has one, whole; and those where a consuming Pod is already scheduled, so
+an autoscaled node that was never labelled still gets its copy on demand.
 """
 
 from __future__ import annotations
@@ -15,9 +16,16 @@ from praesto.hooks import hook_protocol, rolling
 from praesto.hooks.common import Obj, child_metadata, consumer_pods, meta, previous_status, section
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.local_status import aggregate
+from praesto.hooks.node_summary import node_like
 
 from praesto import names
-from praesto.rbac import AGENT_CONFIGMAP_GRANT, AGENT_SECRET_GRANT, Permission
+from praesto.rbac import (
+    AGENT_CONFIGMAP_GRANT,
+    AGENT_SECRET_GRANT,
+    AGENT_TRUST_CONFIGMAP_GRANT,
+    AGENT_TRUST_SECRET_GRANT,
+    Permission,
+)
 from praesto.spec import ModelCacheSpec
 
 
@@ -79,14 +87,23 @@ def modelcachenode(
 SETTLED_PHASES = frozenset({names.PHASE_READY, names.PHASE_EVICTED})
 
 
+def copy_needs_secret(status: Mapping[str, Any]) -> bool:
+    """Whether a copy with this ModelCacheNode status may read its cache's Secret now: pending,
+    downloading or failed (and retrying), or serving while another revision is fetched beside it
+    (status.next, a rolling update, until that one is on disk). The one rule of the per-cache grant
+    and of the credentials broker (hooks/broker.py), which hands the Secret only to that copy's node."""
+    if status.get("phase") not in SETTLED_PHASES:
+        return True
+    beside = status.get("next")
+    return isinstance(beside, Mapping) and beside.get("phase") != names.NEXT_READY
+
+
 def copies_need_secret(node_names: Iterable[str], observed: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether some node copy may read the cache's Secret now: one not yet created or reported, or
-    pending, downloading or failed (and retrying). The per-cache grant exists only then (issue 21
-    item 4), not for as long as the cache exists; RBAC still cannot say which node's agent reads."""
-    phases = {
-        str(section(obj, "spec").get("nodeName")): section(obj, "status").get("phase") for obj in observed
-    }
-    return any(phases.get(node) not in SETTLED_PHASES for node in node_names)
+    """Whether some node copy may read the cache's Secret now (`copy_needs_secret`), or one is not yet
+    created or reported. The per-cache grant exists only then (issue 21 item 4), not for as long as
+    the cache exists; which node's agent gets the Secret is the broker's check (hooks/broker.py)."""
+    statuses = {str(section(obj, "spec").get("nodeName")): section(obj, "status") for obj in observed}
+    return any(node not in statuses or copy_needs_secret(statuses[node]) for node in node_names)
 
 
 def granted_objects(spec: ModelCacheSpec) -> dict[Permission, list[str]]:
@@ -104,8 +121,9 @@ def granted_objects(spec: ModelCacheSpec) -> dict[Permission, list[str]]:
 def secret_grant(
     parent: Mapping[str, Any], objects: dict[Permission, list[str]], config: HooksConfig
 ) -> list[Obj]:
-    """Role (get on those named Secrets and ConfigMaps only) + RoleBinding to the node agent's
-    ServiceAccount."""
+    """Role (get on those named Secrets and ConfigMaps only) + RoleBinding to praesto-hooks' own
+    ServiceAccount: its credentials broker (hooks/broker.py) hands each object only to the agent of
+    a node holding a copy that needs it, so no agent ServiceAccount can read a tenant's Secret."""
     role_name = names.secret_reader_role_name(str(meta(parent)["name"]))
     rbac = "rbac.authorization.k8s.io"
     role = {
@@ -128,10 +146,52 @@ def secret_grant(
         "metadata": child_metadata(parent, role_name),
         "roleRef": {"apiGroup": rbac, "kind": "Role", "name": role_name},
         "subjects": [
-            {"kind": "ServiceAccount", "name": config.agent_service_account, "namespace": config.namespace}
+            {"kind": "ServiceAccount", "name": config.hooks_service_account, "namespace": config.namespace}
         ],
     }
     return [role, binding]
+
+
+def trust_watch_grant(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksConfig) -> list[Obj]:
+    """Role on the one Secret or ConfigMap holding spec.verification's trust material (get, list,
+    watch on a ConfigMap; get only on a Secret) + RoleBinding to the node agent's ServiceAccount,
+    while any copy exists: each agent follows that object, a ConfigMap by a watch of it alone, a
+    Secret by a GET every few minutes (agent/trust_material.py), so a copy verified under material
+    replaced since leaves Ready (issue 37 item 4). The material is public (a public key or CA
+    certificates); the tenant's credentials stay behind the broker (`secret_grant`)."""
+    verification = spec.verification
+    if verification is None or (verification.secret_ref is None and verification.config_map_ref is None):
+        return []
+    grant, ref = (
+        (AGENT_TRUST_SECRET_GRANT, verification.secret_ref)
+        if verification.secret_ref is not None
+        else (AGENT_TRUST_CONFIGMAP_GRANT, verification.config_map_ref)
+    )
+    assert ref is not None
+    role_name = names.trust_reader_role_name(str(meta(parent)["name"]))
+    rbac = "rbac.authorization.k8s.io"
+    rule = {"apiGroups": [grant.group], "resources": [grant.resource], "resourceNames": [ref.name]}
+    return [
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "Role",
+            "metadata": child_metadata(parent, role_name),
+            "rules": [{**rule, "verbs": list(grant.verbs)}],
+        },
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "RoleBinding",
+            "metadata": child_metadata(parent, role_name),
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": role_name},
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": config.agent_service_account,
+                    "namespace": config.namespace,
+                }
+            ],
+        },
+    ]
 
 
 def sync_local(
@@ -141,7 +201,7 @@ def sync_local(
     config: HooksConfig,
     now: datetime,
 ) -> Obj:
-    nodes = hook_protocol.objects(request, "related", hook_protocol.NODE)
+    nodes = node_like(request)
     pods = consumer_pods(request, parent)
     wanted = set(selected_nodes(nodes, spec.node_selector))
     demand = demand_nodes(pods) - wanted
@@ -161,4 +221,6 @@ def sync_local(
     granted = granted_objects(spec)
     if granted and copies_need_secret(node_names, observed):
         children.extend(secret_grant(parent, granted, config))
+    if node_names:
+        children.extend(trust_watch_grant(parent, spec, config))
     return {"status": status, "children": children}

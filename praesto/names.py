@@ -17,6 +17,10 @@ MODELCACHE_KIND = "ModelCache"
 MODELCACHE_PLURAL = "modelcaches"
 MODELCACHENODE_KIND = "ModelCacheNode"
 MODELCACHENODE_PLURAL = "modelcachenodes"
+# One per Node, cluster-scoped, named as the Node: the labels ModelCache selectors read, written by the
+# node decorator (hooks/node_summary.py) so a cache's sync relates these instead of whole Nodes.
+NODESUMMARY_KIND = "NodeSummary"
+NODESUMMARY_PLURAL = "nodesummaries"
 
 CSI_DRIVER_NAME = "csi.praesto.io"
 CSI_ATTR_CACHE_NAME = "modelCacheName"
@@ -35,6 +39,16 @@ LABEL_INJECTION = "praesto.io/model-cache-injection"
 INJECTION_ENABLED = "enabled"
 CONSUMER_LABEL_PREFIX = "consumer.praesto.io/"
 READY_LABEL_PREFIX = "ready.praesto.io/"
+# On a Node once its NodeSummary exists (the decorator saw it): caches stop relating that Node whole.
+LABEL_NODE_SUMMARIZED = "praesto.io/node-summary"
+# Node labels a NodeSummary does not copy (hooks/node_summary.py): node-feature-discovery's, under this
+# domain or a subdomain of it (~80 on a GPU node; a summary stores each label three times: labels,
+# last-applied annotation, managedFields), those that change by themselves (a write each would be
+# a pass of every cache selecting the node), and our own, which change with every copy's readiness.
+# A nodeSelector naming one makes its cache relate whole Nodes, as before summaries.
+NFD_LABEL_DOMAIN = "feature.node.kubernetes.io"
+# Labels that change with no change to the node: GPU feature discovery stamps each relabelling run.
+VOLATILE_NODE_LABELS = frozenset({"nvidia.com/gfd.timestamp"})
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "praesto"
 
@@ -175,13 +189,19 @@ def secret_reader_role_name(cache_name: str) -> str:
     return _bounded_name("praesto-secret-reader-", cache_name)
 
 
+def trust_reader_role_name(cache_name: str) -> str:
+    """The agent's following of a cache's trust Secret or ConfigMap (hooks/local.py trust_watch_grant)."""
+    return _bounded_name("praesto-trust-reader-", cache_name)
+
+
 def download_progress_role_name(cache_name: str) -> str:
     """The Role (and RoleBinding) letting a PVC-mode download Pod write its Job's progress annotation."""
     return _bounded_name("praesto-download-progress-", cache_name)
 
 
 # Peers (agent/peers/auth.py, identity.py): every peer token is minted for one target node's
-# audience, `peer_audience(node)`; the TokenReview extras the API server adds to a Pod-bound
+# audience and the key that signs its requests, `peer_audience(node)` + "/<key id>"
+# (agent/peers/protocol.py `audience`); the TokenReview extras the API server adds to a Pod-bound
 # token name the Pod's node, name and UID.
 PEER_TOKEN_AUDIENCE = "praesto-peer"  # noqa: S105 - an audience name, not a secret
 TOKEN_EXTRA_NODE_NAME = "authentication.kubernetes.io/node-name"  # noqa: S105 - a key name
@@ -190,8 +210,16 @@ TOKEN_EXTRA_POD_UID = "authentication.kubernetes.io/pod-uid"  # noqa: S105 - a k
 
 
 def peer_audience(node: str) -> str:
-    """The audience of peer tokens meant for the agent on `node`: no other node accepts them."""
+    """The audience prefix of peer tokens meant for the agent on `node`: no other node accepts them."""
     return f"{PEER_TOKEN_AUDIENCE}/{node}"
+
+
+# The credentials broker (hooks/broker.py, served by praesto-hooks): an agent asks it for one object a
+# copy on its node names (spec.source.secretRef, spec.verification's Secret or ConfigMap) with a token
+# of its own Pod minted for this audience; the broker reads the node from the TokenReview.
+BROKER_TOKEN_AUDIENCE = "praesto-broker"  # noqa: S105 - an audience name, not a secret
+BROKER_PATH = "/broker/v1/objects"
+BROKER_MAX_OBJECT_BYTES = 1 << 20  # a Secret or ConfigMap's data as the broker hands it out, at most
 
 
 # Environment variables of the downloader (the DaemonSet and the PVC-mode Job set them; each
@@ -213,6 +241,9 @@ ENV_OCI_MIRRORS = "PRAESTO_OCI_MIRRORS"
 # Networks a download may reach although internal (chart downloads.egress.allowedCIDRs; comma-separated
 # CIDRs): agent/download/egress.py refuses loopback, link-local, metadata and private addresses otherwise.
 ENV_EGRESS_ALLOWED_CIDRS = "PRAESTO_EGRESS_ALLOWED_CIDRS"
+# Hugging Face files stored in Xet are fetched through the Xet CAS (agent/download/xetpath.py) when
+# this is "true" (chart downloads.xet.enabled, --xet); anything else: whole through resolve/.
+ENV_XET = "PRAESTO_XET"
 # The platform's signing trust (chart verification.trust): the mounted ConfigMap's directory, read
 # by the hooks and the node agent at start; and the namespaces that accept only signed models
 # (verification.requiredIn, comma-separated, "*": all). praesto/trustpolicy.py.

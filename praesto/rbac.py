@@ -24,7 +24,8 @@ READ = ("get", "list", "watch")
 WRITE = ("create", "update", "patch", "delete")
 
 # Node agent (DaemonSet): its own ModelCacheNodes, their status and finalizer, and events.
-# Secret reads are granted per cache, for one named Secret, by a Role the sync hook returns.
+# It reads no tenant Secret: the credentials broker in praesto-hooks (hooks/broker.py) hands a copy's
+# Secret to the agent of that copy's node only, with a token it mints like peer tokens (AGENT_PEERS).
 AGENT: tuple[Permission, ...] = (
     Permission(names.GROUP, names.MODELCACHENODE_PLURAL, ("get", "list", "watch", "patch", "update")),
     Permission(names.GROUP, f"{names.MODELCACHENODE_PLURAL}/status", ("get", "patch", "update")),
@@ -45,6 +46,16 @@ AGENT_WARM: tuple[Permission, ...] = (Permission(names.GROUP, names.MODELCACHE_P
 AGENT_SECRET_GRANT = Permission("", "secrets", ("get",))
 # ... and, when spec.verification's trust material is in a ConfigMap, get on that one ConfigMap.
 AGENT_CONFIGMAP_GRANT = Permission("", "configmaps", ("get",))
+# spec.verification's trust material (a public key or CA certificates) in a Secret or ConfigMap: a Role
+# bound to the agent while any copy exists (hooks/local.py trust_watch_grant), so a copy verified under
+# material replaced since leaves Ready (agent/trust_material.py). A ConfigMap is followed by list and
+# watch with fieldSelector metadata.name, which resourceNames allows; a Secret by `get` every few
+# minutes only, because granting list or watch on it would need Metacontroller to hold them on every
+# Secret (RBAC's escalation check), and no identity may list Secrets.
+TRUST_SECRET_VERBS = ("get",)
+TRUST_CONFIGMAP_VERBS = ("get", "list", "watch")
+AGENT_TRUST_SECRET_GRANT = Permission("", "secrets", TRUST_SECRET_VERBS)
+AGENT_TRUST_CONFIGMAP_GRANT = Permission("", "configmaps", TRUST_CONFIGMAP_VERBS)
 
 # PVC mode's live progress: the download Pod's own ServiceAccount may patch its one Job (Role in the
 # cache's namespace, resourceNames = the Job, only while it runs; hooks/pvc_progress.py). The chart's
@@ -52,9 +63,9 @@ AGENT_CONFIGMAP_GRANT = Permission("", "configmaps", ("get",))
 # Metacontroller holds patch on Jobs (METACONTROLLER), which RBAC's escalation check requires.
 DOWNLOADER_PROGRESS_GRANT = Permission("batch", "jobs", ("patch",))
 
-# Peers (agent/peers/auth.py, chart nodeAgent.peers.enabled): a Role in the release namespace lets the
-# agent ServiceAccount request tokens for itself only (resourceNames); the chart's
-# ValidatingAdmissionPolicy binds each to the asking agent's own Pod and a peer audience.
+# Peers and the credentials broker (agent/peers/auth.py TokenMinter): a Role in the release namespace
+# lets the agent ServiceAccount request tokens for itself only (resourceNames); the chart's
+# ValidatingAdmissionPolicy binds each to the asking agent's own Pod and a peer or broker audience.
 AGENT_PEERS: tuple[Permission, ...] = (Permission("", "serviceaccounts/token", ("create",)),)
 
 # Origin budget (agent/budget, chart originBudget.enabled): a Role in the release namespace only.
@@ -62,7 +73,7 @@ AGENT_PEERS: tuple[Permission, ...] = (Permission("", "serviceaccounts/token", (
 # name them (resourceNames); the chart's ValidatingAdmissionPolicy confines the agent's writes to
 # Leases named praesto-origin-* and held, if at all, by the node its token is bound to.
 AGENT_ORIGIN_BUDGET: tuple[Permission, ...] = (
-    Permission("coordination.k8s.io", "leases", ("get", "list", "create", "update")),
+    Permission("coordination.k8s.io", "leases", ("get", "list", "watch", "create", "update")),
 )
 
 # Hooks Deployment: the admission webhook's watch-fed lookups, and releasing the node copies
@@ -73,6 +84,8 @@ HOOKS: tuple[Permission, ...] = (
     Permission("storage.k8s.io", "storageclasses", READ, namespaced=False),
     # Node labels only, for the validating webhook's "nodeSelector matches no nodes" warning.
     Permission("", "nodes", READ, namespaced=False),
+    # The credentials broker (hooks/broker.py): which node's agent asks, from its Pod-bound token.
+    Permission("authentication.k8s.io", "tokenreviews", ("create",), namespaced=False),
 )
 
 # Metacontroller, restricted to what our CompositeController and DecoratorController manage.
@@ -85,6 +98,10 @@ METACONTROLLER: tuple[Permission, ...] = (
     Permission(names.GROUP, f"{names.MODELCACHE_PLURAL}/finalizers", ("update",)),
     Permission(names.GROUP, names.MODELCACHENODE_PLURAL, READ + WRITE),
     Permission("", "nodes", ("get", "list", "watch", "update", "patch"), namespaced=False),
+    # The node decorator's attachment, one per Node (hooks/node_summary.py), owned by its Node with
+    # blockOwnerDeletion: creating it needs update on nodes/finalizers (as for modelcaches above).
+    Permission(names.GROUP, names.NODESUMMARY_PLURAL, READ + WRITE, namespaced=False),
+    Permission("", "nodes/finalizers", ("update",), namespaced=False),
     Permission("", "pods", READ),
     # PVC mode with workload identity relates the downloader's ServiceAccount (hooks/pvc_pod.py).
     Permission("", "serviceaccounts", READ),
@@ -96,9 +113,11 @@ METACONTROLLER: tuple[Permission, ...] = (
     Permission("networking.k8s.io", "networkpolicies", READ + WRITE),
     Permission("rbac.authorization.k8s.io", "roles", READ + WRITE),
     Permission("rbac.authorization.k8s.io", "rolebindings", READ + WRITE),
-    # Granting `get` on a Secret through a Role requires holding it (RBAC escalation check).
-    Permission("", "secrets", ("get",)),
-    Permission("", "configmaps", ("get",)),  # likewise for a trust ConfigMap (spec.verification)
+    # Granting a verb on a Secret or ConfigMap through a Role requires holding it (RBAC escalation
+    # check): `get` for the per-cache grants, list and watch too for a trust ConfigMap's watch. Never
+    # list or watch on Secrets: that would read every tenant's (a trust Secret is re-read by `get`).
+    Permission("", "secrets", TRUST_SECRET_VERBS),
+    Permission("", "configmaps", TRUST_CONFIGMAP_VERBS),
     Permission("", "events", ("create", "patch")),
     Permission("apiextensions.k8s.io", "customresourcedefinitions", READ, namespaced=False),
     Permission("metacontroller.k8s.io", "compositecontrollers", READ, namespaced=False),

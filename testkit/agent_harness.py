@@ -169,12 +169,18 @@ def rbac_violations(requests: list[RequestRecord]) -> list[RequestRecord]:
     """Calls outside `praesto.rbac.AGENT` and `AGENT_PEERS` (the per-cache grants, Secrets and a
     verification ConfigMap: namespaced `get` by name only)."""
     allowed = {(p.group, p.resource, verb) for p in rbac.AGENT + rbac.AGENT_PEERS for verb in p.verbs}
-    grants = {(g.group, g.resource): g for g in (rbac.AGENT_SECRET_GRANT, rbac.AGENT_CONFIGMAP_GRANT)}
+    grants: dict[tuple[str, str], set[str]] = {}
+    for g in (rbac.AGENT_SECRET_GRANT, rbac.AGENT_CONFIGMAP_GRANT, rbac.AGENT_TRUST_SECRET_GRANT,
+              rbac.AGENT_TRUST_CONFIGMAP_GRANT):  # fmt: skip
+        grants.setdefault((g.group, g.resource), set()).update(g.verbs)
     bad = []
     for r in requests:
-        grant = grants.get((r.group, r.resource))
-        if grant is not None:
-            if not (r.verb in grant.verbs and r.namespace and r.name):
+        verbs = grants.get((r.group, r.resource))
+        if verbs is not None:
+            # by name: a get of it, or a list/watch of it alone (fieldSelector metadata.name, the trust
+            # ConfigMap's watch) where the grant has those verbs (never on Secrets)
+            named = r.name or r.query.get("fieldSelector", "").startswith("metadata.name=")
+            if not (r.verb in verbs and r.namespace and named):
                 bad.append(r)
         elif (r.group, r.resource, r.verb) not in allowed:
             bad.append(r)

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from praesto.agent.download.api import LastingDownloadError, Options
 from praesto.agent.download.http import Transport, origin
-from praesto.agent.download.ociauth import Credential, RegistryAuth, credential_for
+from praesto.agent.download.ociauth import MAX_TOKEN_ANSWER_BYTES, Credential, RegistryAuth, credential_for
 
 from praesto import names
 from praesto.ocireference import Reference
@@ -102,7 +102,10 @@ class RegistryTransport(Transport):
         if resp.status != 401 or not authorized or origin(url) != self.hub_origin:
             return resp
         challenge = resp.getheader("WWW-Authenticate", "")
-        resp.read()
+        # The body says nothing we use: drained for the keep-alive connection up to the token answer's
+        # bound, and past it the connection is dropped (the registry is the tenant's: issue 37)
+        if len(resp.read(MAX_TOKEN_ANSWER_BYTES + 1)) > MAX_TOKEN_ANSWER_BYTES:
+            self._drop(url)
         # Asked again with what the challenge wanted; with nothing new to offer, the second 401 is
         # the caller's to explain (ociplan: which credential, and the fix).
         self.auth.answer(challenge, sent)

@@ -113,6 +113,12 @@ def test_signed_model_ready_and_tampered_model_failed_with_signature_invalid(
     wait_gone(
         installed.admin, "rbac.authorization.k8s.io/v1", "Role", names.secret_reader_role_name("signed"), NS
     )
+    # ... but its trust Secret stays followed: the agent re-reads that one object by GET (real RBAC:
+    # resourceNames, `get` only; agent/trust_material.py), so a replaced key is noticed
+    watch_role = names.trust_reader_role_name("signed")
+    assert installed.admin.get("rbac.authorization.k8s.io/v1", "Role", watch_role, NS) is not None
+    assert "following trust material" in agent.log()
+    assert layout.is_complete(NS, "signed")  # verified under the material the agent holds: still served
 
     certified = json.loads((layout.cache_dir(NS, "certified") / names.MANIFEST_FILE).read_text())
     assert certified[names.MANIFEST_SIGNATURE]["signer"].startswith("CN=publisher.example")

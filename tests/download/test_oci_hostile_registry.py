@@ -148,3 +148,46 @@ def test_a_manifest_whose_bytes_differ_from_the_digest_reference_is_refused(regi
         _plan(registry, f"@{asked}")
     assert info.value.reason == "ChecksumMismatch"
     assert f"served a manifest whose digest is {got}, not {asked}" in str(info.value)
+
+
+def test_a_401_answering_a_huge_body_is_cut_at_the_token_answers_bound(registry: _Registry) -> None:
+    """The registry's 401 body is drained only up to the token answer's bound (64 KiB), then the
+    connection is dropped: the planner asks again, with the token, on a new one."""
+    realm = f"http://{registry.host}/token"
+    asked: list[int] = []
+
+    def manifest(handler: _Handler) -> None:
+        asked.append(1)
+        if len(asked) > 1:
+            handler.send_response(404)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
+        handler.send_response(401)
+        handler.send_header("WWW-Authenticate", f'Bearer realm="{realm}",service="hostile"')
+        handler.send_header("Content-Length", str(FLOOD_BYTES))
+        handler.end_headers()
+        try:
+            while registry.sent < FLOOD_BYTES:
+                handler.wfile.write(b" " * CHUNK)
+                registry.sent += CHUNK
+        except OSError:
+            handler.close_connection = True
+        finally:
+            registry.flood_over.set()
+
+    def token(handler: _Handler) -> None:
+        body = b'{"token": "t0k3n"}'
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    registry.answers[_manifest_path("v1")] = manifest
+    registry.answers["/token"] = token
+    with pytest.raises(LastingDownloadError):
+        _plan(registry, ":v1")  # the tag is not there (404), once asked with the token
+    _flood_was_cut(registry)
+    manifests = [auth for path, auth in registry.seen if path.startswith(_manifest_path("v1"))]
+    assert manifests == [None, "Bearer t0k3n"], registry.seen

@@ -130,12 +130,32 @@ def test_sync_gives_copies_the_verification_and_grants_the_trust_secret_while_ne
     role = next(c for c in alone if c["kind"] == "Role")
     assert role["rules"][0]["resourceNames"] == ["publisher-key"]
     settled = _sync(_spec({"certificate": KEY}), {"node-a": names.PHASE_READY, "node-b": names.PHASE_READY})
-    assert not [c for c in settled if c["kind"] in ("Role", "RoleBinding")]
+    reader = names.secret_reader_role_name("signed")
+    assert not [
+        c for c in settled if c["kind"] in ("Role", "RoleBinding") and c["metadata"]["name"] == reader
+    ]
+    # the trust material stays followed by the agents while any copy exists: a Secret by `get` alone
+    # (re-read every few minutes; list or watch would need Metacontroller to list every Secret)
+    watched = [c for c in settled if c["kind"] in ("Role", "RoleBinding")]
+    assert {c["metadata"]["name"] for c in watched} == {names.trust_reader_role_name("signed")}
+    role = next(c for c in watched if c["kind"] == "Role")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["publisher-key"], "verbs": ["get"]}
+    ]
+    binding = next(c for c in watched if c["kind"] == "RoleBinding")
+    assert binding["subjects"][0]["name"] == CONFIG.agent_service_account
     from_config_map = _sync(_spec({"publicKey": {"configMapRef": {"name": "keys", "key": "key.pub"}}}), {})
-    role = next(c for c in from_config_map if c["kind"] == "Role")
+    role = next(c for c in from_config_map if c["kind"] == "Role" and c["metadata"]["name"] == reader)
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["keys"], "verbs": ["get"]}
     ]
+    # a ConfigMap is followed by a watch of it alone (fieldSelector metadata.name), noticed at once
+    trust_reader = names.trust_reader_role_name("signed")
+    role = next(c for c in from_config_map if c["kind"] == "Role" and c["metadata"]["name"] == trust_reader)
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["keys"],
+         "verbs": ["get", "list", "watch"]}
+    ]  # fmt: skip
     keyless = _sync(_spec({"sigstore": {"identity": "me@example.com", "oidcIssuer": "https://i"}}), {})
     assert not [c for c in keyless if c["kind"] in ("Role", "RoleBinding")]
 
