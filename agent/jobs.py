@@ -111,6 +111,7 @@ class Job:
                 signature=signature,
                 max_bytes=self.ref.size_bytes,  # archives stop unpacking there (download/unpack.py)
                 egress=self.options.egress,  # where the cache's source may send this node
+                xet=self.options.xet,
             )
             plan = self.planner(self.ref.source, options)
             self.log.info(
@@ -134,6 +135,8 @@ class Job:
                     "fromOrigin": out.result.bytes_from_origin,
                     "deduplicated": out.result.bytes_deduplicated,
                     "resumed": out.result.bytes_resumed,
+                    "fromXet": out.result.bytes_from_xet,
+                    "xetFallbacks": out.result.xet_fallbacks,
                     "seconds": round(out.result.seconds, 3),
                     "size": format_bytes(plan.total_bytes),
                 },
@@ -183,6 +186,7 @@ class JobRunner:
         ca_bundle: str | None = None,
         store_env: Mapping[str, str] | None = None,
         egress: EgressPolicy | None = None,
+        xet: bool = False,
         max_parallel: int,
         peering: Peering | None = None,
         budget: OriginBudget | None = None,
@@ -193,6 +197,7 @@ class JobRunner:
         self.direct_writes = direct_writes
         self.store_env: Mapping[str, str] = store_env or {}
         self.egress = egress or EgressPolicy()  # none given: every internal address refused
+        self.xet = xet  # --xet (download/xetpath.py)
         self.peering, self.budget = peering, budget
         # each download gives its share of the origin slots back when it ends
         self.downloader = budget.releasing(downloader) if budget is not None else downloader
@@ -204,7 +209,7 @@ class JobRunner:
             endpoint=self.endpoint, concurrency=self.concurrency, ca_bundle=self.ca_bundle,
             direct_writes=self.direct_writes,
             store_env=self.store_env,  # the store clients' settings and the proxies, from the edge
-            egress=self.egress,
+            egress=self.egress, xet=self.xet,
         )  # fmt: skip
         job = Job(
             ref, self.layout, self.kube, options, self.room, self._started, self.status.progress,
@@ -223,6 +228,8 @@ class JobRunner:
             outcome = job.run()
         finally:
             self.metrics.in_flight.dec()
+            if self.peering is not None:  # the download ended: its watch of the cache's copies closes
+                self.peering.detach()
         self.done(outcome)
 
     def _started(self, ref: CacheRef, plan: dlapi.Plan) -> None:

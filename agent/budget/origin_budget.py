@@ -59,7 +59,7 @@ class BudgetConfig:
     bytes_per_second: int = 0  # the cluster's origin rate, shared as max_nodes equal parts; 0: none
     lease_seconds: int = 30  # a holder that stops renewing loses its slot after this long
     max_retry_after: float = 600.0  # the longest Retry-After any node's origin may impose on all
-    poll_seconds: float = 2.0  # how often a waiting node looks at the slots again
+    poll_seconds: float = 2.0  # how often a waiting node looks again at the (watched) slots unchanged
     cooldown_refresh: float = 1.0  # how stale a node's view of a host's Retry-After may be
 
 
@@ -128,6 +128,7 @@ class OriginBudget:
             held, self._held = dict(self._held), {}
         for name, _ in held.values():
             self._give_back(name)
+        self.leases.stop_watch()
 
     # ---- slots ---------------------------------------------------------------------
     def groups(self, host: str) -> list[str]:
@@ -160,6 +161,7 @@ class OriginBudget:
                     raise DownloadCancelled()
                 if not self._taking.acquire(timeout=self.config.poll_seconds):
                     continue
+                seen = self.leases.version  # a change from here on wakes the wait below at once
                 try:
                     waiting = self._take(missing, namespace)
                 except Exception as err:  # the API unreachable: wait and look again, say why
@@ -172,7 +174,9 @@ class OriginBudget:
                     log.info("%s", waiting)
                     report(waiting)
                     said = waiting
-                if cancel.wait(self.config.poll_seconds * (0.75 + random.random() / 2)):  # noqa: S311 - jitter
+                # the watched Leases change (a slot freed, a mark taken back), or the time passes
+                # (a holder that stopped renewing lapses without any write): look again, in memory
+                if self.leases.wait(seen, self.config.poll_seconds * (0.75 + random.random() / 2), cancel):  # noqa: S311 - jitter
                     raise DownloadCancelled()
         finally:
             self._done_waiting(groups, joined or not join)
@@ -201,6 +205,7 @@ class OriginBudget:
                         free.append(held[0] if held else slots.claim_name(g, self.node))
         for name in free:
             self._give_back(name)
+        self._unwatch_if_idle()
 
     def leave(self, host: str) -> None:
         """One download stopped using the origin; the last one gives the claims back."""
@@ -215,6 +220,14 @@ class OriginBudget:
                         free.append(held[0] if held else slots.claim_name(g, self.node))
         for name in free:
             self._give_back(name)
+        self._unwatch_if_idle()
+
+    def _unwatch_if_idle(self) -> None:
+        """Nothing on this node holds, gives up or waits for a slot: no watch of the Leases either."""
+        with self._lock:
+            idle = not (self._held or self._yielding or self._waiters or self._users)
+        if idle:
+            self.leases.stop_watch()
 
     def _count(self, group: str) -> tuple[int, str]:
         if group == GLOBAL:
@@ -275,6 +288,7 @@ class OriginBudget:
             with self._lock:
                 held, yielding = dict(self._held), set(self._yielding)
             if not held and not yielding:
+                self._unwatch_if_idle()
                 continue
             lost: list[str] = []
             try:
@@ -351,7 +365,7 @@ class OriginBudget:
         if cached is not None and now - cached[0] < self.config.cooldown_refresh:
             return cached[1]
         try:
-            lease = self.leases.get(slots.host_lease_name(host))
+            lease = self.leases.cached(slots.host_lease_name(host))  # the watch's copy while one runs
             seen = slots.cooldown_of(lease, self.clock(), self.config.max_retry_after)
         except Exception as err:
             log.warning("could not read the Retry-After of %s: %s", host, type(err).__name__)

@@ -1,8 +1,9 @@
 """Peer discovery through ModelCacheNode status, and who fetches from the origin first.
 
 No new control plane: each agent publishes `status.peer.address` (`<podIP>:<port>`)
-on its ModelCacheNodes. Before a download, the agent lists the ModelCacheNodes
-of the same cache (label `praesto.io/model-cache`, same namespace) and:
+on its ModelCacheNodes. Before a download, the agent watches the ModelCacheNodes
+of the same cache (label `praesto.io/model-cache`, same namespace; directory.py: one
+list, then a watch, until the download ends) and:
 
 * some are Ready at the same resolved revision with an address: fetch from them
   (`PeerSource`), the origin only for what they cannot give;
@@ -19,6 +20,10 @@ of the same cache (label `praesto.io/model-cache`, same namespace) and:
   disappears is skipped (before the download) or dropped (during it, by
   `PeerSource`), so waiting never outlives a broken leader long.
 
+Waiting costs the API server nothing per look: a waiting agent reads the watched
+copies from memory, woken by each change of them, and at least every `poll_seconds`
+(a stalled leader changes nothing, so the time has to be looked at too).
+
 A swarm, not a star: a follower asks every peer of the same revision that is
 Ready or Downloading (found again while it runs), each for the parts it holds
 (swarm.py: the least busy holder of each part), and a download in flight sends
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,12 +47,14 @@ from typing import Any
 from kubernetes import client
 from praesto.agent.download.api import DownloadCancelled, Options, Plan
 from praesto.agent.peers.auth import Credentials, Pod, TokenMinter
+from praesto.agent.peers.directory import PeerDirectory
 from praesto.agent.peers.identity import Identities, PeerAuthorizer
 from praesto.agent.peers.server import Limits, PeerServer
 from praesto.agent.peers.source import PeerSource, Tuning
 
 from praesto import names
 from praesto.store import StoreLayout
+from praesto.watched import SYNC_SECONDS, WatchedSet
 
 log = logging.getLogger("praesto.peers")
 REASON_WAITING_FOR_PEER = "WaitingForPeer"
@@ -62,7 +70,7 @@ class PeerConfig:
     bind: tuple[str, int] = ("0.0.0.0", 0)  # where the server listens
     limits: Limits = field(default_factory=Limits)
     tuning: Tuning = field(default_factory=Tuning)
-    poll_seconds: float = 2.0  # how often a waiting agent looks at the leader
+    poll_seconds: float = 2.0  # how often a waiting agent looks again at its (watched) leader unchanged
     stall_seconds: float = 60.0  # a leader whose status does not move this long is skipped
 
 
@@ -73,18 +81,42 @@ class Peering:
         self, config: PeerConfig, api: client.ApiClient, node_name: str, layout: StoreLayout
     ) -> None:
         self.config = config
-        self.custom = client.CustomObjectsApi(api)
         self.node_name = node_name
         self.credentials = Credentials(node_name, TokenMinter(api, config.pod))
-        self.authorizer = PeerAuthorizer(Identities(api, config.service_account, node_name))
+        self.directory = PeerDirectory(api, node_name)  # the copies of caches downloading here
+        self.authorizer = PeerAuthorizer(
+            Identities(api, config.service_account, node_name, directory=self.directory)
+        )
         self.server = PeerServer(layout, self.authorizer, config.bind, config.limits)
         self.address = config.address or self.server.address
+        self._held = threading.local()  # the caches this download thread watches (attach .. detach)
 
     def start(self) -> None:
         self.server.start()
 
     def stop(self) -> None:
         self.server.stop()
+        self.directory.stop()
+
+    def detach(self) -> None:
+        """The download on this thread ended (however): stop watching the copies it watched."""
+        for namespace, cache in getattr(self._held, "keys", []):
+            self.directory.release(namespace, cache)
+        self._held.keys = []
+
+    def _watch(self, namespace: str, cache: str) -> WatchedSet:
+        """The copies of `namespace`/`cache`, watched until this thread's `detach` (one download
+        runs on one pool thread, from `attach` to its end: jobs.py)."""
+        held: list[tuple[str, str]] = getattr(self._held, "keys", [])
+        self._held.keys = held
+        if (namespace, cache) in held:
+            watched = self.directory.watched(namespace, cache)
+            if watched is not None:
+                return watched
+            held.remove((namespace, cache))
+        watched = self.directory.acquire(namespace, cache)
+        held.append((namespace, cache))
+        return watched
 
     def status_fields(self) -> dict[str, Any]:
         return {"peer": {"address": self.address}}
@@ -99,8 +131,10 @@ class Peering:
             options.arrivals = flight.arrivals
         skipped: set[str] = set()
         watched: tuple[str, Any, float] | None = None  # (leader, what it showed, since when)
+        copies = self._watch(namespace, cache)
         while True:
-            others = self._others(namespace, cache)
+            seen = copies.version
+            others = self._others(namespace, cache, copies, options.cancel)
             ready = [
                 _address(o)
                 for o in others
@@ -108,7 +142,7 @@ class Peering:
             ]
             ready = [a for a in ready if a]
             if ready:
-                options.peers = self._source(namespace, cache, plan, self._holders(others, plan), [], options)
+                options.peers = self._source(copies, plan, self._holders(others, plan), [], options)
                 log.info("fetching %s/%s from peers %s", namespace, cache, ",".join(ready))
                 return
             active = {
@@ -129,7 +163,7 @@ class Peering:
             ):
                 seeder = _address(active[leader])
                 holders = {seeder: leader, **self._holders(others, plan)}
-                options.peers = self._source(namespace, cache, plan, holders, [seeder], options)
+                options.peers = self._source(copies, plan, holders, [seeder], options)
                 log.info("copying %s/%s from node %s while it downloads", namespace, cache, leader)
                 return
             shows = (
@@ -150,19 +184,19 @@ class Peering:
                 f"waiting for node {leader}, which is fetching this model from the origin; "
                 "it is copied from there once Ready",
             )
-            if options.cancel.wait(self.config.poll_seconds):
+            if copies.wait(seen, self.config.poll_seconds, options.cancel):  # a change of any copy wakes it
                 raise DownloadCancelled()
 
     def _source(
         self,
-        namespace: str,
-        cache: str,
+        copies: WatchedSet,  # the cache's copies, watched until the download ends (`detach`)
         plan: Plan,
         addresses: dict[str, str],
         seeders: list[str],
         options: Options,
     ) -> PeerSource:
         tuning = dataclasses.replace(self.config.tuning, stall_seconds=self.config.stall_seconds)
+        namespace, cache = copies.key
         return PeerSource(
             addresses,
             self.credentials,
@@ -171,7 +205,7 @@ class Peering:
             plan.revision,
             tuning,
             seeders=seeders,
-            discover=lambda: self._holders(self._others(namespace, cache), plan),
+            discover=lambda: self._holders(self._others(namespace, cache, copies), plan),  # from memory
             proxies=options.proxies,
         )
 
@@ -187,20 +221,21 @@ class Peering:
             and _address(o)
         }
 
-    def _others(self, namespace: str, cache: str) -> list[Obj]:
-        """Other nodes' ModelCacheNodes of this cache; [] when the API cannot say (origin then)."""
-        try:
-            listed = self.custom.list_namespaced_custom_object(
-                names.GROUP,
-                names.VERSION,
-                namespace,
-                names.MODELCACHENODE_PLURAL,
-                label_selector=f"{names.LABEL_MODEL_CACHE}={cache}",
-            )
-        except Exception as err:  # peers are an optimisation: never fail a download on them
-            log.warning("listing peers of %s/%s failed: %s", namespace, cache, type(err).__name__)
-            return []
-        items: list[Obj] = list(listed.get("items") or [])
+    def _others(
+        self, namespace: str, cache: str, copies: WatchedSet, cancel: threading.Event | None = None
+    ) -> list[Obj]:
+        """Other nodes' ModelCacheNodes of this cache, from the watch; one direct list when the
+        watch cannot be trusted (not listed yet, or unanswered: then it is what the API says now);
+        [] when the API cannot say (origin then)."""
+        items: list[Obj]
+        if copies.fresh(SYNC_SECONDS, cancel):
+            items = copies.items()
+        else:
+            try:
+                items = self.directory.list_now(namespace, cache)
+            except Exception as err:  # peers are an optimisation: never fail a download on them
+                log.warning("listing peers of %s/%s failed: %s", namespace, cache, type(err).__name__)
+                return []
         return [o for o in items if _node(o) != self.node_name and _node(o)]
 
 
