@@ -4,7 +4,7 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install run test lint image typecheck unit cluster-bin test-cluster node-bin test-node registry-bin tools-bin bench stubs
+.PHONY: install run test lint image typecheck unit cluster-bin test-cluster node-bin test-node registry-bin tools-bin bench stubs test-scale
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	bash scripts/install.sh $(VENV)
@@ -74,3 +74,8 @@ stubs: install
 
 bench: install
 	$(PY) -m bench.all
+
+## The scale tier alone (not part of `make test`: ~N/50 s per phase and ~15 min at 1,000 nodes): one cache over
+## 100 and 1,000 GPU-shaped Nodes on the real control plane, the chart's Metacontroller settings (bench/scale_bench.py)
+test-scale: install cluster-bin
+	$(PY) -m bench.scale_bench $(SCALE_ARGS)

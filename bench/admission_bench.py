@@ -190,7 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  ratio p50 {stats[MUTATE][0] / stats[NOOP][0]:.2f}x   p99 {stats[MUTATE][1] / stats[NOOP][1]:.2f}x   (target <= 1.5x)"
     )
-    print_table("  p50 of each round", p50s, scale=1e3, unit="ms")
+    print_table(
+        "Pod admission latency, /admission/mutate-pod (a Pod asking for a model) vs a no-op handler on the "
+        "same praesto-hooks gunicorn: p50 of each round",
+        p50s,
+        scale=1e3,
+        unit="ms",
+    )
     print(f"  ratio of medians of the per-round p50s: {ratio(p50s[MUTATE], p50s[NOOP]):.2f}x")
     return 0
 

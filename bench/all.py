@@ -29,6 +29,7 @@ BENCHMARKS: tuple[tuple[str, ...], ...] = (
     ("bench.csi_bench",),  # bind mounts
     ("bench.prewarm_bench",),  # drops the page cache, bind mounts
     ("bench.oci_bench",),  # containerd's overlayfs snapshots
+    ("bench.scale_bench",),  # the real control plane with 100 and 1,000 GPU-shaped Nodes (make test-scale)
 )
 NEEDS_ROOT = ("bench.csi_bench", "bench.prewarm_bench", "bench.oci_bench", "--cold")
 RESULTS = DEFAULT_RESULTS

@@ -9,6 +9,7 @@ bench files do not each grow their own formatting.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import statistics
@@ -27,6 +28,20 @@ ENV_RESULTS = "PRAESTO_BENCH_RESULTS"
 RESULTS_PATH = os.environ.get(ENV_RESULTS)
 
 
+def machine() -> str:
+    """CPU model and how many CPUs this process may use: the figures hold for this machine only
+    (recorded with every result, and named under it on the page)."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {len(os.sched_getaffinity(0))} CPUs"
+
+
 def record(kind: str, title: str, data: Mapping[str, object]) -> None:
     """Append one result (a table of samples, or a series) to the results file, if one is set."""
     if not RESULTS_PATH:
@@ -34,7 +49,14 @@ def record(kind: str, title: str, data: Mapping[str, object]) -> None:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     command = " ".join(["python -m", spec.name, *sys.argv[1:]] if spec else ["python", *sys.argv])
-    line = {"kind": kind, "command": command, "title": title, "time": time.time(), **data}
+    line = {
+        "kind": kind,
+        "command": command,
+        "title": title,
+        "time": time.time(),
+        "machine": machine(),
+        **data,
+    }
     with open(RESULTS_PATH, "a") as out:
         out.write(json.dumps(line) + "\n")
 
@@ -57,6 +79,21 @@ def spread(
     return f"min {lo:{width}.{digits}f}  median {mid:{width}.{digits}f}  max {hi:{width}.{digits}f} {unit}"
 
 
+def plain(value: float) -> str:
+    """A number as a reader writes it: 3 significant digits below 100, whole numbers above (1,024, not
+    1.02e+03), never an exponent (0.0000000853, not 8.53e-08), no trailing zeros; "not reached" for a NaN
+    (a phase past its deadline)."""
+    if math.isnan(value):
+        return "not reached"
+    if value == 0 or math.isinf(value):
+        return f"{value:g}"
+    magnitude = math.floor(math.log10(abs(value)))
+    if magnitude >= 2:
+        return f"{value:,.0f}"
+    text = f"{value:.{2 - magnitude}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
@@ -66,17 +103,16 @@ def ratio(numerator: list[float], denominator: list[float]) -> float:
     return statistics.median(numerator) / statistics.median(denominator)
 
 
-def print_table(title: str, samples: Mapping[str, list[float]], **spread_args: float | int | str) -> None:
-    """One row per contender: n, then min/median/max (and recorded for the report)."""
+def print_table(
+    title: str, samples: Mapping[str, list[float]], *, recorded: bool = True, **spread_args: float | int | str
+) -> None:
+    """One row per contender: n, then min/median/max (and, unless `recorded` is false because the bench
+    records its own richer result, recorded for the report)."""
     scale = float(spread_args.get("scale", 1.0))
-    record(
-        "table",
-        title,
-        {
-            "unit": str(spread_args.get("unit", "s")),
-            "samples": {name: [v * scale for v in values] for name, values in samples.items()},
-        },
-    )
+    if recorded:
+        unit = str(spread_args.get("unit", "s"))
+        scaled = {name: [v * scale for v in values] for name, values in samples.items()}
+        record("table", title, {"unit": unit, "samples": scaled})
     print(title)
     width = max(len(name) for name in samples)
     for name, values in samples.items():

@@ -273,7 +273,12 @@ def _scenario(
 
     tools = _contenders(hub, work, dest, hf)
     samples = interleaved({tool: run(tool, cmd) for tool, cmd in tools.items()}, args.rounds)
-    print_table(f"{name}: seconds incl. sync, {args.rounds} interleaved rounds", samples)
+    cache = "cold page cache (dropped before every run)" if args.cold else "warm page cache"
+    print_table(
+        f"download of a {total / 2**30:.1f} GiB model from a local hub, origin {name}, {cache}: "
+        f"seconds incl. sync, {', '.join(samples)}, {args.rounds} interleaved rounds",
+        samples,
+    )
     for tool, values in samples.items():
         print(f"  {tool:20s} median {total / median(values) / 1e6:7.1f} MB/s")
     print(

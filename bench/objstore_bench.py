@@ -174,7 +174,11 @@ def main() -> int:
                 return once
 
             samples = interleaved({name: run(name, cmd, where) for name, cmd, where in clients}, args.rounds)
-            print_table(f"seconds incl. sync, {args.rounds} interleaved rounds", samples)
+            print_table(
+                f"download of {total / 2**30:.1f} GiB in {args.objects} objects from a local S3 server: "
+                f"seconds incl. sync, {args.rounds} interleaved rounds",
+                samples,
+            )
             for name, values in samples.items():
                 print(
                     f"  {name:48s} median {total / median(values) / MiB:6.0f} MiB/s, peak RSS {max(peaks[name]):5.0f} MiB"

@@ -153,8 +153,9 @@ def main() -> int:
     print(
         f"model: {model_bytes / 2**20:.0f} MiB in 2 files, local registry (distribution v3.1.2), page cache warm"
     )
-    print_table("time to a usable copy (s)", times)
-    print_table("disk kept afterwards (MiB)", disk, scale=1 / 2**20, unit="MiB", digits=0)
+    model = f"a {model_bytes / 2**20:.0f} MiB OCI model image from a local registry, praesto vs containerd"
+    print_table(f"{model}: time to a usable copy (s)", times)
+    print_table(f"{model}: disk kept afterwards (MiB)", disk, scale=1 / 2**20, unit="MiB", digits=0)
     print(f"containerd keeps {ratio(disk['containerd'], disk['praesto']):.2f}x the disk of praesto; "
           f"praesto takes {ratio(times['praesto'], times['containerd']):.2f}x containerd's time")  # fmt: skip
     return 0

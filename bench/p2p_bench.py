@@ -131,6 +131,7 @@ def _origin_bytes(log: Path) -> int:
 
 
 HOG_ROW = "1 node + CPU hog"
+P2P_SECONDS = "seconds to all Ready (incl. sync)"  # bench/report.py draws it over the simulated swarm
 
 
 @contextlib.contextmanager
@@ -264,11 +265,13 @@ def main() -> int:
     finally:
         nginx.stop()
         shutil.rmtree(work, ignore_errors=True)
-    print_table(
-        "seconds to all Ready (incl. sync)", {name: [s for s, _ in got] for name, got in runs.items()}
+    what = (
+        f"p2p swarm, {total / 2**30:.2f} GiB model, origin {args.cap_mbps:g} MB/s per connection, N agent "
+        f"processes on this one {os.cpu_count()}-CPU machine over loopback"
     )
+    print_table(f"{what}: {P2P_SECONDS}", {name: [s for s, _ in got] for name, got in runs.items()})
     print_table(
-        "origin bytes / model",
+        f"{what}: origin bytes / model",
         {name: [b / total for _, b in got] for name, got in runs.items()},
         unit="x",
     )

@@ -138,16 +138,22 @@ def main(argv: list[str] | None = None) -> int:
             f"head start {args.head_start:g}s from mount to model load; page cache dropped before cold and "
             f"prewarm runs; {args.rounds} rounds interleaved; {os.cpu_count()} CPUs"
         )
+        model = f"a {args.size_mib} MiB model read through the CSI bind mount"
         print_table(
-            "whole model read (first byte to last)", {k: [r[1] for r in v] for k, v in results.items()}
+            f"{model}: whole model read (first byte to last)",
+            {k: [r[1] for r in v] for k, v in results.items()},
         )
         print_table(
-            "time to first byte", {k: [r[0] for r in v] for k, v in results.items()}, scale=1e3, unit="ms"
+            f"{model}: time to first byte",
+            {k: [r[0] for r in v] for k, v in results.items()},
+            scale=1e3,
+            unit="ms",
         )
         prewarms = [r[2] for r in results["prewarm"] if r[2] is not None]  # the full head start
         if prewarms:
             print_table(
-                "prewarm itself (background, from the mount)", {"prewarm": [p.seconds for p in prewarms]}
+                f"{model}: prewarm itself (background, from the mount)",
+                {"prewarm": [p.seconds for p in prewarms]},
             )
             cut = sorted({p.stopped or "done" for p in prewarms})
             print(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import math
 import re
 import statistics
 import sys
@@ -29,28 +29,23 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from bench.common import machine, plain
+from bench.report_scale import scale_section
+
 PAGE = "benchmarks.md"
 FIGURES = "benchmarks"  # folder beside the page
 DEFAULT_RESULTS = Path("build/bench/results.jsonl")
-P2P_TABLE = "seconds to all Ready (incl. sync)"
+P2P_TABLE = "seconds to all Ready (incl. sync)"  # how bench.p2p_bench's time table ends (P2P_SECONDS)
+P2P_NOTE = (
+    'The N "nodes" here are N `praesto-agent run` processes on this one machine ({where}), talking to each '
+    "other over loopback, each behind an upload cap that stands in for its NIC: they share its CPUs and "
+    "disk, so this shows the swarm's shape (time flat in N, origin bytes 1x), not a cluster's speed."
+)
 Result = dict[str, Any]
 
 
 def load(path: Path) -> list[Result]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def machine() -> str:
-    """CPU model and how many CPUs this process may use: the figures hold for this machine only."""
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {len(os.sched_getaffinity(0))} CPUs"
 
 
 def _date(result: Result) -> str:
@@ -62,7 +57,10 @@ def _slug(text: str) -> str:
 
 
 def _spread(values: list[float], unit: str) -> str:
-    return f"{statistics.median(values):.3g} {unit} [{min(values):.3g}-{max(values):.3g}]"
+    finite = [v for v in values if not math.isnan(v)] or [math.nan]
+    missed = len(values) - len([v for v in values if not math.isnan(v)])
+    text = f"{plain(statistics.median(finite))} {unit} [{plain(min(finite))}-{plain(max(finite))}]"
+    return text + (f", {missed} not reached" if missed else "")
 
 
 def table_figure(result: Result, out: Path, where: str) -> None:
@@ -76,6 +74,7 @@ def table_figure(result: Result, out: Path, where: str) -> None:
     ax.barh(names, medians, xerr=[low, high], capsize=4, color="#4c72b0")
     ax.invert_yaxis()
     ax.set_xlabel(result["unit"])
+    ax.ticklabel_format(axis="x", style="plain", useOffset=False)
     ax.set_title(result["title"], fontsize=10)
     fig.text(0.01, 0.01, f"{result['command']} — {_date(result)} — {where}", fontsize=7)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
@@ -86,7 +85,11 @@ def table_figure(result: Result, out: Path, where: str) -> None:
 def _measured_swarm(results: Iterable[Result]) -> dict[int, list[float]]:
     """bench.p2p_bench's seconds to all Ready per node count, over its one-node samples' median."""
     for result in results:
-        if result["kind"] == "table" and "p2p_bench" in result["command"] and result["title"] == P2P_TABLE:
+        if (
+            result["kind"] == "table"
+            and "p2p_bench" in result["command"]
+            and result["title"].endswith(P2P_TABLE)
+        ):
             counts = {
                 int(name.split()[0]): v for name, v in result["samples"].items() if name.split()[0].isdigit()
             }
@@ -125,9 +128,19 @@ def swarm_figure(series: Result, measured: dict[int, list[float]], out: Path, wh
     plt.close(fig)
 
 
+def heading(result: Result, seen: set[str]) -> str:
+    """The result's title, told apart from an earlier one of the same title by the command's flags."""
+    title = str(result["title"]).strip()
+    if title in seen:
+        flags = result["command"].split(" ", 3)[3:] or [result["command"]]
+        title = f"{title} ({flags[0]})"
+    seen.add(title)
+    return title
+
+
 def write_page(results: list[Result], out_dir: Path, where: str | None = None) -> Path:
     """docs/benchmarks.md and its PNGs; returns the page."""
-    where = where or machine()
+    where = where or machine()  # this machine; a result recorded with its own `machine` names that one
     figures = out_dir / FIGURES
     figures.mkdir(parents=True, exist_ok=True)
     for old in figures.glob("*.png"):
@@ -138,21 +151,31 @@ def write_page(results: list[Result], out_dir: Path, where: str | None = None) -
         "Written by `make bench` (bench/all.py, then `python -m bench.report`); do not edit by hand.",
         "Each benchmark runs its contenders interleaved in one invocation, at least 3 rounds, and",
         "reports min/median/max; bars show the median, whiskers min to max. Figures hold for the",
-        f"machine named under each one ({where} here): re-measure on yours before quoting them.",
+        "machine named under each one: re-measure on yours before quoting them.",
         "",
     ]
     measured = _measured_swarm(results)
+    headings: set[str] = set()
     for i, result in enumerate(results):
+        if result["kind"] == "scale":
+            continue  # drawn together below (bench/report_scale.py)
         name = f"{i:02d}-{_slug(result['command'] + ' ' + result['title'])}.png"
-        title = result["title"].strip()
-        lines += [f"## {title}", "", f"`{result['command']}` — {_date(result)} — {where}", ""]
+        title, ran_on = heading(result, headings), result.get("machine") or where
+        lines += [f"## {title}", "", f"`{result['command']}` — {_date(result)} — {ran_on}", ""]
+        if "p2p_bench" in result["command"] and result["title"].endswith(P2P_TABLE):
+            lines += [P2P_NOTE.format(where=ran_on), ""]
+        elif result["kind"] == "series" and measured:
+            lines += [
+                "The black squares are bench.p2p_bench's measured swarm. " + P2P_NOTE.format(where=ran_on),
+                "",
+            ]
         if result["kind"] == "field":
             lines += ["| " + " | ".join(result["columns"]) + " |", "|---" * len(result["columns"]) + "|"]
             lines += ["| " + " | ".join(row) + " |" for row in result["rows"]]
             lines += ["", result["note"], ""]
             continue
         if result["kind"] == "series":
-            swarm_figure(result, measured, figures / name, where)
+            swarm_figure(result, measured, figures / name, ran_on)
             alone = float(result["alone"])
             lines += [
                 f"![{result['title']}]({FIGURES}/{name})",
@@ -164,12 +187,13 @@ def write_page(results: list[Result], out_dir: Path, where: str | None = None) -
                 cells = [f"{v[j]:.1f} s ({v[j] / alone:.2f}x)" for v in result["series"].values()]
                 lines.append(f"| {n} | " + " | ".join(cells) + " |")
         else:
-            table_figure(result, figures / name, where)
+            table_figure(result, figures / name, ran_on)
             lines += [f"![{result['title']}]({FIGURES}/{name})", "", "| contender | median [min-max] | n |"]
             lines.append("|---|---|---|")
             for contender, values in result["samples"].items():
                 lines.append(f"| {contender} | {_spread(values, result['unit'])} | {len(values)} |")
         lines.append("")
+    lines += scale_section([r for r in results if r["kind"] == "scale"], figures, where)
     page = out_dir / PAGE
     page.write_text("\n".join(lines))
     return page

@@ -120,9 +120,10 @@ def main() -> int:
     print(
         f"model {total / MiB:.0f} MiB (4 shards + 2 small files), one node agent, {len(origin['cold download'])} rounds"
     )
-    print_table("seconds from create (or hydration request) to Ready", seconds)
+    model = f"a {total / MiB:.0f} MiB model, one node agent"
+    print_table(f"reuse of {model}: seconds from create (or hydration request) to Ready", seconds)
     print_table(
-        "origin bytes per step, as a multiple of the model (dedup and rehydration)",
+        f"reuse of {model}: origin bytes per step, as a multiple of the model (dedup and rehydration)",
         {step: [b / total for b in sent] for step, sent in origin.items()},
         unit="x",
     )

@@ -44,6 +44,7 @@ JOB = group_key("Job", "batch/v1")
 ROLE = group_key("Role", "rbac.authorization.k8s.io/v1")
 ROLEBINDING = group_key("RoleBinding", "rbac.authorization.k8s.io/v1")
 NODE = group_key("Node", "v1")
+NODESUMMARY = group_key(names.NODESUMMARY_KIND, names.API_VERSION)
 POD = group_key("Pod", "v1")
 SERVICE_ACCOUNT = group_key("ServiceAccount", "v1")
 

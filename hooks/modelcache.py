@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from praesto.hooks import hook_protocol
+from praesto.hooks import hook_protocol, node_summary
 from praesto.hooks.common import (
     READY,
     Obj,
@@ -42,10 +42,11 @@ def customize(request: Any, config: HooksConfig, now: datetime) -> Obj:
     Metacontroller 4.17.2 (`pkg/controller/common/customize/manager.go`) lists a
     rule with only a `labelSelector` in every namespace, so the Pods rule also
     names the parent's namespace: another tenant's Pod carrying our consumer
-    label must not create demand here. Nodes are cluster-scoped and selected by
-    `spec.nodeSelector` as a label selector (empty selects every Node), so the
-    informer only wakes this parent for Nodes it cares about. An unparsable
-    selector selects nothing; sync then reports the spec error.
+    label must not create demand here. Nodes are selected by `spec.nodeSelector`
+    as a label selector (empty selects every Node), through their NodeSummaries
+    and, until a Node has one, whole (`node_summary.related_rules`), so only a
+    change of a selecting label wakes this parent. An unparsable selector
+    selects nothing; sync then reports the spec error.
     """
     parent = hook_protocol.parent_of(request)
     parent_meta = meta(parent)
@@ -86,9 +87,7 @@ def customize(request: Any, config: HooksConfig, now: datetime) -> Obj:
         if isinstance(selector, dict) and all(
             isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
         ):
-            rules.append(
-                {"apiVersion": "v1", "resource": "nodes", "labelSelector": {"matchLabels": selector}}
-            )
+            rules.extend(node_summary.related_rules(selector))
     return {"relatedResources": rules}
 
 

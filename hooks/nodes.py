@@ -8,6 +8,7 @@ the customize request carries the Node as `parent`
 (`pkg/controller/common/customize/api/v2/hooks.go`), the sync request as
 `object`, with `attachments` and `related` (`pkg/controller/decorator/api/v2/hooks.go`);
 `related` holds its ModelCacheNodes keyed `Kind.apiVersion` → `namespace/name`.
+Its one attachment is the Node's NodeSummary (hooks/node_summary.py says why).
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
+from praesto.hooks import node_summary
 from praesto.hooks.common import section
 
 from praesto import names
 
 blueprint = Blueprint("praesto_nodes", __name__)
 
+# Seconds until the pass that checks the summarized marker was written (see `sync`).
+MARKER_RETRY_SECONDS = 10
 SYNC_KEYS = frozenset({"labels", "annotations", "status", "attachments", "resyncAfterSeconds", "finalized"})
 
 
@@ -85,7 +89,8 @@ def ready_caches(node_name: str, cache_nodes: list[dict[str, Any]]) -> set[tuple
 
 
 def sync(body: Any) -> dict[str, Any]:
-    """Desired readiness labels: "true" per Ready cache, null (= delete) for stale ones of ours."""
+    """Desired readiness labels: "true" per Ready cache, null (= delete) for stale ones of ours; the
+    Node's summary, and the label saying caches may read it instead of the Node."""
     node = _node(body, "object")
     assert isinstance(body, dict)
     current = node["metadata"].get("labels") or {}
@@ -101,7 +106,16 @@ def sync(body: Any) -> dict[str, Any]:
             if isinstance(k, str) and k.startswith(names.READY_LABEL_PREFIX) and k not in wanted
         }
     )
-    return {"labels": labels, "attachments": []}
+    # The marker last: only a summary Metacontroller has already seen lets caches stop relating the Node.
+    summarized = node_summary.observed_summary(body, node["metadata"]["name"]) is not None
+    labels[names.LABEL_NODE_SUMMARIZED] = "true" if summarized else None
+    response: dict[str, Any] = {"labels": labels, "attachments": [node_summary.summary_for(node)]}
+    if (current.get(names.LABEL_NODE_SUMMARIZED) == "true") != summarized:
+        # Metacontroller writes the Node at the version it read and ends the pass silently on a conflict
+        # (`syncParentObject`, v4.17.2); the newer version, a status write, is dropped by
+        # ignoreStatusChanges. So the marker asks for another pass rather than wait resyncPeriodSeconds.
+        response["resyncAfterSeconds"] = MARKER_RETRY_SECONDS
+    return response
 
 
 def _serve(handler: Any) -> tuple[Response, int]:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from praesto.hooks import hook_protocol
+from praesto.hooks import node_summary as nodesummary
 
 from praesto import names
 
@@ -54,6 +55,15 @@ def modelcache(
 
 def node(name: str, labels: dict[str, str] | None = None) -> Obj:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}}
+
+
+def node_summary(name: str, labels: dict[str, str] | None = None) -> Obj:
+    """A NodeSummary as Metacontroller writes it for the Node `name` (hooks/node_summary.py)."""
+    summary = nodesummary.summary_for(node(name, labels))
+    summary["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Node", "name": name, "uid": f"uid-{name}", "controller": True}
+    ]
+    return summary
 
 
 def cache_node(name: str) -> Obj:
@@ -150,6 +160,7 @@ def sync_request(
     pods: list[Obj] | None = None,
     children: list[Obj] | None = None,
     finalizing: bool = False,
+    summaries: list[Obj] | None = None,
 ) -> Obj:
     groups: dict[str, list[Obj]] = {
         k: []
@@ -167,7 +178,11 @@ def sync_request(
         "controller": CONTROLLER,
         "parent": parent,
         "children": {key: _keyed(objs) for key, objs in groups.items()},
-        "related": {hook_protocol.NODE: _keyed(nodes or [], False), hook_protocol.POD: _keyed(pods or [])},
+        "related": {
+            hook_protocol.NODE: _keyed(nodes or [], False),
+            hook_protocol.NODESUMMARY: _keyed(summaries or [], False),
+            hook_protocol.POD: _keyed(pods or []),
+        },
         "finalizing": finalizing,
     }
 

@@ -74,7 +74,8 @@ class Informer:
         lag: float = 0.0,
         watch_timeout: int = 60,
     ) -> None:
-        self.api = client.ApiClient(configuration=api.configuration)  # its own connection pool
+        fork = getattr(api, "own_pool", None)  # a client that keeps its rate limiter on a new pool
+        self.api = fork() if fork else client.ApiClient(configuration=api.configuration)  # its own pool
         self.api_version, self.kind, self.path = api_version, kind, resource_path(api_version, plural)
         self.lag, self.watch_timeout = lag, watch_timeout
         self.synced = threading.Event()
@@ -116,6 +117,12 @@ class Informer:
                 and (match is None or match(o))
             ]
             return copy.deepcopy(items)
+
+    def view(self) -> list[Obj]:
+        """The cached objects themselves, not copies, for a reader that changes nothing: a scan of every
+        object on every event (a copy of each would cost O(store) per event)."""
+        with self._lock:
+            return list(self._store.values())
 
     def start(self) -> Informer:
         for thread in self._threads:

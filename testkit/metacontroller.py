@@ -40,6 +40,7 @@ from collections.abc import Callable
 from kubernetes import client
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
+from testkit.client_rate_limit import MetacontrollerFlags, ThrottledApiClient, TokenBucket
 from testkit.kube_apply import Kube
 from testkit.metacontroller_apply import LAST_APPLIED
 from testkit.metacontroller_base import (
@@ -113,7 +114,7 @@ class CompositeController(Controller):
             factory,
             self.hooks,
             self.controller,
-            lambda: self.parents.objects(),
+            self.parents.view,  # read only: scanned on every related event
             self.enqueue_parent,
             self.saw,
         )
@@ -391,7 +392,12 @@ class Metacontroller:
 
     `stop()` then `start()` is a restart: new informers (a fresh list), new queues;
     the controllers' pass logs are kept. `resync_period` is `--cache-flush-interval`
-    and `lag` delays every watch event by that many seconds.
+    and `lag` delays every watch event by that many seconds. `flags` (the chart's
+    Metacontroller args) set the resync, one client rate limiter for every read,
+    list and write (`client_rate_limit.py`; without flags, no limit) and, if they
+    name `--workers`, each controller's workers; `workers` sets them outright
+    (Metacontroller's default is 5; the stand-in's own 2 and 1 keep the tier's
+    one-pass-per-event assertions exact, test_metacontroller_events.py).
     """
 
     def __init__(
@@ -401,12 +407,19 @@ class Metacontroller:
         composite: Obj,
         decorator: Obj,
         *,
-        resync_period: float = CACHE_FLUSH_INTERVAL,
+        resync_period: float | None = None,
         lag: float = 0.0,
+        flags: MetacontrollerFlags | None = None,
+        workers: int | None = None,
     ) -> None:
-        self.kube, self.resync_period, self.lag = kube, resync_period, lag
-        self.composite = CompositeController(_own_client(kube), hooks, composite)
-        self.decorator = DecoratorController(_own_client(kube), hooks, decorator)
+        default_resync = flags.cache_flush_interval if flags else CACHE_FLUSH_INTERVAL
+        self.resync_period = default_resync if resync_period is None else resync_period
+        self.bucket = flags.bucket() if flags else None
+        self.kube, self.lag = _own_client(kube, self.bucket), lag
+        count = workers or (flags.workers if flags and flags.workers_set else None)
+        each = {"workers": count} if count else {}
+        self.composite = CompositeController(_own_client(self.kube), hooks, composite, **each)
+        self.decorator = DecoratorController(_own_client(self.kube), hooks, decorator, **each)
         self.factory: InformerFactory | None = None
 
     def start(self, *, resync_period: float | None = None, lag: float | None = None) -> Metacontroller:
@@ -433,6 +446,11 @@ class Metacontroller:
         self.stop()
 
 
-def _own_client(kube: Kube) -> Kube:
-    """The same identity on its own connection pool (the dynamic client is not shared across threads)."""
-    return Kube(client.ApiClient(configuration=kube.api.configuration), field_manager=kube.field_manager)
+def _own_client(kube: Kube, bucket: TokenBucket | None = None) -> Kube:
+    """The same identity (and limiter) on its own connection pool (the dynamic client is not shared across
+    threads); with `bucket`, throttled by it."""
+    if bucket is None and isinstance(kube.api, ThrottledApiClient):
+        bucket = kube.api.bucket
+    config = kube.api.configuration
+    api = ThrottledApiClient(config, bucket) if bucket else client.ApiClient(configuration=config)
+    return Kube(api, field_manager=kube.field_manager)

@@ -47,18 +47,20 @@ class HookClient:
     base_url: str
     ca_path: Path
     timeout: float = 10.0
+    observer: Callable[[str, int, float], None] | None = None  # (path, request bytes, seconds) per call
 
     def call(self, webhook: Obj, body: Obj, allowed: frozenset[str]) -> Obj:
         path = urlsplit(webhook["url"]).path
+        data = json.dumps(body).encode()
         request = urllib.request.Request(
-            self.base_url + path,
-            data=json.dumps(body).encode(),
-            method="POST",
-            headers={"Content-Type": "application/json"},
+            self.base_url + path, data=data, method="POST", headers={"Content-Type": "application/json"}
         )
         context = ssl.create_default_context(cafile=str(self.ca_path))
+        started = time.monotonic()
         with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
             answer = json.loads(response.read())
+        if self.observer is not None:
+            self.observer(path, len(data), time.monotonic() - started)
         if not isinstance(answer, dict):
             raise HookError(f"{path}: response is not an object")
         unknown = sorted(set(answer) - allowed)
@@ -296,6 +298,12 @@ class Controller:
             self._seen.append(Seen(reason, queued))
 
     # ---- what tests read ---------------------------------------------------------------
+
+    def drain(self) -> list[Pass]:
+        """Take the passes logged so far and forget them and the events seen (a long run's memory)."""
+        with self._log_lock:
+            taken, self._passes, self._seen = self._passes, [], []
+            return taken
 
     def passes(self, key: str | None = None) -> list[Pass]:
         with self._log_lock:

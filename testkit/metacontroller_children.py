@@ -119,7 +119,7 @@ class ChildWriter:
             self._delete(observed, record)  # created again by a later pass
             return
         try:
-            resource.replace(body=merged, namespace=meta(observed)["namespace"])
+            resource.replace(body=merged, namespace=meta(observed).get("namespace"))
         except (NotFoundError, ConflictError):
             return  # changed since the cache saw it: its event brings another pass
         record.writes.append(f"update {observed['kind']} {object_key(observed)}")

@@ -65,7 +65,7 @@ class CustomizeManager:
         factory: InformerFactory,
         hooks: HookClient,
         controller: Obj,
-        parents: Callable[[], list[Obj]],
+        parents: Callable[[], list[Obj]],  # the cached parents, read only (`Informer.view`)
         enqueue: Callable[[Obj, str], str | None],
         saw: Callable[[str, list[str]], None],
     ) -> None:

@@ -15,8 +15,13 @@ holds what the tests look at, not Metacontroller itself:
 * `templates/`: the ServiceAccount, ClusterRole and ClusterRoleBinding, templated from
   `clusterRole.rules` as metacontroller-helm 4.x does, defaulting to the same `*/*/*` grant and
   leaving out an empty aggregationRule like 4.17.2's templates/clusterrole.yaml (the API server
-  refuses an empty one). No Deployment: nothing of Metacontroller runs from it (the tiers start
-  Metacontroller's stand-in themselves).
+  refuses an empty one). No workload is installed: nothing of Metacontroller runs from it (the
+  tiers start Metacontroller's stand-in themselves);
+* `templates/statefulset.yaml`: only when the stand-in-only value `standinRenderWorkload` is
+  true (never in an install), Metacontroller's container args exactly as 4.17.2's
+  templates/statefulset.yaml renders them (`toYaml .Values.commandArgs`), with its default
+  commandArgs from values.yaml, so tests and the tiers read the flags the chart gives
+  Metacontroller (`rendered_command_args`, `chart_metacontroller_flags`).
 
 It is never written into the working tree's chart: callers pass a temporary directory.
 
@@ -32,7 +37,8 @@ from typing import Any
 
 import yaml
 
-from testkit.helm_chart import CHART_DIR, ROOT
+from testkit.client_rate_limit import MetacontrollerFlags
+from testkit.helm_chart import CHART_DIR, ROOT, one, render_objects
 
 METACONTROLLER_CRDS = ROOT / "tests" / "chart" / "data" / "metacontroller-crds.yaml"
 
@@ -67,6 +73,12 @@ fullnameOverride: ""
 serviceAccount:
   create: true
   name: ""
+commandArgs:
+  - --zap-log-level=4
+  - --discovery-interval=20s
+  - --cache-flush-interval=30m
+  - --health-probe-bind-address=:8081
+standinRenderWorkload: false
 clusterRole:
   aggregationRule: {}
   rules:
@@ -113,6 +125,32 @@ subjects:
     namespace: {{ .Release.Namespace }}
 {{- end }}
 """,
+    "statefulset.yaml": """\
+{{- if .Values.standinRenderWorkload }}
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: {{ include "standin.fullname" . }}
+  namespace: {{ .Release.Namespace }}
+spec:
+  serviceName: ""
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: {{ include "standin.name" . }}
+  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: {{ include "standin.name" . }}
+    spec:
+      containers:
+        - name: metacontroller
+          image: stand-in.invalid/metacontroller:never-pulled
+          command:
+            - {{ .Values.command | default "/usr/bin/metacontroller" }}
+          args:
+            {{- toYaml .Values.commandArgs | nindent 12 }}
+{{- end }}
+""",
 }
 
 
@@ -136,3 +174,18 @@ def chart_copy_with_dependency(tmp: Path) -> Path:
     shutil.copytree(CHART_DIR, target, ignore=shutil.ignore_patterns("charts"))
     write_standin_subchart(target / "charts")
     return target
+
+
+def rendered_command_args(tmp: Path, values: dict[str, Any] | None = None) -> list[str]:
+    """Metacontroller's args as the chart renders them with `values` (the subchart's StatefulSet)."""
+    chart = chart_copy_with_dependency(tmp)
+    shown = {**(values or {})}
+    shown["metacontroller"] = {**(shown.get("metacontroller") or {}), "standinRenderWorkload": True}
+    workload = one(render_objects(shown, chart_dir=chart), "StatefulSet")
+    args: list[str] = workload["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def chart_metacontroller_flags(tmp: Path, values: dict[str, Any] | None = None) -> MetacontrollerFlags:
+    """The settings the chart gives Metacontroller, for the stand-in to run at (`Metacontroller(flags=...)`)."""
+    return MetacontrollerFlags.from_args(rendered_command_args(tmp, values))

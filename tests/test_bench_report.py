@@ -58,3 +58,50 @@ def test_without_a_results_file_nothing_is_recorded_and_the_report_says_why(tmp_
     assert list(tmp_path.iterdir()) == []
     missing = _python(["-m", "bench.report", "--results", str(tmp_path / "none.jsonl")], {})
     assert missing.returncode == 2 and "run `make bench` first" in missing.stderr
+
+
+SCALE = {
+    "seconds": {"create → all copies": [2.0, 2.5, 2.2], "delete → gone": [1.0, float("nan"), 1.1]},
+    "node_bytes": 26_500, "rounds": 3,
+    "hook_calls": {"/hooks/modelcache/sync": {"calls": 12, "max_bytes": 3 << 20, "median_bytes": 1 << 20,
+                                              "median_seconds": 0.04, "max_seconds": 0.2}},
+    "passes_per_minute_steady": {"composite sync": 0.0, "decorator sync": 120.0},
+    "requests_per_second_rounds": {"PATCH modelcachenodes/status": 12.5},
+    "requests_per_second_steady": {"PATCH nodes/status": 2.0},
+    "hooks_peak_rss_mib": 90.0, "standin_peak_rss_mib": 120.0,
+}  # fmt: skip
+
+
+def test_numbers_read_plainly_repeated_titles_are_told_apart_and_scale_is_its_own_section(
+    tmp_path: Path,
+) -> None:
+    """Issue 38 item 5: no `8.53e-08 x`, no two headings alike, the p2p note, and the Scale section."""
+    results = tmp_path / "results.jsonl"
+    script = f"""
+import sys
+from bench.common import print_table, record
+print_table("p2p: seconds to all Ready (incl. sync)", {{"dedup": [8.53e-08, 8.53e-08, 8.53e-08], "disk": [1024.0, 1024.0, 1024.0]}},
+            unit="x")
+sys.argv = ["bench.download_bench", "--cold"]
+print_table("p2p: seconds to all Ready (incl. sync)", {{"dedup": [1.0, 1.0, 1.0]}}, unit="x")
+record("scale", "1 cache x 100 nodes", {SCALE!r})
+record("scale", "1 cache x 1000 nodes", {SCALE!r})
+"""
+    recorded = _python(["-c", script.replace("nan", "float('nan')")], {"PRAESTO_BENCH_RESULTS": str(results)})
+    assert recorded.returncode == 0, recorded.stderr
+    p2p = json.loads(results.read_text().splitlines()[0])
+    p2p["command"] = "python -m bench.p2p_bench"
+    results.write_text("\n".join([json.dumps(p2p), *results.read_text().splitlines()[1:]]) + "\n")
+    drawn = _python(["-m", "bench.report", "--results", str(results), "--out", str(tmp_path / "docs")], {})
+    assert drawn.returncode == 0, drawn.stderr
+    text = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert "e-0" not in text and "e+0" not in text
+    assert "| dedup | 0.0000000853 x [0.0000000853-0.0000000853] | 3 |" in text
+    assert "| disk | 1,024 x [1,024-1,024] | 3 |" in text
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert len(headings) == len(set(headings)), headings
+    assert 'N "nodes" here are N `praesto-agent run` processes on this one machine' in text
+    assert "## Scale: caches over N GPU-shaped Nodes" in text
+    assert "| 1 cache x 100 nodes | 25.9 KiB | 2.2 s [2-2.5] | 1.05 s [1-1.1] (1 not reached) | 3 |" in text
+    assert "| 1 cache x 1000 nodes | `/hooks/modelcache/sync` | 4 | 1 / 3 | 0.04 / 0.2 |" in text
+    assert (tmp_path / "docs" / "benchmarks" / "scale-against-n.png").read_bytes()[:4] == b"\x89PNG"

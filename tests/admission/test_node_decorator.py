@@ -11,6 +11,8 @@ import yaml
 from flask import Flask
 from praesto.hooks import nodes
 
+from praesto import names
+
 GOLDEN = sorted((Path(__file__).parent / "golden").glob("node_*.json"))
 MANIFEST = Path(__file__).resolve().parents[2] / "metacontroller" / "node-decorator.yaml"
 
@@ -60,6 +62,14 @@ def test_manifest_points_at_these_hooks() -> None:
     assert manifest["kind"] == "DecoratorController"
     assert manifest["spec"]["resources"] == [
         {"apiVersion": "v1", "resource": "nodes", "ignoreStatusChanges": True}
+    ]
+    # The Node's summary, rewritten in place when its labels change (hooks/node_summary.py).
+    assert manifest["spec"]["attachments"] == [
+        {
+            "apiVersion": names.API_VERSION,
+            "resource": names.NODESUMMARY_PLURAL,
+            "updateStrategy": {"method": "InPlace"},
+        }
     ]
     for hook in ("customize", "sync"):
         spec = manifest["spec"]["hooks"][hook]

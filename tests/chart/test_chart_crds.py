@@ -38,7 +38,11 @@ def seed_examples() -> list[dict[str, Any]]:
 
 def test_crds_are_valid_kubernetes_objects() -> None:
     docs = list(crd_documents(CRD_DIR))
-    assert {d["spec"]["names"]["kind"] for d in docs} == {names.MODELCACHE_KIND, names.MODELCACHENODE_KIND}
+    assert {d["spec"]["names"]["kind"] for d in docs} == {
+        names.MODELCACHE_KIND,
+        names.MODELCACHENODE_KIND,
+        names.NODESUMMARY_KIND,
+    }
     for doc in docs:
         kubernetes_validate.validate(doc, "1.37.0", strict=True)
         assert doc["spec"]["group"] == names.GROUP

@@ -17,7 +17,7 @@ from testkit.controlplane import ControlPlane, ControlPlaneUnavailable, start_co
 from testkit.hub import LocalHub
 from testkit.installed_wheel import installed_wheel
 from testkit.kube_apply import Kube
-from tests.cluster.controllers import composite, decorator, running_metacontroller
+from tests.cluster.controllers import LIMITER, composite, decorator, running_metacontroller
 from tests.cluster.installed import METACONTROLLER_SA, Installed, install_chart
 from tests.cluster.node_side import targets
 
@@ -63,6 +63,11 @@ def metacontroller(installed: Installed) -> Kube:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _VERSION:
         terminalreporter.write_line(f"control-plane tier ran against kube-apiserver {_VERSION[0]}")
+    for requests, waited, qps, burst in LIMITER:
+        terminalreporter.write_line(
+            f"Metacontroller stand-in: {requests} API requests at the chart's {qps:g}/s burst {burst}, "
+            f"{waited:.1f} s waited on that limit in all"
+        )
     if installed_wheel.cache_info().currsize:
         wheel = installed_wheel()
         terminalreporter.write_line(

@@ -90,16 +90,18 @@ def test_cache_becomes_ready_on_every_selected_node(
         if not w.startswith(("create ", "update-status ", f"update {names.MODELCACHE_KIND} "))
     ]
     assert all(w.startswith("update ModelCacheNode") for w in child_writes), child_writes
-    # A pass that changes nothing writes nothing: a selected Node's heartbeat brings one.
+    # A selected Node's heartbeat brings no pass (the cache relates its NodeSummary, not the Node).
+    assert key not in composite.wait_seen("update", heartbeat(installed.admin, NODES[0])).queued
+    # A pass that changes nothing writes nothing: an annotation on the cache brings one.
     # The agents' last status writes may still be in flight: a pass that also carries one of them,
     # reads a copy its informer updated after the pass was queued, or reads a parent older than the
     # last status write (its conditions' transition times are then computed afresh; the write's event
-    # queues the next pass) is not a pass that changes nothing. So beat again until a pass serves the
-    # heartbeat alone, reads the copies the pass before it read, and reads the parent as it is live.
-    for _ in range(5):
-        steady = composite.wait_pass(
-            key, served_by(heartbeat(installed.admin, NODES[0])), 30, "after the heartbeat"
-        )
+    # queues the next pass) is not a pass that changes nothing. So poke again until a pass serves the
+    # poke alone, reads the copies the pass before it read, and reads the parent as it is live.
+    for attempt in range(5):
+        poke = {"metadata": {"annotations": {POKE: str(attempt)}}}
+        poked = merge_patch(installed.admin, names.API_VERSION, names.MODELCACHE_KIND, "tiny", poke, NS)
+        steady = composite.wait_pass(key, served_by(poked), 30, "after the poke")
         before = [p for p in composite.passes(key) if p.finished and p.finished <= steady.started]
         if (
             len(steady.reasons) == 1

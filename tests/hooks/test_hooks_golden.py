@@ -125,7 +125,9 @@ def test_progress_and_revision() -> None:
     assert ready["status"]["lastUsedTime"] == "2026-12-01T11:30:00Z"
 
 
-def test_token_secret_grant_is_one_secret_to_the_agent() -> None:
+def test_token_secret_grant_is_one_secret_to_the_credentials_broker_not_the_agents() -> None:
+    """Bound to praesto-hooks' account: its broker hands the Secret to the agent of a node whose copy
+    needs it, only (hooks/broker.py); the agents' ServiceAccount reads no tenant Secret."""
     children = _response("local-token-secret")["children"]
     role = next(c for c in children if c["kind"] == "Role")
     binding = next(c for c in children if c["kind"] == "RoleBinding")
@@ -133,7 +135,7 @@ def test_token_secret_grant_is_one_secret_to_the_agent() -> None:
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["hf-token"], "verbs": ["get"]}
     ]
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "praesto-node-agent", "namespace": "praesto-system"}
+        {"kind": "ServiceAccount", "name": "praesto-hooks", "namespace": "praesto-system"}
     ]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     pvc_children = _response("pvc-token-and-overrides")["children"]

@@ -38,20 +38,32 @@ def test_pods_rule_is_confined_to_the_parents_namespace() -> None:
 def test_nodes_are_related_by_the_caches_node_selector(
     selector: dict[str, str] | None, expected: dict[str, str]
 ) -> None:
+    """Through their NodeSummaries, and whole only until summarized (hooks/node_summary.py)."""
     parent = mc()
     if selector is None:
         parent["spec"].pop("nodeSelector", None)
     else:
         parent["spec"]["nodeSelector"] = selector
-    nodes = rules(parent)["nodes"]
-    assert nodes == {"apiVersion": "v1", "resource": "nodes", "labelSelector": {"matchLabels": expected}}
-    assert "namespace" not in nodes  # "*" matched all Nodes only by accident
+    found = rules(parent)
+    assert found[names.NODESUMMARY_PLURAL] == {
+        "apiVersion": names.API_VERSION,
+        "resource": names.NODESUMMARY_PLURAL,
+        "labelSelector": {"matchLabels": expected},
+    }
+    unsummarized = {"key": names.LABEL_NODE_SUMMARIZED, "operator": "DoesNotExist"}
+    assert found["nodes"] == {
+        "apiVersion": "v1",
+        "resource": "nodes",
+        "labelSelector": {"matchLabels": expected, "matchExpressions": [unsummarized]},
+    }
+    assert "namespace" not in found["nodes"]  # "*" matched all Nodes only by accident
 
 
 def test_a_malformed_node_selector_relates_no_nodes() -> None:
     parent = mc()
     parent["spec"]["nodeSelector"] = {"zone": 3}
     assert "nodes" not in rules(parent)
+    assert names.NODESUMMARY_PLURAL not in rules(parent)
 
 
 def test_pvc_mode_relates_no_nodes() -> None:
