@@ -163,6 +163,13 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
         f"(default: ${names.ENV_EGRESS_ALLOWED_CIDRS})",
     )
     dl.add_argument(
+        "--xet",
+        choices=("true", "false"),
+        default=None,
+        help="true: Hugging Face files stored in Xet come through the Xet CAS, falling back to resolve/ "
+        f"(default: ${names.ENV_XET}, else false)",
+    )
+    dl.add_argument(
         "--concurrency", type=positive_int, default=Options.concurrency, help="parallel connections"
     )
     dl.add_argument(

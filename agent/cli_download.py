@@ -224,6 +224,7 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         signature=signature,
         plain_http=args.plain_http,
         egress=egress,
+        xet=settings.xet if args.xet is None else args.xet == "true",
     )
     try:
         resolved = plan(source, options)

@@ -46,6 +46,8 @@ class AgentMetrics:
     cache_hits: Counter
     in_flight: Gauge
     scrub_mismatches: Counter
+    xet_files: Counter
+    xet_fallbacks: Counter
 
     @classmethod
     def create(cls) -> AgentMetrics:
@@ -89,6 +91,18 @@ class AgentMetrics:
                 registry=reg,
             ),
             in_flight=Gauge("praesto_agent_downloads_in_flight", "Downloads running now", registry=reg),
+            xet_files=Counter(
+                "praesto_agent_xet_files",
+                "Hugging Face files fetched through the Xet CAS and verified by their sha256 (downloads.xet)",
+                registry=reg,
+            ),
+            xet_fallbacks=Counter(
+                "praesto_agent_xet_fallbacks",
+                "Hugging Face files that left the Xet path for resolve/, by cause (token, cas, stall, "
+                "format, egress, checksum)",
+                ["cause"],
+                registry=reg,
+            ),
         )
 
     def record_download(self, result: Result) -> None:
@@ -96,6 +110,9 @@ class AgentMetrics:
         self.bytes_downloaded.labels(ORIGIN_DEDUP).inc(result.bytes_deduplicated)
         self.bytes_downloaded.labels(ORIGIN_PEER).inc(result.bytes_from_peers)
         self.download_seconds.observe(result.seconds)
+        self.xet_files.inc(result.xet_files)
+        for cause, count in result.xet_fallbacks.items():
+            self.xet_fallbacks.labels(cause).inc(count)
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of a sample (tests and the debug log)."""

@@ -74,7 +74,7 @@ class Agent:
             planner or plan, downloader or download, lambda outcome: self.reconciler.done(outcome),
             endpoint=config.endpoint, concurrency=config.concurrency, max_parallel=config.max_parallel_caches,
             direct_writes=config.direct_writes,
-            ca_bundle=config.ca_bundle, store_env=config.store_env, egress=config.egress,
+            ca_bundle=config.ca_bundle, store_env=config.store_env, egress=config.egress, xet=config.xet,
             peering=peering, budget=budget,
         )  # fmt: skip
         self.reconciler = Reconciler(
@@ -141,6 +141,7 @@ class Agent:
         self.scrubber.stop(timeout)
         for thread in self._threads:
             thread.join(timeout)
+        self.reconciler.trust.stop()  # the trust material's watches (the loop that opens them has ended)
         self.pod_starts.stop(timeout)
         self.jobs.shutdown()
         if self.peering is not None:

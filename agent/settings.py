@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from praesto.agent import capacity
+from praesto.agent.broker_client import (
+    BrokerEndpoint,
+    add_broker_arguments,
+    broker_endpoint,
+    check_broker_arguments,
+)
 from praesto.agent.budget.config import add_budget_arguments, budget_config, check_budget_arguments
 from praesto.agent.budget.origin_budget import BudgetConfig
 from praesto.agent.credentials import CredentialPolicy
@@ -101,6 +107,9 @@ class AgentSettings:
     """--egress-allowed-cidrs (PRAESTO_EGRESS_ALLOWED_CIDRS, chart downloads.egress.allowedCIDRs):
     internal networks a cache's source, its redirects and token realms may reach; every loopback,
     link-local, metadata and private address is refused otherwise (download/egress.py)."""
+    xet: bool = False
+    """--xet (PRAESTO_XET, chart downloads.xet.enabled): 'true', Hugging Face files stored in Xet come
+    through the Xet CAS, falling back to resolve/ on any failure (download/xetpath.py)."""
     concurrency: int = AgentConfig.concurrency
     """--concurrency (PRAESTO_CONCURRENCY): parallel connections per download."""
     write_mode: str = WRITE_DIRECT
@@ -122,6 +131,9 @@ class AgentSettings:
     origin_budget: BudgetConfig | None = None
     """The --origin-budget-* flags (chart originBudget, agent/budget/config.py); None: off
     (--origin-budget-namespace empty)."""
+    broker: BrokerEndpoint | None = None
+    """--credentials-broker (chart: praesto-hooks): a cache's own Secret is asked of it, for this node's
+    copies only (agent/broker_client.py); None: read with the agent's own identity (development)."""
     credentials: CredentialPolicy = field(default_factory=CredentialPolicy)
     """Who may use the cluster's credentials for what (chart credentials: PRAESTO_CREDENTIALS_SECRET,
     PRAESTO_CREDENTIALS_NAMESPACES, PRAESTO_CREDENTIALS_SOURCES)."""
@@ -154,6 +166,7 @@ class AgentSettings:
             hf_endpoint=args.hf_endpoint,
             ca_bundle=args.ca_bundle,
             egress=EgressPolicy.from_text(args.egress_allowed_cidrs),
+            xet=args.xet == "true",
             concurrency=args.concurrency,
             write_mode=args.write_mode,
             max_parallel_caches=args.max_parallel_caches,
@@ -164,6 +177,7 @@ class AgentSettings:
             ),
             peers=peer_config(args),
             origin_budget=budget_config(args),
+            broker=broker_endpoint(args),
             credentials=credentials,
             quotas=quota.from_env(env),
             scrub=ScrubSettings(
@@ -180,6 +194,7 @@ class AgentSettings:
             endpoint=self.hf_endpoint,
             ca_bundle=self.ca_bundle,
             egress=self.egress,
+            xet=self.xet,
             store_env=self.store_env,
             concurrency=self.concurrency,
             direct_writes=self.write_mode == WRITE_DIRECT,
@@ -206,6 +221,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str
         help="node-local store; must already exist (default %(default)s)")  # fmt: skip
     add("--concurrency", type=int, default=env("PRAESTO_CONCURRENCY") or str(AgentSettings.concurrency),
         help="parallel connections per download (default %(default)s)")  # fmt: skip
+    add("--xet", choices=("true", "false"), default=env(names.ENV_XET) or "false",
+        help="true: Hugging Face files stored in Xet come through the Xet CAS, falling back to resolve/ "
+        "(env PRAESTO_XET; chart downloads.xet.enabled; default %(default)s)")  # fmt: skip
     add("--write-mode", choices=WRITE_MODES, default=env("PRAESTO_WRITE_MODE") or AgentSettings.write_mode,
         help="direct: O_DIRECT for large files on a local-disk store; buffered: through the page cache (default %(default)s)")  # fmt: skip
     add("--max-parallel-caches", type=int,
@@ -270,6 +288,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str
         help="the scrub's read budget, a quantity, e.g. 64Mi (default %(default)s)")  # fmt: skip
     add_peer_arguments(parser, environ)
     add_budget_arguments(parser, environ)
+    add_broker_arguments(parser, environ)
 
 
 def check_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
@@ -317,7 +336,7 @@ def check_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> str | N
         quota.from_env(env)
     except quota.QuotaError as err:
         return f"{err} (env {quota.ENV})"
-    return check_peer_arguments(args) or check_budget_arguments(args)
+    return check_peer_arguments(args) or check_budget_arguments(args) or check_broker_arguments(args)
 
 
 def _duration(text: str) -> float:

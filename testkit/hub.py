@@ -23,8 +23,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+if TYPE_CHECKING:
+    from testkit.hub_xet import HubXet
 
 LFS_THRESHOLD = 1024  # bytes; larger files are stored as LFS (like a 10 MB threshold, scaled down)
 
@@ -108,6 +111,7 @@ class LocalHub:
         self.bytes_by_path: dict[str, int] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) log
         self.spans: list[Span] = []  # every request's wall-clock start and end (origin budget tests)
+        self.xet: HubXet | None = None  # files a Xet CAS double holds (testkit/hub_xet.py); None: no Xet
         self._api = _Server((host, 0), self, cdn=False)
         self._cdn = _Server((host, 0), self, cdn=True)
         self._threads: list[threading.Thread] = []
@@ -205,6 +209,7 @@ class _Server(ThreadingHTTPServer):
 
 _REPO_API = re.compile(r"^/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?/?$")
 _TREE_API = re.compile(r"^/api/models/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?$")
+_XET_TOKEN = re.compile(r"^/api/models/([^/]+/[^/]+)/xet-read-token/([^/]+)$")
 _RESOLVE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -243,6 +248,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.hub.requests.append((self.command, url.path))
         if self.server.cdn:
             return self._cdn(path, head)
+        if m := _XET_TOKEN.match(url.path):
+            return self._xet_token(unquote(m[1]), unquote(m[2]))
         if m := _REPO_API.match(url.path):
             return self._repo_info(unquote(m[1]), unquote(m[2] or "main"), query)
         if m := _TREE_API.match(url.path):
@@ -328,7 +335,7 @@ class _Handler(BaseHTTPRequestHandler):
         if repo is None or (commit := self._commit(repo, revision)) is None:
             return
         recursive = query.get("recursive", ["false"])[0].lower() == "true"
-        entries = _tree_entries(repo.commits[commit], folder.strip("/"), recursive)
+        entries = _tree_entries(repo.commits[commit], folder.strip("/"), recursive, self.hub.xet)
         start = int(query.get("cursor", ["0"])[0])
         page = entries[start : start + self.hub.page_size]
         headers = {}
@@ -347,6 +354,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self._injected_failure():
             return None
         common = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes"}
+        if f.lfs and self.hub.xet is not None:
+            token_url = f"{self.hub.endpoint}/api/models/{repo_id}/xet-read-token/{commit}"
+            common |= self.hub.xet.file_headers(f.sha256, token_url)
         if f.lfs:
             location = f"{self.hub.cdn_endpoint}/{f.sha256}" + (
                 "" if self.hub.cdn_base else f"?path={quote(path)}"
@@ -363,6 +373,17 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         assert f.data is not None
         return self._send_bytes(path, f.data, f'"{f.oid}"', head, common)
+
+    def _xet_token(self, repo_id: str, revision: str) -> None:
+        """A Xet read token for a repo the caller may read (testkit/hub_xet.py)."""
+        repo = self._repo(repo_id, content=True)
+        if repo is None or self._commit(repo, revision) is None:
+            return None
+        if self.hub.xet is None:
+            return self._error(404, None, "this Hub stores no file in Xet")
+        with self.hub.lock:
+            body, headers = self.hub.xet.token_answer()
+        return self._json(body, **headers)
 
     # ---- bytes -------------------------------------------------------------------
     def _cdn(self, path: str, head: bool) -> None:
@@ -449,7 +470,9 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(ahead)
 
 
-def _tree_entries(files: dict[str, HubFile], folder: str, recursive: bool) -> list[dict[str, Any]]:
+def _tree_entries(
+    files: dict[str, HubFile], folder: str, recursive: bool, xet: HubXet | None = None
+) -> list[dict[str, Any]]:
     prefix = folder + "/" if folder else ""
     out: dict[str, dict[str, Any]] = {}
     for path in sorted(files):
@@ -465,5 +488,7 @@ def _tree_entries(files: dict[str, HubFile], folder: str, recursive: bool) -> li
             entry: dict[str, Any] = {"type": "file", "oid": f.oid, "size": f.size, "path": path}
             if f.lfs:
                 entry["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": 134}
+                if xet is not None and (xet_hash := xet.hash_of(f.sha256)):
+                    entry["xetHash"] = xet_hash
             out[path] = entry
     return list(out.values())

@@ -129,6 +129,9 @@ class RemoteFile:
     key: str | None = None  # object stores: the object's key in its bucket; OCI: the blob's URL
     archive: Archive | None = None  # OCI: a layer to unpack, not a file of the model
     layer: str | None = None  # OCI: the archive layer (sha256:...) this file was unpacked from
+    # Hugging Face: the file's Xet hash (tree `xetHash`), for LFS files only (their sha256 still
+    # verifies them); None: not stored in Xet, or Xet is off (agent/download/xetpath.py)
+    xet_hash: str | None = None
 
     @property
     def verified_by(self) -> str | None:
@@ -229,6 +232,11 @@ class Result:
     bytes_resumed: int = 0
     # of those fetched, the bytes written with O_DIRECT, past the page cache (writes.py)
     bytes_written_direct: int = 0
+    # Hugging Face files fetched through Xet (xetpath.py): xorb-range bytes from the origin (also in
+    # bytes_from_origin), files verified that way, and files that fell back to resolve/, by cause
+    bytes_from_xet: int = 0
+    xet_files: int = 0
+    xet_fallbacks: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -367,6 +375,11 @@ class Options:
     # Where a tenant's input may send this process (egress.py): the platform's allowed networks
     # (downloads.egress.allowedCIDRs); the default refuses every internal address.
     egress: EgressPolicy = field(default_factory=EgressPolicy)
+    # Hugging Face files stored in Xet come through the Xet CAS (xetpath.py; --xet, chart
+    # downloads.xet.enabled); False: every file whole through resolve/, as before.
+    xet: bool = False
+    # No byte for this long from the Xet token service or CAS: that file falls back to resolve/.
+    xet_stall_seconds: float = 30.0
 
     @property
     def proxies(self) -> dict[str, str]:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from praesto.agent.download import xetpath
 from praesto.agent.download.api import (
     ByteSource,
     DownloadCancelled,
@@ -77,6 +78,7 @@ from praesto.agent.download.publish import (
     stored_object_key,
 )
 from praesto.agent.download.writes import DirectWrites, direct_writes_possible
+from praesto.agent.download.xetfetch import CAUSE_CHECKSUM, XetOrigin
 
 log = logging.getLogger("praesto.download")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -95,6 +97,7 @@ class FileJob:
     target: Target | None = None
     checksum_retries: int = 0
     resumed: set[int] = field(default_factory=set)  # parts journaled by an earlier run
+    via_xet: bool = False  # fetched whole through the Xet CAS (xetpath.py), not part by part
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -129,6 +132,8 @@ class Engine:
         self._checkpointing = threading.Lock()  # a checkpoint, or a file's reset, at a time
         self._checkpointer = Checkpointer(self._checkpoint, options.checkpoint_seconds, self._failed)
         self._direct = options.direct_writes and direct_writes_possible(staging)
+        xet_files = options.xet and plan.source.scheme == "hf" and any(f.xet_hash for f in plan.files)
+        self.xet = XetOrigin(endpoint, plan.source.location, plan.revision, options) if xet_files else None
 
     # ---- set-up: resume, dedup, preallocate -----------------------------------------
     def prepare(self) -> None:
@@ -168,6 +173,7 @@ class Engine:
                 job.hasher.add_on_disk(start, end - start)
                 self.result.bytes_resumed += end - start
             job.resumed = done
+            job.via_xet = xetpath.eligible(self, job)
             job.remaining = len(parts) - len(done)
             need += sum(end - start for i, (start, end) in enumerate(parts) if i not in done)
             self.jobs.append(job)
@@ -214,11 +220,12 @@ class Engine:
         self._report()
         self.concurrency.mark(self.done)
         order = sorted(self.jobs, key=lambda j: -j.file.size)
-        large = [j for j in order if len(j.parts) > 1]
+        large = [j for j in order if len(j.parts) > 1 and not j.via_xet]
         depth = max((len(j.parts) for j in large), default=0)
         # Whole small files first: they take no concurrency slot, so they overlap the large files'
         # first parts; then parts interleaved across files: several hashers at once.
-        items: list[tuple[FileJob, int]] = [(j, 0) for j in order if len(j.parts) == 1]
+        # Xet files are one item each (xetpath.py), fetched in file order like a whole small file.
+        items: list[tuple[FileJob, int]] = [(j, 0) for j in order if len(j.parts) == 1 or j.via_xet]
         for index in range(depth):
             items += [(j, index) for j in large if index < len(j.parts) and index not in j.resumed]
         self._enqueue(items)
@@ -268,6 +275,8 @@ class Engine:
                 pass
         finally:
             self.transport.close()
+            if self.xet is not None:
+                self.xet.close()
 
     def _next(self) -> bool:
         """Fetch one queued part; False at the end. A concurrency slot is taken before the queue is
@@ -312,6 +321,9 @@ class Engine:
             return job.target
 
     def _fetch_part(self, job: FileJob, index: int) -> None:
+        if job.via_xet:
+            xetpath.fetch_file(self, job)
+            return
         start, end = job.parts[index]
         pos = [start]
         hasher, fd, direct = job.hasher, job.fd, job.direct
@@ -381,14 +393,21 @@ class Engine:
                 backoff(failures, error.retry_after, self.options.cancel)
         self._part_done(job, index)
 
-    def _progress(self, n: int, *, peer: bool = False) -> None:
+    def _progress(self, n: int, *, peer: bool = False, wire: int | None = None) -> None:
+        """`n` more bytes of files done; `wire`: the origin's bytes for them, when not `n` (Xet)."""
         with self._cond:
             self.done += n
             if peer:
                 self.result.bytes_from_peers += n
             else:
-                self.result.bytes_from_origin += n
+                self.result.bytes_from_origin += n if wire is None else wire
         self._report()
+
+    def count_xet_bytes(self, n: int) -> None:
+        """Xorb-range bytes from the origin (xetpath.py): what Xet fetched, not what it decoded to."""
+        with self._cond:
+            self.result.bytes_from_origin += n
+            self.result.bytes_from_xet += n
 
     def _report(self) -> None:
         """Report the count as it is now; a thread that read an older count after another reported
@@ -418,7 +437,10 @@ class Engine:
         wrong = f.mismatch(sha256, second)
         if wrong is not None:
             expected, got = wrong
-            blamed = self.options.peers is not None and self.options.peers.blame(f)  # then origin only
+            xet = job.via_xet  # Xet's own hashes passed, the Hub's sha256 did not: resolve/ next
+            if xet:
+                xetpath.fall_back(self, job, CAUSE_CHECKSUM, f"expected sha256 {f.sha256}, got {got}", 0)
+            blamed = xet or (self.options.peers is not None and self.options.peers.blame(f))  # origin only
             if job.checksum_retries >= 1 and not blamed:
                 self._close_direct(job)
                 with job.lock:
@@ -433,19 +455,7 @@ class Engine:
                 )
             log.warning("checksum mismatch file=%s, fetching it again%s", f.path, " from the origin" * blamed)
             job.checksum_retries += 0 if blamed else 1
-            with self._checkpointing:  # no checkpoint journals this file's old parts after the reset
-                self.journal.reset(f.path)
-                if self.options.arrivals is not None:
-                    self.options.arrivals.forget(f.path)
-                with self._cond:
-                    self.done -= f.size
-                job.hasher.discard()
-                self._close_direct(job)
-                with job.lock:
-                    os.close(job.fd)
-                    self._open(job, keep=False)
-                    job.remaining = len(job.parts)
-                    job.unjournaled.clear()
+            self._start_over(job, f.size)
             self._enqueue([(job, i) for i in range(len(job.parts))])
             return
         self._close_direct(job)
@@ -461,10 +471,30 @@ class Engine:
         if key is not None:  # verified by the origin's other digest: remember the bytes by it
             remember_origin(self.options.blobs_dir, key, sha256)
         self.sha256[f.path] = sha256
+        if job.via_xet:
+            with self._cond:
+                self.result.xet_files += 1
         if job.hasher.read_back:
             log.debug("file=%s hashed %d bytes from disk", f.path, job.hasher.read_back)
         with self._cond:
             self._verified_unjournaled.append((f.path, sha256))
+
+    def _start_over(self, job: FileJob, counted: int) -> None:
+        """Forget what `job` wrote (`counted` bytes of progress) and reopen it empty, to fetch again."""
+        assert job.hasher is not None
+        with self._checkpointing:  # no checkpoint journals this file's old parts after the reset
+            self.journal.reset(job.file.path)
+            if self.options.arrivals is not None:
+                self.options.arrivals.forget(job.file.path)
+            with self._cond:
+                self.done -= counted
+            job.hasher.discard()
+            self._close_direct(job)
+            with job.lock:
+                os.close(job.fd)
+                self._open(job, keep=False)
+                job.remaining = len(job.parts)
+                job.unjournaled.clear()
 
     def _close_direct(self, job: FileJob) -> None:
         """Every part of `job` has landed (or it starts over): count and close its O_DIRECT descriptor."""

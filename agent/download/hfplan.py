@@ -9,6 +9,7 @@ size, git blob id and, for LFS files, sha256. Bytes never go through it (see eng
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 
 import httpx2
@@ -104,7 +105,7 @@ def _plan_at(api: HfApi, endpoint: str, source: Source, revision: str, options: 
             for e in api.list_repo_tree(source.location, recursive=True, revision=commit)
             if isinstance(e, RepoFile)
         ]
-        files = _select(entries, source)
+        files = _select(entries, source, xet=options.xet)
         check_file_count(source.uri, len(files), options.max_files, FEWER_HUB_FILES)
         if info.gated and files:
             _probe_access(api, source, commit, files[0].path)
@@ -119,7 +120,17 @@ def _plan_at(api: HfApi, endpoint: str, source: Source, revision: str, options: 
     return Plan(source=source.with_revision(revision), revision=commit, files=tuple(files))
 
 
-def _select(entries: Iterable[RepoFile], source: Source) -> list[RemoteFile]:
+def _xet_hash(entry: RepoFile) -> str | None:
+    """The tree entry's `xetHash` (huggingface_hub hf_api.py `RepoFile.xet_hash`), when it is one:
+    64 hex digits, as huggingface_hub's `is_valid_xet_hash` wants; it goes into the CAS's URL path,
+    so anything else is dropped here (the file then comes through resolve/)."""
+    value = entry.xet_hash
+    if isinstance(value, str) and re.fullmatch(r"[0-9a-fA-F]{64}", value):
+        return value.lower()
+    return None
+
+
+def _select(entries: Iterable[RepoFile], source: Source, *, xet: bool = False) -> list[RemoteFile]:
     chosen = filter_repo_objects(
         entries,
         allow_patterns=list(source.allow_patterns) or None,
@@ -130,7 +141,8 @@ def _select(entries: Iterable[RepoFile], source: Source) -> list[RemoteFile]:
     for entry in chosen:
         path = check_repo_path(entry.path)
         if entry.lfs is not None:
-            out.append(RemoteFile(path, int(entry.lfs.size), sha256=entry.lfs.sha256))
+            xet_hash = _xet_hash(entry) if xet else None
+            out.append(RemoteFile(path, int(entry.lfs.size), sha256=entry.lfs.sha256, xet_hash=xet_hash))
         else:
             out.append(RemoteFile(path, int(entry.size), git_sha1=entry.blob_id))
     return sorted(out, key=lambda f: f.path)

@@ -30,6 +30,9 @@ class DownloadSettings:
     # PRAESTO_EGRESS_ALLOWED_CIDRS: internal networks the source may reach (download/egress.py);
     # --egress-allowed-cidrs wins; unset: every loopback, link-local, metadata and private address refused
     egress_allowed_cidrs: str = ""
+    # PRAESTO_XET: "true", Hugging Face files stored in Xet come through the Xet CAS (download/xetpath.py);
+    # --xet wins; unset: off
+    xet: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DownloadSettings:
@@ -38,6 +41,7 @@ class DownloadSettings:
             hf_token=env.get(names.ENV_HF_TOKEN) or None,
             ca_bundle=env.get(names.ENV_CA_BUNDLE) or None,
             egress_allowed_cidrs=env.get(names.ENV_EGRESS_ALLOWED_CIDRS) or "",
+            xet=env.get(names.ENV_XET) == "true",
             termination_log=env.get(names.ENV_TERMINATION_LOG) or None,
             store_env=dict(env),
         )

@@ -163,6 +163,9 @@ def _handler(double: XetDouble) -> type[BaseHTTPRequestHandler]:
                 token, exp = double.token()
                 self._json(200, {"accessToken": token, "exp": exp, "casUrl": double.url})
                 return
+            if store.faults.status and re.match(r"/(xorb|v[12]/reconstructions)/", url.path):
+                self._json(store.faults.status, {"error": "injected failure"})
+                return
             if m := re.fullmatch(rf"/xorb/{HASH}", url.path):
                 self._xorb_range(m.group(1), parse_qs(url.query))
                 return
@@ -211,7 +214,22 @@ def _handler(double: XetDouble) -> type[BaseHTTPRequestHandler]:
             with store.lock:
                 store.counters.range_requests += 1
                 store.counters.range_bytes_served += last - first + 1
-            self._send(206, data[first : last + 1], {"Content-Range": f"bytes {first}-{last}/{len(data)}"})
+            body, headers = data[first : last + 1], {"Content-Range": f"bytes {first}-{last}/{len(data)}"}
+            if (stall := store.faults.stall) is not None:
+                self._stall(body, headers, stall)
+                return
+            self._send(206, body, headers)
+
+        def _stall(self, body: bytes, headers: dict[str, str], release: threading.Event) -> None:
+            """Half the body, then nothing until the test releases it (xet-core #883's stall)."""
+            self.send_response(206)
+            for k, v in (headers | {"Content-Length": str(len(body))}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            release.wait(60)
+            self.close_connection = True
 
     return Handler
 

@@ -27,6 +27,15 @@ class Counters:
 
 
 @dataclass
+class Faults:
+    """Knobs for a downloader's fallback tests: a CAS that fails or stalls."""
+
+    status: int = 0  # every reconstruction and xorb request answers this (0: none)
+    # xorb ranges send their headers and half their bytes, then wait for this (set: go on)
+    stall: threading.Event | None = None
+
+
+@dataclass
 class CasStore:
     """Content-addressed xorbs (hex hash -> bytes) and file reconstructions (file hash -> segments)."""
 
@@ -36,6 +45,7 @@ class CasStore:
     files: dict[str, tuple[Segment, ...]] = field(default_factory=dict)
     tokens: dict[str, float] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
+    faults: Faults = field(default_factory=Faults)
     unexpected: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 

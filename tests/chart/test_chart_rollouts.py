@@ -106,6 +106,7 @@ CHANGES: dict[str, tuple[Obj, Obj]] = {
     ),
     "downloads.caBundle.configMapName": ({}, _at("downloads.caBundle.configMapName", "corporate-ca")),
     "downloads.egress.allowedCIDRs": ({}, _at("downloads.egress.allowedCIDRs", ["10.20.0.0/16"])),
+    "downloads.xet.enabled": ({}, _at("downloads.xet.enabled", True)),
     # Live: the hooks read these files at every TLS handshake (tests/hooks/test_hooks_tls_reload.py).
     "webhooks.clientAuth.caBundle": (
         _at("webhooks.clientAuth.caBundle", PEM_CERT.format("AAAA")),

@@ -19,6 +19,7 @@ from praesto.agent.download.xet import (
     parse_reconstruction,
 )
 from praesto.agent.download.xet.hashing import from_hex
+from praesto.agent.download.xet.limits import MAX_CHUNK_SIZE, MAX_XORB_BYTES
 
 from tests.xet.conftest import Repo
 
@@ -145,3 +146,15 @@ def test_claims_over_the_formats_bounds_are_refused_before_decoding() -> None:
     }
     with pytest.raises(XetFormatError, match="longer than 1 chunks can be"):
         parse_reconstruction({"terms": [term], "xorbs": big}, 10)
+
+
+def test_a_range_claiming_more_than_a_xorb_holds_stops_before_decoding_past_it() -> None:
+    """8192 chunks of 128 KiB would decode to 1 GiB: a range stops at a xorb's 64 MiB of chunk data."""
+    plain = bytes(MAX_CHUNK_SIZE)
+    chunk = (
+        bytes([0]) + len(plain).to_bytes(3, "little") + bytes([0]) + len(plain).to_bytes(3, "little") + plain
+    )
+    count = MAX_XORB_BYTES // MAX_CHUNK_SIZE + 1
+    with pytest.raises(XetFormatError, match=rf"chunk {count - 1} of xorb x: the range's chunks claim more"):
+        decode_range(chunk * count, 0, count, "x")
+    assert len(decode_range(chunk * (count - 1), 0, count - 1, "x")) == count - 1

@@ -24,6 +24,7 @@ from praesto.agent.download.xet.limits import (
     CHUNK_HEADER_VERSION,
     MAX_CHUNK_SIZE,
     MAX_COMPRESSED_CHUNK_SIZE,
+    MAX_XORB_BYTES,
     MAX_XORB_CHUNKS,
 )
 
@@ -92,6 +93,7 @@ def decode_range(data: bytes, first_index: int, count: int, xorb: str = "xorb") 
         )
     chunks: list[Chunk] = []
     offset = 0
+    plain_total = 0  # what the headers claim so far: a range decodes to no more than a xorb holds
     for index in range(first_index, first_index + count):
         where = f"chunk {index} of xorb {xorb}"
         header = data[offset : offset + CHUNK_HEADER_SIZE]
@@ -109,6 +111,12 @@ def decode_range(data: bytes, first_index: int, count: int, xorb: str = "xorb") 
         if compressed > MAX_COMPRESSED_CHUNK_SIZE:
             raise XetFormatError(
                 f"{where}: claims {compressed} stored bytes, over {MAX_COMPRESSED_CHUNK_SIZE}"
+            )
+        plain_total += uncompressed
+        if plain_total > MAX_XORB_BYTES:
+            raise XetFormatError(
+                f"{where}: the range's chunks claim more than a xorb's {MAX_XORB_BYTES} bytes; "
+                "refused before decoding it"
             )
         start = offset + CHUNK_HEADER_SIZE
         payload = data[start : start + compressed]

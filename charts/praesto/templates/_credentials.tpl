@@ -48,6 +48,7 @@ run on every render (included from credentials.yaml).
 {{- with .Values.downloads.proxy.noProxy }}{{ $_ := set $out "NO_PROXY" . }}{{ end -}}
 {{- with .Values.downloads.oci.mirrors }}{{ $_ := set $out "PRAESTO_OCI_MIRRORS" (toJson .) }}{{ end -}}
 {{- with .Values.downloads.egress.allowedCIDRs }}{{ $_ := set $out "PRAESTO_EGRESS_ALLOWED_CIDRS" (join "," .) }}{{ end -}}
+{{- if (.Values.downloads.xet | default dict).enabled }}{{ $_ := set $out "PRAESTO_XET" "true" }}{{ end -}}
 {{- toJson $out -}}
 {{- end }}
 
