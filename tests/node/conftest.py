@@ -28,7 +28,8 @@ from tests.node.node_daemons import NodeDaemons, chart_values
 
 __all__ = ["running_metacontroller"]  # a fixture (tests/cluster/controllers.py)
 NODE = "node-tier-1"
-HELM_INSTALLS = ("test_helm_lifecycle.py",)  # modules that `helm install` the chart themselves
+# modules that `helm install` the chart themselves
+HELM_INSTALLS = ("test_helm_lifecycle.py", "test_helm_upgrade_resume.py")
 NODES_OF_THEIR_OWN = ("test_local_cluster_run.py",)  # modules that start a node themselves (make run)
 _VERSIONS: list[str] = []
 

@@ -65,15 +65,19 @@ class NodeDaemons:
         self.installed = installed
         self.node = node
         self.workdir = workdir
-        self.daemonset = installed.rendered("DaemonSet")
-        values_paths = self._chart_paths()
         self.base = workdir / "store"
-        trust = {f"{RELEASE}-trust": installed.trust_dir}  # the chart's verification.trust ConfigMap
-        self.paths = HostPaths(values_paths[0], node.kubelet.root_dir, values_paths[1], self.base, trust)
         self.downward = {"spec.nodeName": node.name, "metadata.namespace": NAMESPACE}
+        self._read_template()
         self.pod: Obj | None = None
         self.agent: Component | None = None
         self.csi: Component | None = None
+
+    def _read_template(self) -> None:
+        """The DaemonSet as the chart (or the release's current revision) has it, and its host paths."""
+        self.daemonset = self.installed.rendered("DaemonSet")
+        kubelet_dir, base_path = self._chart_paths()
+        trust = {f"{RELEASE}-trust": self.installed.trust_dir}  # the chart's verification.trust ConfigMap
+        self.paths = HostPaths(kubelet_dir, self.node.kubelet.root_dir, base_path, self.base, trust)
 
     def _chart_paths(self) -> tuple[str, str]:
         """The kubelet dir and store path the chart rendered (from the DaemonSet's hostPath volumes)."""
@@ -136,6 +140,27 @@ class NodeDaemons:
         assert self.agent is not None
         self.agent.stop()
         self.start_agent()
+
+    # ---- a rolling update of the DaemonSet, on this node ---------------------------------
+    def remove_pod(self) -> None:
+        """The DaemonSet controller deletes this node's Pod (RollingUpdate, maxSurge 0): the kubelet
+        stops its containers (SIGTERM, SIGKILL after the grace period), then the Pod is gone."""
+        for component in (self.agent, self.csi):
+            if component is not None:
+                component.stop()
+        if self.pod is not None:
+            remove_agent_pod(self.installed, self.pod)
+            self.pod = None
+
+    def create_pod(self) -> None:
+        """The controller's new Pod on this node, from the DaemonSet's template as it is now (an
+        upgrade may have changed it): the processes start from that template's args and env."""
+        self._read_template()
+        self.pod = self.installed.admin.apply(placeholder_pod(self.daemonset, self.node.name))
+        self.start_csi()
+        self.start_agent()
+        wait_for("the new CSI plugin serving its socket", self.csi_serving, REGISTRATION_DEADLINE)
+        wait_for("csi.praesto.io registered", self.csi_registered, REGISTRATION_DEADLINE)
 
     def leave(self) -> None:
         """The node leaves the cluster: drained, agent and kubelet stopped, its Node object deleted."""
