@@ -55,7 +55,15 @@ from praesto.agent.download import Options, crashpoints
 from praesto.agent.download.destination import ALLOW_EXISTING_FLAG
 
 from praesto import names
-from praesto.cliargs import EXIT_USAGE, CommandParser, add_version, log_level, positive_int, seconds
+from praesto.cliargs import (
+    EXIT_USAGE,
+    CommandParser,
+    add_version,
+    configure_logging,
+    log_level,
+    positive_int,
+    seconds,
+)
 from praesto.spec import URI_EXAMPLES
 
 DESCRIPTION = "Praesto's node agent (run), its one-shot verified download, and the PVC-mode wait."
@@ -283,10 +291,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     crashpoints.arm(env.get(crashpoints.ENV))  # tests only: die at a named step of a download
     parser = build_parser(_command(argv) == "run", env)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     code: int = args.func(args, env)
     return code

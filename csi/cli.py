@@ -7,7 +7,6 @@ flags (csi/settings.py `CsiSettings`); nothing below reads the environment.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -19,7 +18,7 @@ from praesto.csi.sockets import EndpointError
 from praesto.csi.volume import CsiError
 
 from praesto import names
-from praesto.cliargs import EXIT_USAGE, CommandParser, add_version
+from praesto.cliargs import EXIT_USAGE, CommandParser, add_version, configure_logging
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -37,7 +36,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     """The process edge: the environment is taken here, once (`env` stands in for it in tests)."""
     env = dict(os.environ) if env is None else env
     args = build_parser(env).parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(str(args.log_level).upper(), "%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = CsiSettings.from_args(args)
     except SettingsError as err:

@@ -10,12 +10,24 @@ distribution (`praesto.__version__`, read once from its metadata).
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import NoReturn
 
 from praesto import __version__
 
 EXIT_USAGE = 2
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# Loggers that print whole API answers at DEBUG (kubernetes.client.rest: "response body: ..."), and
+# a process that reads a Secret through that client would print the Secret: held at INFO whatever
+# --log-level says.
+BODY_LOGGERS = ("kubernetes", "httpx2")
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    """The root logger at `level` (one of LOG_LEVELS), never the API clients' bodies."""
+    logging.basicConfig(level=getattr(logging, level), format=fmt)
+    for name in BODY_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.INFO, getattr(logging, level)))
 
 
 class CommandParser(argparse.ArgumentParser):
