@@ -162,10 +162,15 @@ def test_only_a_label_change_of_a_node_brings_a_pass(
     assert key not in composite.wait_seen("update", joined).queued  # the Node itself: no
     # ...its summary's update does, and the Node that joined the selection gets its copy.
     wait_copy(installed, "related", "mc-rel-out")
-    summary_passes = [
-        p for p in composite.passes(key) if any("NodeSummary mc-rel-out@" in r for r in p.reasons)
-    ]
-    assert summary_passes, composite.summary(key)
+
+    def summary_passes() -> list[Pass]:
+        return [p for p in composite.passes(key) if any("NodeSummary mc-rel-out@" in r for r in p.reasons)]
+
+    # A pass is recorded when it ends (after its status write), which may be after the copy shows.
+    try:
+        wait_for("the pass its summary queued to end", lambda: bool(summary_passes()), 30)
+    except TimeoutError as timeout:
+        raise AssertionError(composite.summary(key)) from timeout
     # The customize hook was asked once for this cache: its answer is kept per (uid, generation).
     parent = installed.admin.get(names.API_VERSION, names.MODELCACHE_KIND, "related", NS)
     assert parent is not None
@@ -225,8 +230,16 @@ def test_children_are_left_to_the_garbage_collector_under_its_finalizers(
         names.API_VERSION, names.MODELCACHE_KIND, cache, NS, body={"propagationPolicy": policy}
     )
     composite.wait_parent(NS, cache, gone, 60)
-    finalizing = [p for p in composite.passes(f"{NS}/{cache}") if p.hook == "finalize"]
-    assert finalizing, composite.summary(f"{NS}/{cache}")
+
+    def finalize_passes() -> list[Pass]:
+        return [p for p in composite.passes(f"{NS}/{cache}") if p.hook == "finalize"]
+
+    # The pass that removed the finalizer is recorded when it ends, which may be after the parent is gone.
+    try:
+        wait_for("the finalize pass to end", lambda: bool(finalize_passes()), 30)
+    except TimeoutError as timeout:
+        raise AssertionError(composite.summary(f"{NS}/{cache}")) from timeout
+    finalizing = finalize_passes()
     assert [w for p in finalizing for w in p.writes if w.startswith(("delete", "create"))] == []
     if policy == "Orphan":
         for kind in ("Role", "RoleBinding"):
