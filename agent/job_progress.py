@@ -37,20 +37,13 @@ def parse_job_ref(text: str) -> tuple[str, str]:
 def job_patcher(namespace: str, name: str, credentials_dir: Path, env: Mapping[str, str]) -> Patcher:
     """A patch of the Job's one annotation, as the Job's ServiceAccount (the chart's
     ValidatingAdmissionPolicy lets that identity change nothing else)."""
-    from kubernetes import client
-    from kubernetes.config.incluster_config import InClusterConfigLoader
+    from praesto.agent.kube import job_patch_call
 
-    configuration = client.Configuration()
-    InClusterConfigLoader(
-        token_filename=str(credentials_dir / "token"),
-        cert_filename=str(credentials_dir / "ca.crt"),
-        environ=dict(env),
-    ).load_and_set(configuration)
-    batch = client.BatchV1Api(client.ApiClient(configuration))
+    patch_job = job_patch_call(credentials_dir, env)
 
     def patch(value: str) -> None:
         body = {"metadata": {"annotations": {names.ANNOTATION_DOWNLOAD_PROGRESS: value}}}
-        batch.patch_namespaced_job(name, namespace, body, _request_timeout=10)
+        patch_job(name, namespace, body, _request_timeout=10)
 
     return patch
 

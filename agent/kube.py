@@ -2,7 +2,10 @@
 
 Calls made here are exactly those `praesto.rbac.AGENT` grants: list/watch/patch
 ModelCacheNodes, patch their status, get one named Secret, list and watch one named
-trust Secret or ConfigMap, create Events.
+trust Secret or ConfigMap, create Events. The agent's other API callers (origin budget
+Leases, peer tokens and reviews, the startup taint, a download Job's progress) get their
+API groups from `Door`, built here; every call through it raises only the errors
+`praesto.kubeerrors` maps, and no other agent module imports `kubernetes`.
 """
 
 from __future__ import annotations
@@ -10,15 +13,18 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
-import urllib3
-from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes import client, config
+from kubernetes.config.incluster_config import InClusterConfigLoader
 from praesto.agent import logs
 
 from praesto import names
+from praesto.kubeerrors import APIError, Forbidden, Mapped, NotFound
+from praesto.kubeerrors import is_transient as is_transient  # the agent's modules take these from here
+from praesto.kubeerrors import short_error as short_error
 from praesto.listwatch import ListWatch
 from praesto.reflector import WATCH_SECONDS
 from praesto.reflector import key_of as key_of  # the agent's modules take it from here
@@ -27,6 +33,58 @@ Obj = dict[str, Any]
 G, V, P = names.GROUP, names.VERSION, names.MODELCACHENODE_PLURAL
 
 log = logs.logger("praesto.agent.kube")
+
+# Idle API connections the agent's one client keeps for reuse. Its watches, downloads, status writes
+# and the peer server's identity checks (TokenReview and SubjectAccessReview per new peer) share it;
+# the library's default (5 per CPU: 10 on a 2-CPU node) made urllib3 discard connections ("Connection
+# pool is full") while seven followers asked a seeder at once, and each new one costs a TLS handshake.
+KUBE_CONNECTIONS = 32
+
+
+class NoApiConfig(Exception):
+    """Neither the kubeconfig given nor the in-cluster service account configures a client."""
+
+
+def api_client(kubeconfig: str | None) -> client.ApiClient:
+    """The agent's one client: from `kubeconfig`, else in-cluster; raises `NoApiConfig` (or OSError)."""
+    configuration = client.Configuration()
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException as err:
+        raise NoApiConfig(str(err)) from err
+    configuration.connection_pool_maxsize = KUBE_CONNECTIONS
+    return client.ApiClient(configuration)
+
+
+class Door:
+    """One client's API groups behind the error mapping (`praesto.kubeerrors.Groups`), for the
+    collaborators that call the API themselves: budget Leases, peer tokens and reviews, the taint."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.client = api_client
+        self.core = Mapped(client.CoreV1Api(api_client))
+        self.custom = Mapped(client.CustomObjectsApi(api_client))
+        self.coordination = Mapped(client.CoordinationV1Api(api_client))
+        self.authentication = Mapped(client.AuthenticationV1Api(api_client))
+
+    def sanitize(self, obj: Any) -> Any:
+        """A model object the client returned as the plain dict the server sent."""
+        return self.client.sanitize_for_serialization(obj)
+
+
+def job_patch_call(credentials_dir: Path, env: Mapping[str, str]) -> Any:
+    """`patch_namespaced_job` as the identity whose token and CA are in `credentials_dir` (a
+    download Job's own ServiceAccount), errors mapped."""
+    configuration = client.Configuration()
+    InClusterConfigLoader(
+        token_filename=str(credentials_dir / "token"),
+        cert_filename=str(credentials_dir / "ca.crt"),
+        environ=dict(env),
+    ).load_and_set(configuration)
+    return Mapped(client.BatchV1Api(client.ApiClient(configuration))).patch_namespaced_job
 
 
 class SecretUnavailable(Exception):
@@ -37,23 +95,16 @@ class SecretUnavailable(Exception):
         self.message = message
 
 
-def is_transient(err: BaseException) -> bool:
-    """An API call worth repeating later: the server unreachable, restarting or overloaded (5xx, 429)."""
-    if isinstance(err, ApiException):
-        return err.status in (0, None, 429) or int(err.status) >= 500
-    return isinstance(err, urllib3.exceptions.HTTPError | OSError)
-
-
 class KubeApi:
     def __init__(self, api_client: client.ApiClient, node_name: str, watch_timeout: int = WATCH_SECONDS):
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+        self.custom = Mapped(client.CustomObjectsApi(api_client))
+        self.core = Mapped(client.CoreV1Api(api_client))
         self.node_name = node_name
         self.watch_timeout = watch_timeout
         self.selector = f"{names.LABEL_NODE}={names.node_label_value(node_name)}"
         # this node's ModelCacheNodes, for the reflector (praesto.reflector) the agent runs
         self._nodes = ListWatch(
-            self.custom.list_cluster_custom_object, G, V, P, label_selector=self.selector,
+            self.custom.unmapped.list_cluster_custom_object, G, V, P, label_selector=self.selector,
             watch_seconds=watch_timeout,
         )  # fmt: skip
 
@@ -80,10 +131,8 @@ class KubeApi:
     def get_node(self, namespace: str, name: str) -> Obj | None:
         try:
             got: Obj = self.custom.get_namespaced_custom_object(G, V, namespace, P, name)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return got
 
     def patch_status(self, namespace: str, name: str, patch: Obj) -> Obj | None:
@@ -92,10 +141,8 @@ class KubeApi:
             result: Obj = self.custom.patch_namespaced_custom_object_status(
                 G, V, namespace, P, name, {"status": patch}
             )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return result
 
     # ---- Secrets -----------------------------------------------------------
@@ -105,15 +152,17 @@ class KubeApi:
         where = f"Secret {namespace}/{secret}"
         try:
             return self.core.read_namespaced_secret(secret, namespace)
-        except ApiException as err:
-            if err.status == 404:
-                raise SecretUnavailable(f"{where} not found; {missing_hint}") from None
-            if err.status == 403:
-                raise SecretUnavailable(
-                    f"the node agent may not read {where} yet; the ModelCache grants it through Role "
-                    f"praesto-secret-reader-<cache>, the chart through its credentials Role "
-                    "(check the ModelCache's events if this persists)"
-                ) from None
+        except NotFound:
+            raise SecretUnavailable(f"{where} not found; {missing_hint}") from None
+        except Forbidden:
+            raise SecretUnavailable(
+                f"the node agent may not read {where} yet; the ModelCache grants it through Role "
+                f"praesto-secret-reader-<cache>, the chart through its credentials Role "
+                "(check the ModelCache's events if this persists)"
+            ) from None
+        except APIError as err:
+            if not err.answered:  # no answer came (the server unreachable): raised, mapped
+                raise
             raise SecretUnavailable(f"reading {where} failed with HTTP {err.status}; retrying") from None
 
     def read_secret(self, namespace: str, secret: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -155,14 +204,16 @@ class KubeApi:
         where = f"ConfigMap {namespace}/{config_map}"
         try:
             obj = self.core.read_namespaced_config_map(config_map, namespace)
-        except ApiException as err:
-            if err.status == 404:
-                raise SecretUnavailable(f"{where} not found; create it with {what} in key {key}") from None
-            if err.status == 403:
-                raise SecretUnavailable(
-                    f"the node agent may not read {where} yet; the ModelCache grants it through Role "
-                    "praesto-secret-reader-<cache> (check the ModelCache's events if this persists)"
-                ) from None
+        except NotFound:
+            raise SecretUnavailable(f"{where} not found; create it with {what} in key {key}") from None
+        except Forbidden:
+            raise SecretUnavailable(
+                f"the node agent may not read {where} yet; the ModelCache grants it through Role "
+                "praesto-secret-reader-<cache> (check the ModelCache's events if this persists)"
+            ) from None
+        except APIError as err:
+            if not err.answered:  # no answer came (the server unreachable): raised, mapped
+                raise
             raise SecretUnavailable(f"reading {where} failed with HTTP {err.status}; retrying") from None
         data = obj.data or {}
         if key not in data:
@@ -174,7 +225,7 @@ class KubeApi:
         metadata.name: what the per-cache Role's resourceNames allows (hooks/local.py), the way the
         kubelet follows the ConfigMaps its Pods mount (agent/trust_material.py)."""
         return ListWatch(
-            self.core.list_namespaced_config_map, namespace,
+            self.core.unmapped.list_namespaced_config_map, namespace,
             field_selector=f"metadata.name={name}", watch_seconds=self.watch_timeout,
         )  # fmt: skip
 
@@ -184,10 +235,8 @@ class KubeApi:
         Other errors are raised as they come, so a 403 reads "(403)" as the Reflector's do."""
         try:
             obj = self.core.read_namespaced_secret(name, namespace)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return dict(obj.data or {})
 
     # ---- Events ------------------------------------------------------------
@@ -230,10 +279,3 @@ class KubeApi:
             self.core.create_namespaced_event(ns, event)
         except Exception as err:  # events are a courtesy; never fail reconcile on them
             log.warning("could not record event", extra={"namespace": ns, "object": name, "error": str(err)})
-
-
-def short_error(err: Exception) -> str:
-    """One line for logs and status: never an API response body (it may echo a Secret's name or data)."""
-    if isinstance(err, ApiException):
-        return f"HTTP {err.status} {err.reason}"
-    return f"{type(err).__name__}: {str(err)[:200]}"

@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kubernetes import client
-from praesto.agent.kube import KubeApi, short_error
+from praesto.agent.kube import Door, KubeApi, short_error
 
 from praesto import names
 from praesto.spec import InvalidSpec, parse_spec
@@ -137,7 +136,7 @@ class StartupTaint:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: Door,
         kube: KubeApi,
         node_name: str,
         key: str,
@@ -147,8 +146,8 @@ class StartupTaint:
         interval: float = 2.0,
     ) -> None:
         self.api = api
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.core = api.core  # calls raise praesto.kubeerrors' errors
+        self.custom = api.custom
         self.kube = kube
         self.node_name = node_name
         self.key = key
@@ -184,7 +183,7 @@ class StartupTaint:
 
     def step(self) -> bool:
         """One look; True when there is nothing left to do (no taint on the node)."""
-        node: Obj = self.api.sanitize_for_serialization(self.core.read_node(self.node_name))
+        node: Obj = self.api.sanitize(self.core.read_node(self.node_name))
         if not has_taint(node, self.key):
             return True
         labels = (node.get("metadata") or {}).get("labels") or {}

@@ -16,13 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request
-from kubernetes import client
-from kubernetes.client.rest import ApiException
 from praesto.hooks import broker
 from praesto.hooks.config import HooksConfig
+from praesto.hooks.kube import ApiClient, APIError, Door, Forbidden, NotFound, unanswered
 
 from praesto import names
-from praesto.listwatch import api_client_from_environment
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("praesto_broker", __name__)
@@ -39,21 +37,16 @@ _api_lock = threading.Lock()
 class KubeBrokerApi:
     """`broker.BrokerApi` with the real client, as praesto-hooks' ServiceAccount."""
 
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-        self.auth = client.AuthenticationV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: ApiClient | None = None) -> None:
+        self.door = Door(api)
+        self.custom = self.door.custom
+        self.core = self.door.core
 
     def review(self, token: str) -> Mapping[str, Any]:
-        spec = client.V1TokenReviewSpec(token=token, audiences=[names.BROKER_TOKEN_AUDIENCE])
         try:
-            made = self.auth.create_token_review(
-                client.V1TokenReview(spec=spec), _request_timeout=API_TIMEOUT
-            )
+            status: Any = self.door.review_token(token, [names.BROKER_TOKEN_AUDIENCE], API_TIMEOUT)
         except Exception as err:
             raise broker.Unavailable(f"cannot check the token now ({type(err).__name__})") from None
-        status: Any = self.api.sanitize_for_serialization(made).get("status") or {}
         return dict(status)
 
     def copy(self, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -62,9 +55,13 @@ class KubeBrokerApi:
                 names.GROUP, names.VERSION, namespace, names.MODELCACHENODE_PLURAL, name,
                 _request_timeout=API_TIMEOUT,
             )  # fmt: skip
-        except ApiException as err:
-            if err.status == 404:
-                return None
+        except NotFound:
+            return None
+        except APIError as err:
+            if unanswered(err):
+                raise broker.Unavailable(
+                    f"cannot read the asking node's copy now ({type(err).__name__})"
+                ) from None
             raise broker.Unavailable(f"cannot read the asking node's copy now (HTTP {err.status})") from None
         except Exception as err:
             raise broker.Unavailable(
@@ -78,13 +75,17 @@ class KubeBrokerApi:
         )
         try:
             obj = reader(name, namespace, _request_timeout=API_TIMEOUT)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            if err.status == 403:  # the grant follows the copy's status by one sync
+        except NotFound:
+            return None
+        except Forbidden:  # the grant follows the copy's status by one sync
+            raise broker.Unavailable(
+                f"praesto-hooks may not read {kind} {namespace}/{name} yet (the per-cache grant, Role "
+                "praesto-secret-reader-<cache>, comes with the cache's next sync)"
+            ) from None
+        except APIError as err:
+            if unanswered(err):
                 raise broker.Unavailable(
-                    f"praesto-hooks may not read {kind} {namespace}/{name} yet (the per-cache grant, Role "
-                    "praesto-secret-reader-<cache>, comes with the cache's next sync)"
+                    f"reading {kind} {namespace}/{name} failed ({type(err).__name__})"
                 ) from None
             raise broker.Unavailable(
                 f"reading {kind} {namespace}/{name} failed with HTTP {err.status}"
@@ -93,7 +94,7 @@ class KubeBrokerApi:
             raise broker.Unavailable(
                 f"reading {kind} {namespace}/{name} failed ({type(err).__name__})"
             ) from None
-        out: Any = self.api.sanitize_for_serialization(obj)
+        out: Any = self.door.sanitize(obj)
         return dict(out)
 
 
@@ -103,7 +104,7 @@ def _broker_api() -> broker.BrokerApi:
         return injected  # type: ignore[no-any-return]
     with _api_lock:
         if not _api:  # once per worker, on first use
-            _api.append(KubeBrokerApi(api_client_from_environment()))
+            _api.append(KubeBrokerApi())
         return _api[0]
 
 

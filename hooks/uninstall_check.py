@@ -21,15 +21,14 @@ thin Kubernetes edge.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client, config
-from kubernetes.client.rest import ApiException
-from urllib3.exceptions import HTTPError
+from praesto.hooks.kube import ApiClient, APIError, Door, NoApiConfig, NotFound, configured_client, unanswered
 
 from praesto import names
 from praesto.cliargs import CommandParser, add_version, positive_int
@@ -182,8 +181,9 @@ def timed_out(
 class Cluster:
     """ModelCaches and ModelCacheNodes through the API, with the hook's ServiceAccount."""
 
-    def __init__(self, api: client.ApiClient) -> None:
-        self.custom = client.CustomObjectsApi(api)
+    def __init__(self, api: ApiClient) -> None:
+        self.door = Door(api)
+        self.custom = self.door.custom
 
     def caches(self) -> list[Cache]:
         listed = self.custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.MODELCACHE_PLURAL)
@@ -196,18 +196,15 @@ class Cluster:
 
     def labelled_nodes(self) -> list[str]:
         """Nodes still carrying a readiness label of a cache (names.READY_LABEL_PREFIX)."""
-        listed = client.CoreV1Api(self.custom.api_client).list_node().items
+        listed = self.door.core.list_node().items
         return [n.metadata.name for n in listed if any(k.startswith(names.READY_LABEL_PREFIX)
                                                        for k in n.metadata.labels or {})]  # fmt: skip
 
     def delete(self, cache: Cache) -> None:
-        try:
+        with contextlib.suppress(NotFound):  # gone already
             self.custom.delete_namespaced_custom_object(
                 names.GROUP, names.VERSION, cache.namespace, names.MODELCACHE_PLURAL, cache.name
             )
-        except ApiException as err:
-            if err.status != 404:
-                raise
 
 
 def run(
@@ -256,13 +253,9 @@ def parser() -> CommandParser:
     return p
 
 
-def kube_client() -> client.ApiClient:
+def kube_client() -> ApiClient:
     """In-cluster (the hook's Pod), else KUBECONFIG / ~/.kube/config (a developer's run)."""
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
+    return configured_client()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,17 +269,17 @@ def main(argv: list[str] | None = None) -> int:
         cluster = Cluster(kube_client())
         return run(cluster, delete_all=args.delete_model_caches, release=release,
                    wait_seconds=args.wait_seconds, say=say)  # fmt: skip
-    except config.ConfigException as err:
+    except NoApiConfig as err:
         say(f"praesto uninstall-check: no Kubernetes client configuration ({err}); run it in the cluster")
         return EXIT_REFUSED
-    except ApiException as err:
+    except APIError as err:
+        if unanswered(err):
+            say(f"praesto uninstall-check: cannot reach the API server ({err}); try helm uninstall again")
+            return EXIT_TEMPORARY
         transient = err.status is None or err.status >= 500 or err.status == 429
         say(f"praesto uninstall-check: the API server answered {err.status} {err.reason}; "
             + ("try helm uninstall again" if transient else "check the hook's RBAC (templates/uninstall-hook.yaml)"))  # fmt: skip
         return EXIT_TEMPORARY if transient else EXIT_REFUSED
-    except HTTPError as err:
-        say(f"praesto uninstall-check: cannot reach the API server ({err}); try helm uninstall again")
-        return EXIT_TEMPORARY
 
 
 if __name__ == "__main__":

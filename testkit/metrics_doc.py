@@ -27,6 +27,7 @@ from pathlib import Path
 from kubernetes import client
 from praesto.agent import cli as agent_cli
 from praesto.agent import daemon
+from praesto.agent.kube import Door
 from praesto.agent.settings import AgentSettings
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.serving.app import METRICS_REGISTRY, create_app
@@ -71,7 +72,9 @@ def agent_registry() -> CollectorRegistry:
     with tempfile.TemporaryDirectory() as base:
         parser = agent_cli.build_parser(True, {})
         args = parser.parse_args(["run", "--node-name", "metrics-doc", "--base-path", base])
-        agent = daemon.build(AgentSettings.from_args(args, {}), client.ApiClient(client.Configuration()))
+        agent = daemon.build(
+            AgentSettings.from_args(args, {}), Door(client.ApiClient(client.Configuration()))
+        )
         return agent.metrics.registry
 
 

@@ -163,3 +163,57 @@ def test_a_cycle_is_found() -> None:
     """The check itself: a two-package cycle and a three-package one are both reported."""
     graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
     assert cycles(graph) == [["a", "b"], ["c", "d", "e"]]
+
+
+# The one door to the API server per process (issue 39 item 3): only these modules import the
+# `kubernetes` client. The ground's two are shared by every door: the error mapping
+# (praesto/kubeerrors.py, after kopf's errors.py) and the reflector's list/watch edge, which every
+# process's reflectors run on (praesto/listwatch.py; it maps its own 410 to `Expired`). The CSI
+# driver calls no Kubernetes API: it has no door.
+KUBERNETES_DOORS: dict[str, set[str]] = {
+    GROUND: {"praesto.kubeerrors", "praesto.listwatch"},
+    "praesto.agent": {"praesto.agent.kube"},
+    "praesto.hooks": {"praesto.hooks.kube"},
+    "praesto.csi": set(),
+}
+
+
+def process_of(package: str) -> str:
+    """The process (a key of `KUBERNETES_DOORS`) whose part `package` is: the longest prefix."""
+    return max((p for p in KUBERNETES_DOORS if package == p or package.startswith(p + ".")), key=len)
+
+
+def kubernetes_importers() -> dict[str, Path]:
+    """Every installed module that imports `kubernetes` (or a module below it), with its file."""
+    return {
+        name: path
+        for name, (path, _package) in modules().items()
+        if any(
+            t == "kubernetes" or t.startswith("kubernetes.")
+            for t in imported(path, name, path.name == "__init__.py")
+        )
+    }
+
+
+def test_only_each_process_door_imports_kubernetes() -> None:
+    """The client's exceptions are mapped once (praesto.kubeerrors) and its calls made in one door per
+    process, so a client change or a new error kind is handled in one place, not in each caller."""
+    found = modules()
+    assert {process_of(package) for _path, package in found.values()} == set(KUBERNETES_DOORS)
+    stray = sorted(
+        str(path.relative_to(ROOT))
+        for name, path in kubernetes_importers().items()
+        if name not in KUBERNETES_DOORS[process_of(found[name][1])]
+    )
+    assert stray == [], (
+        "these import `kubernetes` outside their process's door (agent/kube.py, hooks/kube.py; "
+        "csi has none): " + ", ".join(stray) + "; call the API through the door, catch praesto.kubeerrors"
+    )
+
+
+def test_every_door_exists() -> None:
+    """The rule names real modules (a renamed door would otherwise let every import through unseen)."""
+    found = modules()
+    for doors in KUBERNETES_DOORS.values():
+        for door in doors:
+            assert door in found, door

@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-from kubernetes import client
 from praesto.agent.budget import slots
 from praesto.agent.budget.leases import LeaseApi
 from praesto.agent.budget.origin_budget import BudgetConfig, OriginBudget
 
 from praesto import names
+from praesto.kubeerrors import Groups
 from praesto.quantity import QuantityError, parse_quantity
 
 
@@ -93,7 +93,7 @@ def budget_config(args: argparse.Namespace) -> BudgetConfig | None:
     )
 
 
-def build_budget(config: BudgetConfig | None, api: client.ApiClient, node_name: str) -> OriginBudget | None:
+def build_budget(config: BudgetConfig | None, api: Groups, node_name: str) -> OriginBudget | None:
     """The agent's origin budget from its settings' `origin_budget` section, or None when off."""
     if config is None:
         return None

@@ -22,11 +22,10 @@ import json
 import threading
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
 from praesto.agent.budget.slots import Lease
 
 from praesto import names
+from praesto.kubeerrors import Conflict, Groups, NotFound
 from praesto.listwatch import ListWatch
 from praesto.watched import SYNC_SECONDS, WatchedSet, resource_version
 
@@ -35,12 +34,16 @@ CONFLICT_SECONDS = 1.0  # after a 409, how long `list()` waits for the watch to 
 
 
 class LeaseApi:
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.leases = client.CoordinationV1Api(api)
+    def __init__(self, api: Groups, namespace: str) -> None:
+        self.leases = api.coordination  # calls raise praesto.kubeerrors' errors
         self.namespace = namespace
         self.watched = WatchedSet(
             f"origin budget Leases in {namespace}",
-            ListWatch(self.leases.list_namespaced_lease, namespace, label_selector=names.LABEL_ORIGIN_BUDGET),
+            ListWatch(
+                self.leases.unmapped.list_namespaced_lease,
+                namespace,
+                label_selector=names.LABEL_ORIGIN_BUDGET,
+            ),
             key=(namespace, ""),
         )
         self._conflicted: int | None = None  # the watch's version when a write last lost a race
@@ -88,10 +91,8 @@ class LeaseApi:
     def get(self, name: str) -> Lease | None:
         try:
             resp = self.leases.read_namespaced_lease(name, self.namespace, _preload_content=False)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         lease: Lease = json.loads(resp.data)
         return lease
 
@@ -106,11 +107,9 @@ class LeaseApi:
                 )
             else:
                 resp = self.leases.create_namespaced_lease(self.namespace, full, _preload_content=False)
-        except ApiException as err:
-            if err.status == 409:  # Conflict (stale resourceVersion) or AlreadyExists (created meanwhile)
-                self._conflicted = self.watched.version
-                return None
-            raise
+        except Conflict:  # a stale resourceVersion, or AlreadyExists (created meanwhile)
+            self._conflicted = self.watched.version
+            return None
         written: Lease = json.loads(resp.data)
         self._written = max(self._written, resource_version(written))
         self.watched.keep(written)

@@ -52,8 +52,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from kubernetes import client
 from praesto.agent.peers import protocol
+
+from praesto.kubeerrors import Groups
 
 log = logging.getLogger("praesto.peers")
 SCHEME = protocol.SCHEME
@@ -101,8 +102,8 @@ class Pod:
 class TokenMinter:
     """Peer tokens of this agent Pod, one per target node, each reused until `RENEW_AT` of its life."""
 
-    def __init__(self, api: client.ApiClient, pod: Pod) -> None:
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: Groups, pod: Pod) -> None:
+        self.core = api.core  # calls raise praesto.kubeerrors' errors
         self.pod = pod
         self._lock = threading.Lock()
         self._tokens: dict[str, tuple[float, str]] = {}  # audience -> (renew after, token)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-from kubernetes import client
 from praesto.agent.peers.auth import Pod
 from praesto.agent.peers.limits import Limits
 from praesto.agent.peers.peering import PeerConfig, Peering
 
 from praesto import names
+from praesto.kubeerrors import Groups
 from praesto.quantity import QuantityError, parse_quantity
 from praesto.store import StoreLayout
 
@@ -128,7 +128,7 @@ def peer_config(args: argparse.Namespace) -> PeerConfig | None:
 
 
 def build_peering(
-    config: PeerConfig | None, api: client.ApiClient, node_name: str, layout: StoreLayout
+    config: PeerConfig | None, api: Groups, node_name: str, layout: StoreLayout
 ) -> Peering | None:
     """The agent's `Peering` from its settings' `peers` section, or None when peers are disabled."""
     if config is None:

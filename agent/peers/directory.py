@@ -14,9 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from kubernetes import client
-
 from praesto import names
+from praesto.kubeerrors import Groups
 from praesto.listwatch import ListWatch
 from praesto.reflector import WATCH_SECONDS, Backoff
 from praesto.watched import WatchedSet
@@ -26,10 +25,10 @@ CacheKey = tuple[str, str]  # (namespace, cache)
 
 class PeerDirectory:
     def __init__(
-        self, api: client.ApiClient, node_name: str, *, watch_seconds: int = WATCH_SECONDS,
+        self, api: Groups, node_name: str, *, watch_seconds: int = WATCH_SECONDS,
         backoff: Backoff | None = None,
     ) -> None:  # fmt: skip
-        self.custom = client.CustomObjectsApi(api)
+        self.custom = api.custom  # calls raise praesto.kubeerrors' errors
         self.node_name, self.watch_seconds, self.backoff = node_name, watch_seconds, backoff
         self._lock = threading.Lock()
         self._watched: dict[CacheKey, tuple[WatchedSet, int]] = {}  # -> (its copies, downloads using it)
@@ -76,7 +75,7 @@ class PeerDirectory:
 
     def _new(self, namespace: str, cache: str) -> WatchedSet:
         listwatch = ListWatch(
-            self.custom.list_namespaced_custom_object, names.GROUP, names.VERSION, namespace,
+            self.custom.unmapped.list_namespaced_custom_object, names.GROUP, names.VERSION, namespace,
             names.MODELCACHENODE_PLURAL, label_selector=_selector(cache), watch_seconds=self.watch_seconds,
         )  # fmt: skip
         logger = logging.getLogger("praesto.peers")  # peering.py's

@@ -30,14 +30,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
 from praesto.agent.peers import auth, protocol
 from praesto.agent.peers.directory import PeerDirectory
 from praesto.agent.peers.protocol import Refused as Refused  # re-exported: the server imports it from here
 from praesto.agent.peers.replay import Nonces
 
 from praesto import names
+from praesto.kubeerrors import Forbidden, Groups, NotFound
 
 log = logging.getLogger("praesto.peers")
 API_TIMEOUT = 5.0
@@ -54,7 +53,7 @@ class Identities:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: Groups,
         service_account: str,
         node: str,
         *,
@@ -69,8 +68,8 @@ class Identities:
         self.username = f"system:serviceaccount:{namespace}:{name}"
         self.node = node
         self.audience = names.peer_audience(node)  # only tokens minted for this node are accepted
-        self.auth = client.AuthenticationV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.auth = api.authentication  # calls raise praesto.kubeerrors' errors
+        self.custom = api.custom
         self.review_seconds = review_seconds
         self.grant_seconds = grant_seconds
         self.denied_seconds = denied_seconds
@@ -90,7 +89,7 @@ class Identities:
             seen = self._reviews.get(key)
         if seen is not None and seen.until > now:
             return seen.value
-        body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=[audience]))
+        body = {"spec": {"token": token, "audiences": [audience]}}  # a TokenReview
         try:
             review: Any = self.auth.create_token_review(body, _request_timeout=API_TIMEOUT)
         except Exception as err:
@@ -156,10 +155,8 @@ class Identities:
                 names.modelcachenode_name(cache, node),
                 _request_timeout=API_TIMEOUT,
             )
-        except ApiException as err:
-            if err.status in (403, 404):
-                return ""
-            raise Refused(503, "cannot check the asking node's copies now; retry") from None
+        except (Forbidden, NotFound):
+            return ""
         except Exception:
             raise Refused(503, "cannot check the asking node's copies now; retry") from None
         return node if _names(obj, node, cache) else ""

@@ -6,7 +6,7 @@ watches, and keeps a dict current (`praesto.reflector`: resume after errors,
 relist on 410 Gone; a lookup refuses while the API goes unanswered). The
 pure webhook logic sees only the `Lookups` protocol; tests may pass
 `StaticLookups`, the server always uses `WatchedLookups` with the real
-`kubernetes` client.
+`kubernetes` client, through the hooks' door (hooks/kube.py).
 
 Settings (`HooksConfig`, hooks/config.py, built from the environment at the
 process edge): `admission_lookups` (`PRAESTO_ADMISSION_LOOKUPS=off`: no API
@@ -24,12 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from praesto.hooks.config import ENV_ADMISSION_LOOKUPS, HooksConfig
+from praesto.hooks.kube import APIError, Door, NotFound, unanswered
 
 from praesto import names
-from praesto.listwatch import ListWatch, api_client_from_environment
+from praesto.listwatch import ListWatch
 from praesto.reflector import Reflector
 
 log = logging.getLogger(__name__)
@@ -131,24 +130,23 @@ class WatchedLookups:
         max_staleness: float | None = None,
         cold_wait: float | None = None,
     ) -> None:
-        api = api_client or api_client_from_environment()
+        door = Door(api_client)
         timeout = watch_timeout or _DEFAULTS.lookup_watch_timeout
         staleness = max_staleness if max_staleness is not None else _DEFAULTS.lookup_max_staleness
         self.cold_wait = cold_wait if cold_wait is not None else _DEFAULTS.lookup_cold_wait
         self.max_staleness = staleness
-        custom = client.CustomObjectsApi(api)
-        self.custom = custom
+        self.custom = door.custom
         self.modelcaches = _reflector(
             "ModelCache",
-            custom.list_cluster_custom_object,
+            door.list_call(door.custom, "list_cluster_custom_object"),
             (names.GROUP, names.VERSION, names.MODELCACHE_PLURAL),
             _slim_modelcache,
             timeout,
         )
         self.storageclasses = _reflector(
-            "StorageClass", client.StorageV1Api(api).list_storage_class, (), lambda _: True, timeout
+            "StorageClass", door.list_call(door.storage, "list_storage_class"), (), lambda _: True, timeout
         )
-        self.nodes = _reflector("Node", client.CoreV1Api(api).list_node, (), _node_labels, timeout)
+        self.nodes = _reflector("Node", door.list_call(door.core, "list_node"), (), _node_labels, timeout)
         self._all = (self.modelcaches, self.storageclasses, self.nodes)
 
     def start(self) -> WatchedLookups:
@@ -180,12 +178,11 @@ class WatchedLookups:
                 name,
                 _request_timeout=DIRECT_READ_TIMEOUT,
             )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise LookupUnavailable(
-                f"reading ModelCache {namespace}/{name} failed: HTTP {error.status}"
-            ) from None
+        except NotFound:
+            return None
+        except APIError as error:
+            failure = type(error).__name__ if unanswered(error) else f"HTTP {error.status}"
+            raise LookupUnavailable(f"reading ModelCache {namespace}/{name} failed: {failure}") from None
         except Exception as error:
             raise LookupUnavailable(
                 f"reading ModelCache {namespace}/{name} failed: {type(error).__name__}"

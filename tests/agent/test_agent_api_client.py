@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from praesto.agent.daemon import KUBE_CONNECTIONS, api_client
+from praesto.agent.kube import KUBE_CONNECTIONS, api_client
 
 KUBECONFIG = """\
 apiVersion: v1

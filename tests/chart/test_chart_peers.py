@@ -9,6 +9,7 @@ import helm_python as helm
 import pytest
 from kubernetes import client
 from praesto.agent import cli as agent_cli
+from praesto.agent.kube import Door
 from praesto.agent.peers.auth import Pod
 from praesto.agent.peers.config import build_peering
 from praesto.agent.peers.limits import Limits
@@ -49,7 +50,9 @@ def test_agent_gets_pod_ip_name_uid_and_port_and_no_shared_secret(tmp_path: Any)
     args = agent_cli.build_parser(True, {}).parse_args(expanded)
     settings = AgentSettings.from_args(args, {})  # no refusal
     assert (args.peer_port, args.peer_address, args.peer_max_uploads) == (9200, "127.0.0.1", 3)
-    peering = build_peering(settings.peers, client.ApiClient(), settings.node_name, StoreLayout(tmp_path))
+    peering = build_peering(
+        settings.peers, Door(client.ApiClient()), settings.node_name, StoreLayout(tmp_path)
+    )
     assert peering is not None
     try:
         assert peering.address == "127.0.0.1:9200"
@@ -126,7 +129,9 @@ def test_connection_limits_and_deadlines_reach_the_peer_server(tmp_path: Any) ->
         expanded = [re.sub(r"\$\((\w+)\)", lambda m: ENV_VALUES[m.group(1)], a) for a in agent["args"]]
         args = agent_cli.build_parser(True, {}).parse_args(expanded)
         settings = AgentSettings.from_args(args, {})  # no refusal
-        peering = build_peering(settings.peers, client.ApiClient(), settings.node_name, StoreLayout(tmp_path))
+        peering = build_peering(
+            settings.peers, Door(client.ApiClient()), settings.node_name, StoreLayout(tmp_path)
+        )
         assert peering is not None
         try:
             assert peering.config.limits == expected

@@ -28,6 +28,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from praesto.agent.kube import Door
 from praesto.agent.peers import auth, protocol
 from praesto.agent.peers.identity import Identities, PeerAuthorizer
 from praesto.agent.peers.protocol import file_path
@@ -67,7 +68,7 @@ class World:
     def credentials(self, node: str = NODE_A) -> auth.Credentials:
         meta = self.pods[node]["metadata"]
         pod = auth.Pod(NAMESPACE, meta["name"], meta["uid"], AGENT_SA)
-        return auth.Credentials(node, auth.TokenMinter(self.apis[node], pod))
+        return auth.Credentials(node, auth.TokenMinter(Door(self.apis[node]), pod))
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,7 @@ def world(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Ite
         layout = StoreLayout(Path(tmp_path_factory.mktemp(node)))
         make_cache(layout, TENANT, "placed")
         make_cache(layout, TENANT, "elsewhere")
-        authorizer = PeerAuthorizer(Identities(apis[node], f"{NAMESPACE}/{AGENT_SA}", node))
+        authorizer = PeerAuthorizer(Identities(Door(apis[node]), f"{NAMESPACE}/{AGENT_SA}", node))
         servers[node] = PeerServer(layout, authorizer, ("127.0.0.1", 0)).start()
     try:
         yield World(installed, servers, pods, apis)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from praesto.agent.kube import Door
 from praesto.agent.peers import auth, protocol
 from praesto.agent.peers.identity import Identities, PeerAuthorizer
 
@@ -33,7 +34,7 @@ class Peers:
     minted: list[str] = field(default_factory=list)  # every token `token()` made
 
     def authorizer(self, node: str = SERVER) -> PeerAuthorizer:
-        return PeerAuthorizer(Identities(agent_client(self.kube), AGENT_SERVICE_ACCOUNT, node))
+        return PeerAuthorizer(Identities(Door(agent_client(self.kube)), AGENT_SERVICE_ACCOUNT, node))
 
     def token(
         self,
@@ -82,7 +83,7 @@ class Peers:
     def credentials(self, node: str = ASKER) -> auth.Credentials:
         """`node`'s agent credentials, minting through the TokenRequest API."""
         pod = agent_pod(self.kube, node, node)
-        return auth.Credentials(node, auth.TokenMinter(agent_client(self.kube), pod))
+        return auth.Credentials(node, auth.TokenMinter(Door(agent_client(self.kube)), pod))
 
     def place(self, cache: str, node: str, namespace: str = "team-a") -> None:
         """The ModelCacheNode the sync hook makes for `cache` on `node` (what grants reads)."""
