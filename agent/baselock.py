@@ -17,15 +17,14 @@ from pathlib import Path
 
 from praesto.store import StoreLayout
 
-LOCK_FILE = "agent.lock"
-
 
 class BasePathInUse(Exception):
     """Another agent holds the base path; the message names the path, the holder and the fix."""
 
 
 def lock_path(layout: StoreLayout) -> Path:
-    return layout.internal / LOCK_FILE
+    """Where the lock lives: the layout's owner names it (praesto/store.py `LOCK_FILE`)."""
+    return layout.lock_file
 
 
 def _holder(fd: int) -> str:

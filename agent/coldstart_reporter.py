@@ -22,10 +22,10 @@ read from the agent's shared view (`Copies`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from praesto.agent import logs
@@ -35,6 +35,7 @@ from praesto.agent.kube import KubeApi, key_of, short_error
 from praesto.agent.metrics import ORIGIN_DEDUP, ORIGIN_PEER, ORIGIN_SOURCE
 from praesto.agent.prewarm import Prewarmer, PrewarmResult
 from praesto.agent.status_writer import StatusWriter
+from praesto.csi import storefs
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from praesto import coldstart_record, store
@@ -200,20 +201,26 @@ class PodStartReporter:
     # ---- one pass -----------------------------------------------------------
 
     def poll(self) -> int:
-        """Report every finished record; returns how many were reported."""
-        folder = self.layout.pod_starts_dir
+        """Report every finished record; returns how many were reported.
+
+        The driver's pods/ is read through storefs' walk, never through a symlink planted there."""
         try:
-            files = sorted(p for p in folder.iterdir() if p.suffix == ".json")
-        except (FileNotFoundError, NotADirectoryError):
-            return 0
+            with storefs.store_dir(self.layout.base, (store.INTERNAL_DIR, store.PODS)) as folder:
+                return 0 if folder is None else self._poll_in(folder)
+        except OSError as err:
+            if err.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            return 0  # not a plain directory: the driver refuses to write there and says so
+
+    def _poll_in(self, folder: int) -> int:
         reported = 0
-        for path in files:
-            start = coldstart_record.from_json(store.read_json(path))
+        for record in storefs.record_names(folder):
+            start = coldstart_record.from_json(storefs.read_json_at(folder, record))
             if start is None or start.mounted_at is None:
                 if start is None or self.clock() - start.first_attempt_at > ABANDONED_SECONDS:
-                    self._remove(path)
+                    storefs.unlink_at(folder, record)
                 continue
-            if self._report(path, start):
+            if self._report(folder, record, start):
                 reported += 1
         return reported
 
@@ -224,12 +231,12 @@ class PodStartReporter:
                     return obj
         return None
 
-    def _report(self, path: Path, start: coldstart_record.PodStart) -> bool:
+    def _report(self, folder: int, record: str, start: coldstart_record.PodStart) -> bool:
         obj = self._copy_of(start.namespace, start.name)
         if obj is None and self.clock() - start.first_attempt_at < UNMATCHED_SECONDS:
             return False  # the watch may not have brought it yet
         if obj is not None and (obj.get("spec") or {}).get("prewarm") is True:
-            self._prewarm(path.name, start)
+            self._prewarm(record, start)
         if obj is not None and not self._write_summary(obj, start):
             return False
         node = self.node
@@ -252,8 +259,8 @@ class PodStartReporter:
             "pod start",
             extra={"pod": start.pod_name, "hit": start.hit, "waitSeconds": round(start.wait_seconds, 3)},
         )
-        self._remove(path)
-        self._prewarmed.discard(path.name)
+        storefs.unlink_at(folder, record)
+        self._prewarmed.discard(record)
         return True
 
     def _write_summary(self, obj: Obj, start: coldstart_record.PodStart) -> bool:
@@ -292,7 +299,3 @@ class PodStartReporter:
 
         cache_dir = self.layout.cache_dir(start.namespace, start.name)
         self.prewarmer.start((start.namespace, start.name), cache_dir, done)
-
-    def _remove(self, path: Path) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()

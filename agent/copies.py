@@ -73,7 +73,7 @@ class CacheState:
     matching_manifest: tuple[int, int, int, str, str] | None = None
     # the served manifest's identity, the revision and the trust it was found to hold (agent/rolling.py)
     served_revision: tuple[int, int, int, str, str, str] | None = None
-    # what the last scrub found bad (agent/scrubber.py), until the repairing download ends
+    # what the last scrub found bad (agent/scrub/scrubber.py), until the repairing download ends
     scrub_findings: list[str] | None = None
 
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from praesto.agent.prewarm import Prewarmer, PrewarmResult
-from praesto.csi import mounts
+from praesto.csi import mounts, storefs
 
 from bench.common import interleaved, print_table, ratio, sync
 from praesto import names, store
@@ -117,11 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     target.mkdir(parents=True)
     try:
         cache = make_copy(layout, args.size_mib << 20)
-        fd = mounts.open_dir_nofollow(str(layout.base), [NAMESPACE, CACHE])
-        try:
+        with storefs.store_dir(layout.base, (NAMESPACE, CACHE)) as fd:
+            assert fd is not None
             mounts.bind_read_only(f"/proc/self/fd/{fd}", str(target))
-        finally:
-            os.close(fd)
         late = min(args.head_start, 0.25)
         runs = {
             "cold": ("cold", args.head_start),

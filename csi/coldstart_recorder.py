@@ -2,15 +2,15 @@
 
 The driver is the only one that sees when a Pod first asks for a cache and when
 it gets it, but it has no API access; so it writes a record
-(`praesto.coldstart_record.PodStart`) under `<base>/.praesto/pods/` through the same
-symlink-safe directory fds as its other records, and the node agent reports it.
+(`praesto.coldstart_record.PodStart`) under `<base>/.praesto/pods/` (`store.PODS`) through
+the same symlink-safe directory fds as its other records (`CsiStore`), and the node agent
+reports it.
 Accounting never fails or delays a mount: a record that cannot be written is
 logged and skipped.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -21,7 +21,6 @@ from praesto.csi.volume import CsiError, PublishRequest
 from praesto import coldstart_record
 
 log = logging.getLogger(__name__)
-DIR = "pods"
 
 
 class PodStartRecorder:
@@ -42,21 +41,19 @@ class PodStartRecorder:
             return
         name = coldstart_record.record_name(req.pod_uid, req.namespace, req.name)
         try:
-            with self.fs._dir(DIR) as fd:
-                assert fd is not None
-                old = coldstart_record.from_json(self.fs._read_json(fd, name))
-                if old is not None and (old.mounted_at is not None or not mounted):
-                    return  # first attempt already known; a finished record is final
-                record = coldstart_record.PodStart(
-                    req.pod_uid,
-                    req.pod_name,
-                    req.namespace,
-                    req.name,
-                    started if old is None else old.first_attempt_at,
-                    mounted if old is None else old.hit,
-                    self.clock() if mounted else None,
-                )
-                self.fs._write(fd, name, json.dumps(record.to_json(), sort_keys=True).encode())
+            old = coldstart_record.from_json(self.fs.read_pod_start(name))
+            if old is not None and (old.mounted_at is not None or not mounted):
+                return  # first attempt already known; a finished record is final
+            record = coldstart_record.PodStart(
+                req.pod_uid,
+                req.pod_name,
+                req.namespace,
+                req.name,
+                started if old is None else old.first_attempt_at,
+                mounted if old is None else old.hit,
+                self.clock() if mounted else None,
+            )
+            self.fs.write_pod_start(name, record.to_json())
         except (OSError, CsiError) as err:
             log.warning(
                 "could not record the pod start of %s/%s for model cache %s: %s",

@@ -6,8 +6,8 @@ costs microseconds instead of three fork/execs, gives the exact errno (EROFS,
 EBUSY, EINVAL) instead of parsing a tool's stderr, sets exactly the flags we
 ask for (no /etc/fstab lookups, no helper programs), and keeps util-linux out
 of the image. The bind source is passed as `/proc/self/fd/N` of a directory
-opened without following symlinks, so what gets mounted is the directory we
-checked, not whatever a path points to a moment later.
+opened without following symlinks (praesto.csi.storefs's walk), so what gets
+mounted is the directory we checked, not whatever a path points to a moment later.
 
 Why /proc/self/mountinfo and not os.path.ismount: a bind mount of a directory
 on the same filesystem has the same st_dev as its parent, so ismount misses
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import errno
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -152,26 +151,3 @@ def bind_read_only(source: str, target: str) -> None:
     except OSError:
         unmount(target, MNT_DETACH)
         raise
-
-
-def open_dir_nofollow(base: str, parts: Sequence[str]) -> int:
-    """Open base/part1/part2... as an O_PATH fd, refusing a symlink at any part.
-
-    Raises OSError(ELOOP) naming the part that is a symlink, ENOTDIR if a part
-    is not a directory, ENOENT if missing. The caller owns the returned fd.
-    """
-    fd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in parts:
-            try:
-                child = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno == errno.ENOTDIR and os.path.islink(os.path.join(f"/proc/self/fd/{fd}", part)):
-                    raise OSError(errno.ELOOP, f"{part} is a symbolic link", part) from exc
-                raise
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import grpc
-from praesto.csi import mounts
+from praesto.csi import mounts, storefs
 from praesto.csi.coldstart_recorder import PodStartRecorder
 from praesto.csi.recovery import CacheLocator, Recovery, rebuild_records, revision_at
 from praesto.csi.storefs import CsiStore
@@ -119,8 +119,7 @@ class Publisher:
             locator = self._locator(entries)
             if self._already_published(req, entries, locator):
                 return
-            fd = self._open_cache(req)
-            try:
+            with self._open_cache(req) as fd:
                 if not self.layout.is_complete(req.namespace, req.name):
                     raise self._not_ready(req)
                 # Record first: the agent never evicts a cache with a record, so
@@ -142,8 +141,6 @@ class Publisher:
                 except BaseException:
                     self.fs.drop_mount(req.volume_id)
                     raise
-            finally:
-                os.close(fd)
             with self._asked_guard:
                 self._asked.pop((req.namespace, req.name), None)
             self.pod_starts.mounted(req, started)
@@ -196,8 +193,9 @@ class Publisher:
             )
         return True
 
-    def _open_cache(self, req: PublishRequest) -> int:
-        """O_PATH fd of `<base>/<ns>/<name>`, refusing symlinks at either level.
+    @contextlib.contextmanager
+    def _open_cache(self, req: PublishRequest) -> Iterator[int]:
+        """fd of `<base>/<ns>/<name>` (storefs' walk), refusing symlinks at either level.
 
         A symlink there (e.g. `<base>/team-a/llm -> ../team-b/llm`) would show
         another namespace's cache or any host directory. The agent never
@@ -205,20 +203,22 @@ class Publisher:
         INVALID_ARGUMENT, because the request is fine and the Pod author
         cannot fix it; the store must be repaired.
         """
-        cache_dir = self.layout.cache_dir(req.namespace, req.name)
-        try:
-            return mounts.open_dir_nofollow(str(self.layout.base), [req.namespace, req.name])
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        with contextlib.ExitStack() as stack:
+            try:
+                fd = stack.enter_context(storefs.store_dir(self.layout.base, (req.namespace, req.name)))
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                cache_dir = self.layout.cache_dir(req.namespace, req.name)
                 raise CsiError(
                     grpc.StatusCode.PERMISSION_DENIED,
                     f"model cache {req.namespace}/{req.name}: {cache_dir} is not a plain directory inside "
                     f"{self.layout.base} ({exc.strerror}); refusing to mount it, remove it so the node agent "
                     "can download the cache again",
                 ) from exc
-            if exc.errno == errno.ENOENT:
-                raise self._not_ready(req) from exc
-            raise
+            if fd is None:
+                raise self._not_ready(req)
+            yield fd
 
     def _mount(self, req: PublishRequest, fd: int) -> None:
         # the marker must still be there *after* our record, else it was evicted meanwhile

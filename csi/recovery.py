@@ -14,9 +14,10 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from praesto.csi.mounts import MountInfo, fs_location, is_within, open_dir_nofollow
-from praesto.csi.storefs import CsiStore
+from praesto.csi.mounts import MountInfo, fs_location, is_within
+from praesto.csi.storefs import CsiStore, store_dir
 
 from praesto import names, store
 
@@ -58,15 +59,8 @@ class CacheLocator:
             return None
         if is_within(entry.mount_point, self.base):
             return None  # the store's own mounts, never a Pod's view
-        parts = os.path.relpath(entry.root, self.root).split("/")
-        if len(parts) == 2 and all(names.is_dns_label(p) for p in parts):
-            return parts[0], parts[1]
-        # a copy a revision switch retired while this mount showed it (store.py): still this cache
-        if len(parts) == 4 and parts[:2] == [store.INTERNAL_DIR, names.STORE_RETIRED_DIR]:
-            namespace, _, name = parts[2].partition("_")
-            if names.is_dns_label(namespace) and names.is_dns_label(name):
-                return namespace, name
-        return None
+        # the cache directory, or a copy a revision switch retired while this mount showed it
+        return store.copy_owner(os.path.relpath(entry.root, self.root).split("/"))
 
     def revision_of(self, entry: MountInfo) -> str:
         """The commit of the copy a mount of a cache shows, read from its manifest without following
@@ -75,13 +69,10 @@ class CacheLocator:
             return ""
         parts = os.path.relpath(entry.root, self.root).split("/")
         try:
-            fd = open_dir_nofollow(self.base, parts)
+            with store_dir(Path(self.base), parts) as fd:
+                return "" if fd is None else revision_at(fd)
         except OSError:
             return ""
-        try:
-            return revision_at(fd)
-        finally:
-            os.close(fd)
 
     def cache_mounts(self, entries: Sequence[MountInfo]) -> dict[str, tuple[str, str]]:
         """target path -> cache, for the top mount of every target showing a cache."""

@@ -16,6 +16,11 @@ follows it), and reads open with O_NOFOLLOW.
     requests/  owner root, 2775, base path's group: the agent removes answered requests
     pods/      owner root, 2775, base path's group: the agent removes reported pod starts (csi/coldstart_recorder.py)
     progress/  the agent's: read only, without following symlinks
+
+This module holds the fd-safe walk only; every directory and file name comes from
+`praesto.store`, the one owner of the layout. The walk (`store_dir`, `read_json_at`,
+`record_names`, `unlink_at`) is shared: the node agent reads and removes the driver's
+records through it too (agent/eviction.py), so no side follows a link planted in the store.
 """
 
 from __future__ import annotations
@@ -27,19 +32,80 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import grpc
 from praesto.csi.volume import CsiError
 
-from praesto import names, store
+from praesto import store
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-PRIVATE = "mounts"
-SHARED = ("used", "requests", "pods")  # the agent may remove entries (group-writable, setgid)
-_MODES = {PRIVATE: 0o755, "used": 0o2775, "requests": 0o2775, "pods": 0o2775}
+PRIVATE = store.MOUNTS
+SHARED = (store.USED, store.REQUESTS, store.PODS)  # the agent may remove entries (group-writable, setgid)
+_MODES = {PRIVATE: 0o755, **dict.fromkeys(SHARED, 0o2775)}
+
+
+# ---- the fd-safe walk (the driver and the agent) ---------------------------------------
+
+
+@contextlib.contextmanager
+def store_dir(base: Path, parts: Sequence[str]) -> Iterator[int | None]:
+    """fd of `base/<parts...>`, no part followed through a symlink; None when it or a part is missing.
+
+    Raises OSError (ELOOP or ENOTDIR) when a part is a symlink or not a directory.
+    """
+    try:
+        fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield None
+        return
+    try:
+        for part in parts:
+            try:
+                child = os.open(part, _DIR, dir_fd=fd)
+            except FileNotFoundError:
+                yield None
+                return
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_json_at(dir_fd: int, name: str) -> dict[str, Any] | None:
+    """A JSON record in `dir_fd`, None when missing, malformed, a symlink or not a regular file."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:  # missing, or a symlink (ELOOP): not a record the driver wrote
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = json.loads(handle.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return data if isinstance(data, dict) else None
+
+
+def record_names(dir_fd: int) -> list[str]:
+    """The finished records in `dir_fd`, sorted (names only: nothing is opened)."""
+    return sorted(n for n in os.listdir(dir_fd) if store.is_record_name(n))
+
+
+def unlink_at(dir_fd: int, name: str) -> bool:
+    """Remove one entry of `dir_fd` (a planted symlink goes, its target stays); False when gone already."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 class UnsafeStore(CsiError):
@@ -55,6 +121,8 @@ class UnsafeStore(CsiError):
 
 class CsiStore:
     """Mount records, last-used stamps and hydration requests, written symlink-safely."""
+
+    _read_json = staticmethod(read_json_at)
 
     def __init__(self, layout: store.StoreLayout) -> None:
         self.layout = layout
@@ -122,7 +190,7 @@ class CsiStore:
 
     @staticmethod
     def _write(dir_fd: int, name: str, data: bytes, when: float | None = None) -> None:
-        tmp = f".tmp-{secrets.token_hex(8)}"
+        tmp = f"{store.TEMP_PREFIX}{secrets.token_hex(8)}"
         fd = os.open(
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd
         )
@@ -140,23 +208,6 @@ class CsiStore:
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
 
-    @staticmethod
-    def _read_json(dir_fd: int, name: str) -> dict[str, Any] | None:
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
-        except OSError:  # missing, or a symlink (ELOOP): not a record the driver wrote
-            return None
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            with os.fdopen(os.dup(fd), "rb") as handle:
-                data = json.loads(handle.read(1 << 20))
-        except (OSError, ValueError):
-            return None
-        finally:
-            os.close(fd)
-        return data if isinstance(data, dict) else None
-
     # ---- mount records --------------------------------------------------------------------
 
     def record_mount(self, record: store.MountRecord) -> None:
@@ -168,12 +219,12 @@ class CsiStore:
         with self._dir(PRIVATE, create=False) as fd:
             if fd is None:
                 return []
-            found = (self._record(fd, n) for n in sorted(os.listdir(fd)) if n.endswith(".json"))
+            found = (self._record(fd, n) for n in record_names(fd))
             return [r for r in found if r is not None]
 
     def find_mount(self, volume_id: str) -> store.MountRecord | None:
         with self._dir(PRIVATE, create=False) as fd:
-            return None if fd is None else self._record(fd, _record_name(volume_id))
+            return None if fd is None else self._record(fd, store.mount_record_name(volume_id))
 
     def _record(self, fd: int, name: str) -> store.MountRecord | None:
         return store.record_from(self._read_json(fd, name))
@@ -183,9 +234,8 @@ class CsiStore:
         with self._dir(PRIVATE, create=False) as fd:
             if fd is None:
                 return None
-            record = self._record(fd, _record_name(volume_id))
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(_record_name(volume_id), dir_fd=fd)
+            record = self._record(fd, store.mount_record_name(volume_id))
+            unlink_at(fd, store.mount_record_name(volume_id))
         if record is not None:
             self.touch_used(record.namespace, record.name, now)
         return record
@@ -193,14 +243,14 @@ class CsiStore:
     # ---- last use, hydration requests, progress -------------------------------------------
 
     def touch_used(self, namespace: str, name: str, now: float | None = None) -> None:
-        with self._dir("used") as fd:
+        with self._dir(store.USED) as fd:
             assert fd is not None
-            self._write(fd, store.cache_key(namespace, name), b"", time.time() if now is None else now)
+            self._write(fd, store.used_name(namespace, name), b"", time.time() if now is None else now)
 
     def request_hydration(self, namespace: str, name: str, now: float | None = None) -> None:
         """Ask the agent to (re)download a cache; repeating the request is harmless."""
-        file_name = store.cache_key(namespace, name) + ".json"
-        with self._dir("requests") as fd:
+        file_name = store.record_name(namespace, name)
+        with self._dir(store.REQUESTS) as fd:
             assert fd is not None
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISREG(os.stat(file_name, dir_fd=fd, follow_symlinks=False).st_mode):
@@ -209,12 +259,19 @@ class CsiStore:
             payload = {"namespace": namespace, "name": name, "requestedAt": when}
             self._write(fd, file_name, json.dumps(payload, sort_keys=True).encode())
 
+    # ---- pod-start records (csi/coldstart_recorder.py) ------------------------------------
+
+    def read_pod_start(self, file_name: str) -> dict[str, Any] | None:
+        with self._dir(store.PODS, create=False) as fd:
+            return None if fd is None else read_json_at(fd, file_name)
+
+    def write_pod_start(self, file_name: str, payload: dict[str, Any]) -> None:
+        with self._dir(store.PODS) as fd:
+            assert fd is not None
+            self._write(fd, file_name, json.dumps(payload, sort_keys=True).encode())
+
     def read_progress(self, namespace: str, name: str) -> store.Progress | None:
-        with self._dir("progress", create=False) as fd:
+        with self._dir(store.PROGRESS, create=False) as fd:
             if fd is None:
                 return None
-            return store.progress_from(self._read_json(fd, store.cache_key(namespace, name) + ".json"))
-
-
-def _record_name(volume_id: str) -> str:
-    return names.short_hash(volume_id, 32) + ".json"
+            return store.progress_from(read_json_at(fd, store.record_name(namespace, name)))

@@ -7,6 +7,7 @@ both DNS labels, so they never contain `_` or start with `.`):
     <base>/<ns>/<name>/                 published cache: model files + marker files
     <base>/.praesto/staging/<ns>_<name>/  download in progress (same filesystem)
     <base>/.praesto/blobs/sha256/<hex>  content-addressed copies (hard links) for dedup
+    <base>/.praesto/blobs/xet/          Xet chunks by hash, and each verified file's chunk list
     <base>/.praesto/mounts/<id>.json    CSI mount records: a cache with one is in use
     <base>/.praesto/used/<ns>_<name>    mtime = last unmount (lastUsedTime)
     <base>/.praesto/requests/<ns>_<name>.json   CSI asks the agent to (re)hydrate
@@ -17,6 +18,11 @@ both DNS labels, so they never contain `_` or start with `.`):
     <base>/.praesto/next/<ns>_<name>/           agent: a new revision fetched beside the served copy
     <base>/.praesto/retired/<ns>_<name>/<commit>/  agent: a copy a revision switch took out of
                                                 service, kept while a mount record names its commit
+        .../<commit>/.praesto-retiring           its complete marker, set aside while its mounts are read
+    <base>/.praesto/agent.lock          agent: held while an agent runs on this base path
+
+This module is the one owner of these names: the agent, eviction, scrub and the CSI driver's
+`praesto.csi.storefs` ask it and never spell one; tests/test_store_layout.py guards them literally.
 
 A revision switch renames the served copy into `retired` and the `next` copy onto the
 cache directory (one filesystem, so a running Pod's bind mount keeps the inode it has);
@@ -31,6 +37,8 @@ shapes, the agent's readers and the agent's own writers, and no writer of the
 driver's files (tests write those through `CsiStore` too). The agent may remove answered requests,
 reported pod-start records and a deleted cache's `used` stamp, and holds `.praesto/agent.lock` while it runs.
 Every write is a whole-file atomic replace, so a reader never sees half a record.
+Over ~400 lines on purpose: one owner of every name above (issue 39 item 4); the copy checks
+(`copy_mismatch`, `signature_mismatch`) are the piece to move out if it grows further.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,16 +55,84 @@ from typing import Any
 from praesto import names
 
 INTERNAL_DIR = ".praesto"
+# below INTERNAL_DIR: the agent's own directories
+STAGING = "staging"
+BLOBS = "blobs"
+BLOB_ALGORITHM = "sha256"  # blobs/sha256/<hex>
+BLOB_ORIGIN_INDEX = "by-origin"  # blobs/sha256/by-origin/<origin key>: the sha256 verified for it
+BLOB_SHARING_PREFIX = ".sharing-"  # a blob's passing second name while dedup links it (gc drops strays)
+XET_CHUNKS = "xet"  # blobs/xet/: the Xet chunk store, beside blobs/sha256 (agent/download/.../xetstore.py)
+XET_CHUNK_DATA = "chunks"  # blobs/xet/chunks/<2 hex>/<chunk hash>: one chunk as a xorb stores it
+XET_FILE_INDEX = "files"  # blobs/xet/files/<CAS key>/<xorb>/<file sha256>: a verified file's chunks of a xorb
+PROGRESS = "progress"
+COPIES = "copies"
+SCRUB = "scrub"
+NEXT = names.STORE_NEXT_DIR
+RETIRED = names.STORE_RETIRED_DIR
+RETIRING = ".praesto-retiring"  # in a retired copy: its complete marker, set aside while its mounts are read
+LOCK_FILE = "agent.lock"
+# below INTERNAL_DIR: the CSI driver's directories (it writes them through praesto.csi.storefs)
+MOUNTS = "mounts"
+USED = "used"
+REQUESTS = "requests"
+PODS = "pods"
+RECORD_SUFFIX = ".json"
+TEMP_PREFIX = ".tmp-"  # a record being written: never read as one
+
+
+def xet_chunks_beside(blobs_dir: Path) -> Path:
+    """The Xet chunk store beside a blob store (a download knows only its blob directory)."""
+    return blobs_dir.parent / XET_CHUNKS
 
 
 def cache_key(namespace: str, name: str) -> str:
     return f"{namespace}_{name}"
 
 
+def copy_owner(parts: Sequence[str]) -> tuple[str, str] | None:
+    """(namespace, cache) whose copy is at `<base>/<parts...>`: its cache directory or one of its
+    retired copies (`.praesto/retired/<ns>_<name>/<commit>`); None for any other path."""
+    if len(parts) == 2 and all(names.is_dns_label(p) for p in parts):
+        return parts[0], parts[1]
+    if len(parts) == 4 and (parts[0], parts[1]) == (INTERNAL_DIR, RETIRED):
+        namespace, _, name = parts[2].partition("_")  # a DNS label holds no "_"
+        if names.is_dns_label(namespace) and names.is_dns_label(name):
+            return namespace, name
+    return None
+
+
+def record_name(namespace: str, name: str) -> str:
+    """A cache's record file in requests/, progress/, copies/ and scrub/."""
+    return cache_key(namespace, name) + RECORD_SUFFIX
+
+
+def used_name(namespace: str, name: str) -> str:
+    """A cache's stamp in used/ (its mtime is the last unmount)."""
+    return cache_key(namespace, name)
+
+
+def mount_record_name(volume_id: str) -> str:
+    """A mount record's file: volume ids come from the kubelet ("csi-<hash>"); never trust them as paths."""
+    return names.short_hash(volume_id, 32) + RECORD_SUFFIX
+
+
+def is_record_name(file_name: str) -> bool:
+    """A finished record's file (not one still being written under its temporary name)."""
+    return file_name.endswith(RECORD_SUFFIX) and not file_name.startswith(TEMP_PREFIX)
+
+
+def request_owner(file_name: str, data: dict[str, Any] | None) -> tuple[str, str] | None:
+    """(namespace, cache) of a hydration request, None when malformed or filed under another name."""
+    namespace, name = (data or {}).get("namespace"), (data or {}).get("name")
+    if not (isinstance(namespace, str) and isinstance(name, str)):
+        return None
+    return (namespace, name) if file_name == record_name(namespace, name) else None
+
+
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     """Write JSON so readers see the old file or the new one, never a torn one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(payload, handle, sort_keys=True)
@@ -97,54 +174,75 @@ class StoreLayout:
     def is_complete(self, namespace: str, name: str) -> bool:
         return self.complete_marker(namespace, name).is_file()
 
+    @property
+    def lock_file(self) -> Path:
+        return self.internal / LOCK_FILE
+
     def staging_dir(self, namespace: str, name: str) -> Path:
-        return self.internal / "staging" / cache_key(namespace, name)
+        return self.internal / STAGING / cache_key(namespace, name)
 
     @property
     def blobs_dir(self) -> Path:
-        return self.internal / "blobs" / "sha256"
+        return self.internal / BLOBS / BLOB_ALGORITHM
+
+    @property
+    def blob_origin_index(self) -> Path:
+        return self.blobs_dir / BLOB_ORIGIN_INDEX
+
+    @property
+    def xet_chunks_dir(self) -> Path:
+        return xet_chunks_beside(self.blobs_dir)
 
     @property
     def mounts_dir(self) -> Path:
-        return self.internal / "mounts"
+        return self.internal / MOUNTS
 
     @property
     def used_dir(self) -> Path:
-        return self.internal / "used"
+        return self.internal / USED
+
+    def used_stamp(self, namespace: str, name: str) -> Path:
+        return self.used_dir / used_name(namespace, name)
 
     @property
     def requests_dir(self) -> Path:
-        return self.internal / "requests"
+        return self.internal / REQUESTS
+
+    def request_file(self, namespace: str, name: str) -> Path:
+        return self.requests_dir / record_name(namespace, name)
 
     @property
     def progress_dir(self) -> Path:
-        return self.internal / "progress"
+        return self.internal / PROGRESS
+
+    def progress_file(self, namespace: str, name: str) -> Path:
+        return self.progress_dir / record_name(namespace, name)
 
     @property
     def pod_starts_dir(self) -> Path:
-        return self.internal / "pods"
+        return self.internal / PODS
 
     def next_dir(self, namespace: str, name: str) -> Path:
         """Where a new revision is published beside the served copy (rolling updates)."""
-        return self.internal / names.STORE_NEXT_DIR / cache_key(namespace, name)
+        return self.internal / NEXT / cache_key(namespace, name)
 
     def next_staging_dir(self, namespace: str, name: str) -> Path:
         """Staging of the copy beside: `.` never occurs in a DNS label, so no cache's staging is this."""
-        return self.internal / "staging" / (cache_key(namespace, name) + "." + names.STORE_NEXT_DIR)
+        return self.internal / STAGING / (cache_key(namespace, name) + "." + NEXT)
 
     def retired_root(self, namespace: str, name: str) -> Path:
-        return self.internal / names.STORE_RETIRED_DIR / cache_key(namespace, name)
+        return self.internal / RETIRED / cache_key(namespace, name)
 
     def retired_dir(self, namespace: str, name: str, revision: str) -> Path:
         """A copy a switch took out of service, by the commit it holds (a 40-hex id or a digest)."""
         return self.retired_root(namespace, name) / revision.replace(":", "_").replace("/", "_")
 
     def copy_record(self, namespace: str, name: str) -> Path:
-        return self.internal / "copies" / (cache_key(namespace, name) + ".json")
+        return self.internal / COPIES / record_name(namespace, name)
 
     def scrub_record(self, namespace: str, name: str) -> Path:
         """The last scrub of a copy (agent/scrub/): survives agent restarts, so they do not rescrub all at once."""
-        return self.internal / "scrub" / (cache_key(namespace, name) + ".json")
+        return self.internal / SCRUB / record_name(namespace, name)
 
 
 @dataclass(frozen=True)
@@ -235,8 +333,7 @@ class MountRecord:
 
     @property
     def file_name(self) -> str:
-        # volume ids come from the kubelet ("csi-<hash>"); never trust them as paths
-        return names.short_hash(self.volume_id, 32) + ".json"
+        return mount_record_name(self.volume_id)
 
 
 def record_from(data: dict[str, Any] | None) -> MountRecord | None:
@@ -256,10 +353,16 @@ def record_from(data: dict[str, Any] | None) -> MountRecord | None:
         return None
 
 
-def all_mounts(layout: StoreLayout) -> list[MountRecord]:
-    if not layout.mounts_dir.is_dir():
+def records_in(directory: Path) -> list[Path]:
+    """The finished records in one of the store's directories, sorted ([] while it does not exist)."""
+    try:
+        return sorted(p for p in directory.iterdir() if is_record_name(p.name))
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    records = (record_from(read_json(p)) for p in sorted(layout.mounts_dir.glob("*.json")))
+
+
+def all_mounts(layout: StoreLayout) -> list[MountRecord]:
+    records = (record_from(read_json(p)) for p in records_in(layout.mounts_dir))
     return [r for r in records if r is not None]
 
 
@@ -270,7 +373,7 @@ def mounts_for(layout: StoreLayout, namespace: str, name: str) -> list[MountReco
 def last_used(layout: StoreLayout, namespace: str, name: str) -> float | None:
     """Time of the last unmount, or None if the cache was never used on this node."""
     try:
-        return (layout.used_dir / cache_key(namespace, name)).stat().st_mtime
+        return layout.used_stamp(namespace, name).stat().st_mtime
     except FileNotFoundError:
         return None
 
@@ -279,19 +382,13 @@ def last_used(layout: StoreLayout, namespace: str, name: str) -> float | None:
 
 
 def pending_hydration_requests(layout: StoreLayout) -> list[tuple[str, str]]:
-    if not layout.requests_dir.is_dir():
-        return []
-    out = []
-    for path in sorted(layout.requests_dir.glob("*.json")):
-        data = read_json(path)
-        if data and isinstance(data.get("namespace"), str) and isinstance(data.get("name"), str):
-            out.append((data["namespace"], data["name"]))
-    return out
+    found = (request_owner(p.name, read_json(p)) for p in records_in(layout.requests_dir))
+    return [owner for owner in found if owner is not None]
 
 
 def clear_hydration_request(layout: StoreLayout, namespace: str, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
-        (layout.requests_dir / (cache_key(namespace, name) + ".json")).unlink()
+        layout.request_file(namespace, name).unlink()
 
 
 @dataclass(frozen=True)
@@ -305,11 +402,11 @@ class Progress:
 
 
 def write_progress(layout: StoreLayout, namespace: str, name: str, progress: Progress) -> None:
-    write_json_atomic(layout.progress_dir / (cache_key(namespace, name) + ".json"), asdict(progress))
+    write_json_atomic(layout.progress_file(namespace, name), asdict(progress))
 
 
 def read_progress(layout: StoreLayout, namespace: str, name: str) -> Progress | None:
-    return progress_from(read_json(layout.progress_dir / (cache_key(namespace, name) + ".json")))
+    return progress_from(read_json(layout.progress_file(namespace, name)))
 
 
 def progress_from(data: dict[str, Any] | None) -> Progress | None:
@@ -331,4 +428,4 @@ def progress_from(data: dict[str, Any] | None) -> Progress | None:
 
 def clear_progress(layout: StoreLayout, namespace: str, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
-        (layout.progress_dir / (cache_key(namespace, name) + ".json")).unlink()
+        layout.progress_file(namespace, name).unlink()

@@ -138,3 +138,21 @@ def test_insufficient_disk_space_names_the_numbers_and_evicts_nothing(
         assert env.layout.is_complete("team-a", "fits")  # nothing evicted for a hopeless case
         assert not any(env.layout.internal.glob("staging/*/**/w.bin"))
         assert env.metric("praesto_agent_download_failures_total", reason="InsufficientDiskSpace") >= 1
+
+
+def test_removal_and_request_cleanup_never_go_through_a_symlink(tmp_path: Path) -> None:
+    """Eviction reaches the store through the fd-safe walk (praesto.csi.storefs): a link planted
+    for a namespace or for the driver's requests directory is refused, and nothing behind it goes."""
+    layout = store.StoreLayout(tmp_path / "base")
+    outside = tmp_path / "outside"
+    (outside / "llm").mkdir(parents=True)
+    (outside / "llm" / "keep.bin").write_text("x")
+    (outside / "team-b_gone.json").write_text('{"namespace": "team-b", "name": "gone"}')
+    layout.internal.mkdir(parents=True)
+    (layout.base / "team-a").symlink_to(outside)
+    layout.requests_dir.symlink_to(outside)
+
+    with pytest.raises(eviction.UnsafePath, match="symlink"):
+        eviction.remove_all(layout, "team-a", "llm")
+    assert eviction.drop_unowned_requests(layout, set()) == 0
+    assert sorted(p.name for p in outside.rglob("*")) == ["keep.bin", "llm", "team-b_gone.json"]

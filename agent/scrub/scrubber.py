@@ -11,48 +11,101 @@ is marked to scrub next (it may link the same inode). The reconciler then sees a
 and downloads it again in place (publish.py's PVC shape: staged beside, verified, renamed over the
 bad names, never written in place): the good files come back from the blob area by hard link,
 only the bad ones move from peers or the origin.
+
+What it needs of the agent (its copies, status writes, Events) comes in as `AgentSide`, built by
+agent/node_agent.py: the scrub package imports nothing of `praesto.agent`, which imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
-from praesto.agent import logs
-from praesto.agent import status as st
-from praesto.agent.copies import CacheState, Copies, CopyKey, Obj, cache_of, deleting
-from praesto.agent.kube import KubeApi, short_error
 from praesto.agent.scrub import core, ioprio, schedule
 from praesto.agent.scrub.pacing import BytePacer
 
 from praesto import names, store
 from praesto.store import StoreLayout
 
+Obj = dict[str, Any]
+CopyKey = tuple[str, str]  # (namespace, ModelCacheNode name), as agent/copies.py keys copies
+
+
+class CopyState(Protocol):
+    """What the scrubber reads and sets of the agent's memory of one copy (agent/copies.py CacheState)."""
+
+    @property
+    def job(self) -> object: ...
+
+    @property
+    def evicted(self) -> bool: ...
+
+    scrub_findings: list[str] | None
+
+
+class CopyBook(Protocol):
+    """The agent's copies as the scrubber sees them (agent/copies.py Copies); `lock` guards the store."""
+
+    @property
+    def lock(self) -> AbstractContextManager[Any]: ...
+
+    @property
+    def objects(self) -> Mapping[CopyKey, Obj]: ...
+
+    @property
+    def states(self) -> Mapping[CopyKey, CopyState]: ...
+
+    def state(self, key: CopyKey) -> CopyState: ...
+
+    def get(self, key: CopyKey) -> Obj | None: ...
+
+
+@dataclass(frozen=True)
+class AgentSide:
+    """The agent's side of a scrub, handed in whole so the scrub package never imports the agent."""
+
+    copies: CopyBook
+    cache_of: Callable[[Obj], str]  # spec.modelCacheName: the copy's store directory
+    servable: Callable[[Obj], bool]  # Ready and not being deleted: a copy worth scrubbing
+    set_status: Callable[[Obj, str, str, str, dict[str, object]], None]
+    merge_status: Callable[[CopyKey, dict[str, object]], None]
+    emit_event: Callable[[Obj, str, str, str], None]
+    count_mismatches: Callable[[str, str, int], None]
+    short_error: Callable[[Exception], str]  # one line, never an API response body
+
+
+# The Xet chunk store's scrub (xetstore.verify_all, given by the agent: this package imports none of
+# it): (pace, cancel) -> chunks dropped.
+ChunkScrub = Callable[[Callable[[int], None], threading.Event], int]
+
 
 class Scrubber:
     def __init__(
         self,
         layout: StoreLayout,
-        copies: Copies,
-        kube: KubeApi,
-        set_status: Callable[[Obj, str, str, str, dict[str, object]], None],
-        merge_status: Callable[[CopyKey, dict[str, object]], None],
-        count_mismatches: Callable[[str, str, int], None],
+        agent: AgentSide,
         interval: float,
         bytes_per_second: int,
         clock: Callable[[], float],
-        node_name: str,
+        log: logging.LoggerAdapter[logging.Logger],
         poll_seconds: float = 10.0,
+        chunk_store: ChunkScrub | None = None,
     ) -> None:
-        self.layout, self.copies, self.kube, self.set_status = layout, copies, kube, set_status
-        self.merge_status, self.poll_seconds = merge_status, poll_seconds
-        self.count_mismatches, self.interval, self.clock = count_mismatches, interval, clock
+        self.layout, self.agent, self.copies = layout, agent, agent.copies
+        self.poll_seconds, self.interval, self.clock = poll_seconds, interval, clock
+        self.chunk_store = chunk_store
+        self.chunks_due = clock() + interval  # like a copy's record: a restart does not rescrub at once
         self.pacer = BytePacer(bytes_per_second)
         self.cancel = threading.Event()
-        self.log = logs.logger("praesto.agent.scrub", node=node_name)
+        self.log = log
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -76,10 +129,26 @@ class Scrubber:
             try:
                 worked = self.scrub_next()
             except Exception as err:  # the thread must outlive any one copy
-                self.log.warning("scrub failed", extra={"error": short_error(err)})
+                self.log.warning("scrub failed", extra={"error": self.agent.short_error(err)})
                 worked = False
             if not worked:
+                self.scrub_chunk_store()
                 self.cancel.wait(min(self.poll_seconds, self.interval))
+
+    def scrub_chunk_store(self) -> int:
+        """Once an interval, when no copy is due: the Xet chunk store, paced by the same budget. Its
+        bad chunks are dropped (a download reading one drops it too, and fetches it again)."""
+        if self.chunk_store is None or self.clock() < self.chunks_due:
+            return 0
+        try:
+            dropped = self.chunk_store(self.pacer, self.cancel)
+        except Exception as err:  # the thread must outlive the store
+            self.log.warning("chunk store scrub failed", extra={"error": self.agent.short_error(err)})
+            dropped = 0
+        self.chunks_due = self.clock() + self.interval
+        if dropped:
+            self.log.warning("scrub dropped bad Xet chunks", extra={"count": dropped})
+        return dropped
 
     def next_due(self) -> tuple[CopyKey, Obj] | None:
         """The most overdue Ready copy that no download or removal holds."""
@@ -87,15 +156,12 @@ class Scrubber:
         with self.copies.lock:
             items = list(self.copies.objects.items())
             for key, obj in items:
-                state = self.copies.states.get(key) or CacheState()
-                if (
-                    deleting(obj)
-                    or state.job is not None
-                    or state.evicted
-                    or st.phase_of(obj) != names.PHASE_READY
+                state = self.copies.states.get(key)
+                if not self.agent.servable(obj) or (
+                    state is not None and (state.job is not None or state.evicted)
                 ):
                     continue
-                due = schedule.due_at(self.layout, key[0], cache_of(obj), self.interval)
+                due = schedule.due_at(self.layout, key[0], self.agent.cache_of(obj), self.interval)
                 if due is not None and due <= now and (best is None or due < best[0]):
                     best = (due, key, obj)
         return None if best is None else (best[1], best[2])
@@ -106,7 +172,7 @@ class Scrubber:
         if found is None:
             return False
         key, obj = found
-        ns, cache = key[0], cache_of(obj)
+        ns, cache = key[0], self.agent.cache_of(obj)
         copy_dir = self.layout.cache_dir(ns, cache)
         marker = _stamp(self.layout.complete_marker(ns, cache))
         manifest = store.read_json(self.layout.manifest_path(ns, cache)) or {}
@@ -136,14 +202,14 @@ class Scrubber:
                 self._take_out(key, ns, cache, report, record, state, rotten, sharing)
         current = self.copies.get(key) or obj
         if report.clean:
-            self.merge_status(key, {"scrub": record.status()})
+            self.agent.merge_status(key, {"scrub": record.status()})
             return True
         bad = "; ".join(f.describe() for f in report.findings[: names.SCRUB_MISMATCHED_MAX])
         message = f"scrub found {len(report.findings)} bad file(s), fetching them again: {bad}"
-        self.count_mismatches(ns, cache, len(report.findings))
+        self.agent.count_mismatches(ns, cache, len(report.findings))
         self.log.warning("scrub mismatch", extra={"namespace": ns, "cache": cache, "detail": bad})
-        self.kube.emit_event(current, "Warning", names.REASON_SCRUB_MISMATCH, message)
-        self.set_status(
+        self.agent.emit_event(current, "Warning", names.REASON_SCRUB_MISMATCH, message)
+        self.agent.set_status(
             current, names.PHASE_PENDING, names.REASON_SCRUB_MISMATCH, message, {"scrub": record.status()}
         )
         return True
@@ -169,6 +235,7 @@ class Scrubber:
         if not bad:
             return []
         with self.copies.lock:
+            cache_of = self.agent.cache_of
             others = {(k[0], cache_of(o)) for k, o in self.copies.objects.items() if cache_of(o)} - {
                 (ns, cache)
             }
@@ -196,7 +263,7 @@ class Scrubber:
         cache: str,
         report: core.Report,
         record: schedule.ScrubRecord,
-        state: CacheState,
+        state: CopyState,
         rotten: list[str],
         sharing: list[tuple[str, str]],
     ) -> None:
@@ -244,8 +311,6 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 
 def _remove(path: Path) -> None:
-    import shutil
-
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
