@@ -8,11 +8,9 @@ over from the previous status while the condition's status is unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
-
-from praesto.hooks import hook_protocol
 
 from praesto import names
 
@@ -21,6 +19,7 @@ Obj = dict[str, Any]
 READY = "Ready"
 LAST_APPLIED_ANNOTATION = "metacontroller.k8s.io/last-applied-configuration"
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 def format_time(moment: datetime) -> str:
@@ -122,8 +121,9 @@ def keep_observed(obj: Mapping[str, Any]) -> Obj:
     return out
 
 
-def consumer_pods(request: Mapping[str, Any], parent: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """Related consumer Pods of the parent's own namespace that still hold (or will hold) the model.
+def consumer_pods(pods: Iterable[Mapping[str, Any]], parent: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Related consumer Pods (`pods`: the request's related Pods) of the parent's own namespace that
+    still hold (or will hold) the model.
 
     The customize rule already names the namespace; filtering here too means a
     Metacontroller that ignored it could still not let another tenant's Pod
@@ -133,10 +133,32 @@ def consumer_pods(request: Mapping[str, Any], parent: Mapping[str, Any]) -> list
     label = names.consumer_label_key(str(meta(parent).get("name")))
     return [
         pod
-        for pod in hook_protocol.objects(request, "related", hook_protocol.POD)
+        for pod in pods
         if meta(pod).get("namespace") == namespace
         and (meta(pod).get("labels") or {}).get(label) == "true"  # not the download Job's own Pods
         and section(pod, "status").get("phase") not in TERMINAL_POD_PHASES
+    ]
+
+
+def role_and_binding(
+    parent: Mapping[str, Any], role_name: str, rules: list[Obj], account: str, account_namespace: str
+) -> list[Obj]:
+    """A Role named `role_name` holding `rules`, and the RoleBinding granting it to one ServiceAccount:
+    the shape of every least-privilege grant a cache's sync returns (hooks/local.py, hooks/pvc_progress.py)."""
+    return [
+        {
+            "apiVersion": f"{RBAC_GROUP}/v1",
+            "kind": "Role",
+            "metadata": child_metadata(parent, role_name),
+            "rules": rules,
+        },
+        {
+            "apiVersion": f"{RBAC_GROUP}/v1",
+            "kind": "RoleBinding",
+            "metadata": child_metadata(parent, role_name),
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": role_name},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}],
+        },
     ]
 
 

@@ -16,17 +16,16 @@ Semantics of Metacontroller v4.17.2 (metacontroller/README.md cites each):
 
 Request maps (`children`, `related`) are keyed by `<Kind>.<apiVersion>` (core
 group: `<Kind>.<version>`), then by `<namespace>/<name>` or `<name>`
-(`pkg/controller/common/api/v2/common.go`).
+(`pkg/controller/common/api/v2/common.go`). Every hook reads a request only
+through its typed view (hooks/views.py), built once at the hook's entry; this
+module keeps the group keys those views look up and the `BadRequest` they raise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from praesto import names
-
-Obj = dict[str, Any]
 
 
 class BadRequest(ValueError):
@@ -60,31 +59,6 @@ RELATED_RULE_KEYS = frozenset(
     {"apiVersion", "resource", "labelSelector", "namespaceSelector", "namespace", "names"}
 )
 LABEL_SELECTOR_KEYS = frozenset({"matchLabels", "matchExpressions"})
-
-
-def parent_of(request: Any) -> Obj:
-    """The parent object, or BadRequest when the body is not a hook request."""
-    if not isinstance(request, dict):
-        raise BadRequest("request body must be a JSON object with a 'parent' field")
-    parent = request.get("parent")
-    if not isinstance(parent, dict):
-        raise BadRequest("request.parent: Required value: must be the ModelCache object")
-    metadata = parent.get("metadata")
-    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
-        raise BadRequest("request.parent.metadata.name: Required value: the parent has no name")
-    for section in ("children", "related"):
-        value = request.get(section)
-        if value is not None and not isinstance(value, dict):
-            raise BadRequest(f"request.{section}: must be an object keyed by <Kind>.<apiVersion>")
-    return parent
-
-
-def objects(request: Mapping[str, Any], section: str, key: str) -> list[Obj]:
-    """Observed objects of one type (values of `request[section][key]`), skipping junk."""
-    group = (request.get(section) or {}).get(key)
-    if not isinstance(group, dict):
-        return []
-    return [obj for obj in group.values() if isinstance(obj, dict)]
 
 
 def check_response(hook: str, response: Any) -> list[str]:

@@ -12,11 +12,12 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from praesto.hooks import hook_protocol, rolling
-from praesto.hooks.common import Obj, child_metadata, consumer_pods, meta, previous_status, section
+from praesto.hooks import rolling
+from praesto.hooks.common import Obj, child_metadata, consumer_pods, meta, role_and_binding, section
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.local_status import aggregate
-from praesto.hooks.node_summary import node_like
+from praesto.hooks.node_summary import genuine
+from praesto.hooks.views import Copy, Related, SyncRequest
 
 from praesto import names
 from praesto.rbac import (
@@ -98,11 +99,11 @@ def copy_needs_secret(status: Mapping[str, Any]) -> bool:
     return isinstance(beside, Mapping) and beside.get("phase") != names.NEXT_READY
 
 
-def copies_need_secret(node_names: Iterable[str], observed: Iterable[Mapping[str, Any]]) -> bool:
+def copies_need_secret(node_names: Iterable[str], copies: Iterable[Copy]) -> bool:
     """Whether some node copy may read the cache's Secret now (`copy_needs_secret`), or one is not yet
     created or reported. The per-cache grant exists only then (issue 21 item 4), not for as long as
     the cache exists; which node's agent gets the Secret is the broker's check (hooks/broker.py)."""
-    statuses = {str(section(obj, "spec").get("nodeName")): section(obj, "status") for obj in observed}
+    statuses = {str(copy.node): copy.status for copy in copies}
     return any(node not in statuses or copy_needs_secret(statuses[node]) for node in node_names)
 
 
@@ -124,32 +125,17 @@ def secret_grant(
     """Role (get on those named Secrets and ConfigMaps only) + RoleBinding to praesto-hooks' own
     ServiceAccount: its credentials broker (hooks/broker.py) hands each object only to the agent of
     a node holding a copy that needs it, so no agent ServiceAccount can read a tenant's Secret."""
+    rules = [
+        {
+            "apiGroups": [grant.group],
+            "resources": [grant.resource],
+            "resourceNames": list(object_names),
+            "verbs": list(grant.verbs),
+        }
+        for grant, object_names in objects.items()
+    ]
     role_name = names.secret_reader_role_name(str(meta(parent)["name"]))
-    rbac = "rbac.authorization.k8s.io"
-    role = {
-        "apiVersion": f"{rbac}/v1",
-        "kind": "Role",
-        "metadata": child_metadata(parent, role_name),
-        "rules": [
-            {
-                "apiGroups": [grant.group],
-                "resources": [grant.resource],
-                "resourceNames": list(object_names),
-                "verbs": list(grant.verbs),
-            }
-            for grant, object_names in objects.items()
-        ],
-    }
-    binding = {
-        "apiVersion": f"{rbac}/v1",
-        "kind": "RoleBinding",
-        "metadata": child_metadata(parent, role_name),
-        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": role_name},
-        "subjects": [
-            {"kind": "ServiceAccount", "name": config.hooks_service_account, "namespace": config.namespace}
-        ],
-    }
-    return [role, binding]
+    return role_and_binding(parent, role_name, rules, config.hooks_service_account, config.namespace)
 
 
 def trust_watch_grant(parent: Mapping[str, Any], spec: ModelCacheSpec, config: HooksConfig) -> list[Obj]:
@@ -169,58 +155,40 @@ def trust_watch_grant(parent: Mapping[str, Any], spec: ModelCacheSpec, config: H
     )
     assert ref is not None
     role_name = names.trust_reader_role_name(str(meta(parent)["name"]))
-    rbac = "rbac.authorization.k8s.io"
     rule = {"apiGroups": [grant.group], "resources": [grant.resource], "resourceNames": [ref.name]}
-    return [
-        {
-            "apiVersion": f"{rbac}/v1",
-            "kind": "Role",
-            "metadata": child_metadata(parent, role_name),
-            "rules": [{**rule, "verbs": list(grant.verbs)}],
-        },
-        {
-            "apiVersion": f"{rbac}/v1",
-            "kind": "RoleBinding",
-            "metadata": child_metadata(parent, role_name),
-            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": role_name},
-            "subjects": [
-                {
-                    "kind": "ServiceAccount",
-                    "name": config.agent_service_account,
-                    "namespace": config.namespace,
-                }
-            ],
-        },
-    ]
+    rules = [{**rule, "verbs": list(grant.verbs)}]
+    return role_and_binding(parent, role_name, rules, config.agent_service_account, config.namespace)
 
 
-def sync_local(
-    request: Mapping[str, Any],
-    parent: Mapping[str, Any],
-    spec: ModelCacheSpec,
-    config: HooksConfig,
-    now: datetime,
-) -> Obj:
-    nodes = node_like(request)
-    pods = consumer_pods(request, parent)
-    wanted = set(selected_nodes(nodes, spec.node_selector))
+def selectable(related: Related) -> list[Mapping[str, Any]]:
+    """What a cache selects from: related Nodes (not yet summarized, or all of them under an older rule)
+    and the genuine NodeSummaries (hooks/node_summary.py); a Node may appear in both while its label
+    catches up."""
+    return [*related.nodes, *(s for s in related.summaries if genuine(s))]
+
+
+def sync_local(request: SyncRequest, spec: ModelCacheSpec, config: HooksConfig, now: datetime) -> Obj:
+    """The local-mode pass: which nodes hold a copy, what each is told, the cache's summed status."""
+    parent = request.parent
+    pods = consumer_pods(request.related.pods, parent.obj)
+    wanted = set(selected_nodes(selectable(request.related), spec.node_selector))
     demand = demand_nodes(pods) - wanted
     node_names = sorted(wanted | demand)
-    observed = hook_protocol.objects(request, "children", hook_protocol.MODELCACHENODE)
-    status = aggregate(parent, spec, node_names, len(demand), observed, now)
-    # The same pure plan the status was computed from: each node's revision (the commit once a node
-    # resolved it, so every node holds the same bytes) and whether it may serve it yet.
-    rollout = rolling.plan(spec, previous_status(parent), node_names, observed)
+    copies = request.children.copies
+    # One plan per pass, reported by the status and carried out by the children: each node's revision
+    # (the commit once a node resolved it, so every node holds the same bytes) and whether it may serve it.
+    rollout = rolling.plan(spec, parent.before, node_names, copies)
+    status = aggregate(parent, spec, node_names, len(demand), copies, rollout, now)
     sources: dict[str, dict[str, Any]] = {}
     children = []
     for node in node_names:
         told = rollout.nodes[node]
         if told.revision not in sources:
             sources[told.revision] = spec.source.with_version(told.revision).to_dict()
-        children.append(modelcachenode(parent, spec, node, sources[told.revision], told.switch))
+        children.append(modelcachenode(parent.obj, spec, node, sources[told.revision], told.switch))
     granted = granted_objects(spec)
-    if granted and copies_need_secret(node_names, observed):
-        children.extend(secret_grant(parent, granted, config))
+    if granted and copies_need_secret(node_names, copies):
+        children.extend(secret_grant(parent.obj, granted, config))
     if node_names:
-        children.extend(trust_watch_grant(parent, spec, config))
+        children.extend(trust_watch_grant(parent.obj, spec, config))
     return {"status": status, "children": children}

@@ -29,12 +29,11 @@ from praesto.hooks.common import (
     Obj,
     condition,
     format_time,
-    generation,
     parse_time,
-    previous_status,
     section,
     selector_text,
 )
+from praesto.hooks.views import Copy, Parent
 
 from praesto import names, progress
 from praesto.quantity import format_bytes
@@ -112,24 +111,21 @@ def _count(value: Any) -> int | None:
 
 
 def aggregate(
-    parent: Mapping[str, Any],
+    parent: Parent,
     spec: ModelCacheSpec,
     node_names: Sequence[str],
     demand_count: int,
-    observed: Sequence[Mapping[str, Any]],
+    copies: Sequence[Copy],
+    rollout: rolling.Rollout,
     now: datetime,
 ) -> Obj:
-    before = previous_status(parent)
-    by_node: dict[str, Mapping[str, Any]] = {}
-    for child in observed:
-        node = section(child, "spec").get("nodeName")
-        if isinstance(node, str):
-            by_node[node] = section(child, "status")
+    """The cache's status from its copies' reports and this pass's rollout (planned once, by the caller)."""
+    before = parent.before
+    by_node = {copy.node: copy.status for copy in copies if copy.node is not None}
     counts: Counter[str] = Counter()
     failures: list[str] = []
     failure_reasons: set[str] = set()
     failed_copies: list[str] = []
-    spec_cache = str((parent.get("metadata") or {}).get("name", ""))
     size = 0
     last_used = parse_time(before.get("lastUsedTime"))
     statuses = []
@@ -141,7 +137,7 @@ def aggregate(
         if phase == names.PHASE_FAILED:
             failures.append(_failure_text(node, status))
             failure_reasons.add(str(_ready_condition(status).get("reason") or ""))
-            failed_copies.append(names.modelcachenode_name(spec_cache, node))
+            failed_copies.append(names.modelcachenode_name(parent.name, node))
         # Every copy is the same model: any node's size (or planned total) is each node's size.
         size = max(size, _int(status.get("sizeBytes")), _int(section(status, "progress").get("bytesTotal")))
         used = parse_time(status.get("lastUsedTime"))
@@ -178,7 +174,7 @@ def aggregate(
         phase = names.PHASE_PENDING
 
     out: Obj = {
-        "observedGeneration": generation(parent),
+        "observedGeneration": parent.generation,
         "phase": phase,
         "mode": names.MODE_NODE,
         "readyNodes": ready,
@@ -188,7 +184,6 @@ def aggregate(
         "pendingNodes": count - ready - downloading - failed,
         "evictedNodes": counts[names.PHASE_EVICTED],
     }
-    rollout = rolling.plan(spec, before, node_names, observed)
     out.update(rolling.status_fields(rollout))
     if size:
         out["sizeBytes"] = size
@@ -214,10 +209,7 @@ def aggregate(
     gen = out["observedGeneration"]
     out["conditions"] = [condition(before, READY, phase == names.PHASE_READY, reason, message, now, gen)]
     if count:
-        namespace = str((parent.get("metadata") or {}).get("namespace", ""))
-        retry = (
-            f"kubectl -n {namespace} delete modelcachenode {' '.join(failed_copies[:MAX_LISTED_FAILURES])}"
-        )
+        retry = f"kubectl -n {parent.namespace} delete modelcachenode {' '.join(failed_copies[:MAX_LISTED_FAILURES])}"
         out["conditions"].append(_degraded(before, failures, count, retry, now, gen))
     if size:
         out["conditions"].append(size_condition(before, spec, size, now, out["observedGeneration"]))

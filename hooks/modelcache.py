@@ -12,21 +12,19 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from praesto.hooks import hook_protocol, node_summary
+from praesto.hooks import node_summary
 from praesto.hooks.common import (
     READY,
     Obj,
     condition,
-    generation,
     keep_observed,
     meta,
-    previous_status,
-    section,
 )
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.local import sync_local
-from praesto.hooks.pvc import sync_pvc
+from praesto.hooks.pvc import pvc_pass
 from praesto.hooks.pvc_pod import JOB_NAME_LABEL
+from praesto.hooks.views import Parent, SyncRequest
 
 from praesto import names, quota
 from praesto.spec import InvalidSpec, ModelCacheSpec, SpecError, parse_spec
@@ -48,10 +46,8 @@ def customize(request: Any, config: HooksConfig, now: datetime) -> Obj:
     change of a selecting label wakes this parent. An unparsable selector
     selects nothing; sync then reports the spec error.
     """
-    parent = hook_protocol.parent_of(request)
-    parent_meta = meta(parent)
-    cache = str(parent_meta["name"])
-    namespace = str(parent_meta.get("namespace") or "")
+    view = Parent.parse(request)
+    parent, cache, namespace = view.obj, view.name, view.namespace
     rules: list[Obj] = [
         {
             "apiVersion": "v1",
@@ -167,24 +163,19 @@ def downloader_errors(downloader: Mapping[str, Any]) -> list[SpecError]:
     return errors
 
 
-def quota_excess(request: Mapping[str, Any], parent: Mapping[str, Any], config: HooksConfig) -> str | None:
+def quota_excess(request: SyncRequest, config: HooksConfig) -> str | None:
     """Why the parent does not fit its namespace's quota, taken in creation order; None when it fits.
 
     The validating webhook checks at create, but two caches created in the same instant both pass
     it (its watch has shown neither), so the sync hook checks again, over the namespace's caches
     (related by customize): the earlier one keeps its place, the later one gets no children.
     """
-    namespace = str(meta(parent).get("namespace") or "")
+    namespace, name = request.parent.namespace, request.parent.name
     limit = config.quotas.limit(namespace)
     if limit is None:
         return None
-    name = str(meta(parent)["name"])
-    siblings = [
-        c
-        for c in hook_protocol.objects(request, "related", hook_protocol.MODELCACHE)
-        if meta(c).get("name") != name
-    ]
-    excess = quota.excess_in_creation_order([*siblings, parent], name, limit)
+    siblings = [c for c in request.related.modelcaches if meta(c).get("name") != name]
+    excess = quota.excess_in_creation_order([*siblings, request.parent.obj], name, limit)
     if excess is None:
         return None
     return (
@@ -195,48 +186,40 @@ def quota_excess(request: Mapping[str, Any], parent: Mapping[str, Any], config: 
 
 
 def sync(request: Any, config: HooksConfig, now: datetime) -> Obj:
-    parent = hook_protocol.parent_of(request)
+    view = SyncRequest.parse(request)  # the one read of the request: every pass below reads the view
+    parent = view.parent.obj
     try:
         spec = parse_parent(parent)
         # The platform's signing policy, again here: the webhook may be bypassed (failurePolicy Ignore)
-        policy = config.trust_policy.errors(str(meta(parent).get("namespace") or ""), spec.verification)
+        policy = config.trust_policy.errors(view.parent.namespace, spec.verification)
         if policy:
             raise InvalidSpec(policy)
     except InvalidSpec as err:
-        return invalid_spec(request, parent, err, now)
-    over = quota_excess(request, parent, config)
+        return invalid_spec(view, err, now)
+    over = quota_excess(view, config)
     if over is not None:
-        return refused(parent, spec, "QuotaExceeded", over, now)
+        return refused(view.parent, spec, "QuotaExceeded", over, now)
     if spec.mode == names.MODE_PVC:
-        return sync_pvc(request, parent, spec, config, now)
-    return sync_local(request, parent, spec, config, now)
+        return pvc_pass(view, spec, config, now)
+    return sync_local(view, spec, config, now)
 
 
-def invalid_spec(
-    request: Mapping[str, Any], parent: Mapping[str, Any], err: InvalidSpec, now: datetime
-) -> Obj:
+def invalid_spec(request: SyncRequest, err: InvalidSpec, now: datetime) -> Obj:
     """No child change the hook could justify: observed children stay as they are."""
-    children = [
-        keep_observed(obj)
-        for group in (request.get("children") or {}).values()
-        if isinstance(group, dict)
-        for obj in group.values()
-        if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict)
-    ]
-    before = previous_status(parent)
+    children = [keep_observed(obj) for obj in request.children.every]
+    before, gen = request.parent.before, request.parent.generation
     message = "; ".join(str(e) for e in err.errors)
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 1] + "…"
-    status: Obj = {**before, "observedGeneration": generation(parent), "phase": names.PHASE_FAILED}
-    status["conditions"] = [condition(before, READY, False, "InvalidSpec", message, now, generation(parent))]
+    status: Obj = {**before, "observedGeneration": gen, "phase": names.PHASE_FAILED}
+    status["conditions"] = [condition(before, READY, False, "InvalidSpec", message, now, gen)]
     return {"status": status, "children": children}
 
 
-def refused(parent: Mapping[str, Any], spec: ModelCacheSpec, reason: str, message: str, now: datetime) -> Obj:
+def refused(parent: Parent, spec: ModelCacheSpec, reason: str, message: str, now: datetime) -> Obj:
     """A cache that fails a security check gets no children (any it had are deleted) and says why."""
-    before = previous_status(parent)
-    status: Obj = {"observedGeneration": generation(parent), "phase": names.PHASE_PENDING, "mode": spec.mode}
-    status["conditions"] = [condition(before, READY, False, reason, message, now, generation(parent))]
+    status: Obj = {"observedGeneration": parent.generation, "phase": names.PHASE_PENDING, "mode": spec.mode}
+    status["conditions"] = [condition(parent.before, READY, False, reason, message, now, parent.generation)]
     return {"status": status, "children": []}
 
 
@@ -253,11 +236,11 @@ def finalize(request: Any, config: HooksConfig, now: datetime) -> Obj:
     `ignoreStatusChanges` filter lets deleting parents through), and a pass reading a cache one
     write behind would put the older status back, then the newer, for ever (issue 22).
     """
-    parent = hook_protocol.parent_of(request)
-    copies = hook_protocol.objects(request, "children", hook_protocol.MODELCACHENODE)
+    view = SyncRequest.parse(request)
+    before, gen = view.parent.before, view.parent.generation
+    copies = view.children.copies
     remaining = len(copies)
-    ready = sum(1 for c in copies if section(c, "status").get("phase") == names.PHASE_READY)
-    before = previous_status(parent)
+    ready = sum(1 for c in copies if c.status.get("phase") == names.PHASE_READY)
     if remaining:
         message = (
             f"waiting for the node agents to remove {remaining} node {'copy' if remaining == 1 else 'copies'}"
@@ -267,13 +250,13 @@ def finalize(request: Any, config: HooksConfig, now: datetime) -> Obj:
     status: Obj = {k: before[k] for k in FINALIZE_KEPT_STATUS if k in before}
     status.update(
         {
-            "observedGeneration": generation(parent),
+            "observedGeneration": gen,
             "phase": names.PHASE_READY if remaining and ready == remaining else names.PHASE_PENDING,
             "readyNodes": ready,
             "totalNodes": remaining,
         }
     )
-    status["conditions"] = [condition(before, READY, False, "Deleting", message, now, generation(parent))]
+    status["conditions"] = [condition(before, READY, False, "Deleting", message, now, gen)]
     response: Obj = {"status": status, "children": [], "finalized": remaining == 0}
     if remaining:
         # Nothing re-runs finalize on its own in Metacontroller 4.17.2 (controller.go): child

@@ -33,12 +33,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from praesto.hooks import hook_protocol
 from praesto.hooks.common import Obj, meta
 
 from praesto import names
 
-ATTACHMENTS = hook_protocol.NODESUMMARY
 NODE_REF = ("v1", "Node")
 
 
@@ -67,13 +65,6 @@ def summary_for(node: Mapping[str, Any]) -> Obj:
         "kind": names.NODESUMMARY_KIND,
         "metadata": {"name": node_meta["name"], "labels": summary_labels(node_meta.get("labels") or {})},
     }
-
-
-def observed_summary(request: Mapping[str, Any], node_name: str) -> Obj | None:
-    """This Node's summary among the decorator request's `attachments`, if Metacontroller has seen it."""
-    group = (request.get("attachments") or {}).get(ATTACHMENTS)
-    found = group.get(node_name) if isinstance(group, dict) else None
-    return found if isinstance(found, dict) else None
 
 
 def related_rules(selector: Mapping[str, str]) -> list[Obj]:
@@ -107,11 +98,3 @@ def genuine(summary: Mapping[str, Any]) -> bool:
         and r.get("name") == name
         for r in refs
     )
-
-
-def node_like(request: Mapping[str, Any]) -> list[Obj]:
-    """What a cache selects from: related Nodes (not yet summarized, or all of them under an older rule)
-    and the genuine summaries; a Node may appear in both while its label catches up."""
-    nodes = hook_protocol.objects(request, "related", hook_protocol.NODE)
-    summaries = hook_protocol.objects(request, "related", hook_protocol.NODESUMMARY)
-    return [*nodes, *(s for s in summaries if genuine(s))]

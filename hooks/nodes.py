@@ -6,18 +6,21 @@ model is already on disk. Keys come from `names.ready_label_key` (a hash of
 names onto cluster-scoped Nodes. Hook version v2 (Metacontroller v4.17.2):
 the customize request carries the Node as `parent`
 (`pkg/controller/common/customize/api/v2/hooks.go`), the sync request as
-`object`, with `attachments` and `related` (`pkg/controller/decorator/api/v2/hooks.go`);
-`related` holds its ModelCacheNodes keyed `Kind.apiVersion` → `namespace/name`.
-Its one attachment is the Node's NodeSummary (hooks/node_summary.py says why).
+`object`, with `attachments` and `related` (`pkg/controller/decorator/api/v2/hooks.go`),
+each read once into hooks/views.py's `DecoratedNode` / `DecoratorRequest`;
+`related` holds its ModelCacheNodes. Its one attachment is the Node's
+NodeSummary (hooks/node_summary.py says why).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
-from praesto.hooks import node_summary
+from praesto.hooks import hook_protocol, node_summary
 from praesto.hooks.common import section
+from praesto.hooks.views import DecoratedNode, DecoratorRequest
 
 from praesto import names
 
@@ -28,49 +31,21 @@ MARKER_RETRY_SECONDS = 10
 SYNC_KEYS = frozenset({"labels", "annotations", "status", "attachments", "resyncAfterSeconds", "finalized"})
 
 
-class BadHookRequest(ValueError):
-    """The body is not a Metacontroller decorator request."""
-
-
-def _node(body: Any, key: str) -> dict[str, Any]:
-    """The Node in `body[key]` ("parent" for customize, "object" for sync)."""
-    node = body.get(key) if isinstance(body, dict) else None
-    meta = node.get("metadata") if isinstance(node, dict) else None
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise BadHookRequest(f"request.{key} must be a Node with metadata.name")
-    assert isinstance(node, dict)
-    return node
-
-
 def customize(body: Any) -> dict[str, Any]:
     """Relate the ModelCacheNodes (all namespaces) labelled with this node."""
-    node = _node(body, "parent")
+    node = DecoratedNode.parse(body, "parent")
     return {
         "relatedResources": [
             {
                 "apiVersion": names.API_VERSION,
                 "resource": names.MODELCACHENODE_PLURAL,
-                "labelSelector": {
-                    "matchLabels": {names.LABEL_NODE: names.node_label_value(node["metadata"]["name"])}
-                },
+                "labelSelector": {"matchLabels": {names.LABEL_NODE: names.node_label_value(node.name)}},
             }
         ]
     }
 
 
-def _related_cache_nodes(body: dict[str, Any]) -> list[dict[str, Any]]:
-    related = body.get("related")
-    out: list[dict[str, Any]] = []
-    if not isinstance(related, dict):
-        return out
-    for group, objects in related.items():
-        if not str(group).startswith(f"{names.MODELCACHENODE_KIND}.") or not isinstance(objects, dict):
-            continue
-        out.extend(o for o in objects.values() if isinstance(o, dict))
-    return out
-
-
-def ready_caches(node_name: str, cache_nodes: list[dict[str, Any]]) -> set[tuple[str, str]]:
+def ready_caches(node_name: str, cache_nodes: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
     """(namespace, cache) of every ModelCacheNode Ready on this node and not being deleted."""
     ready = set()
     for child in cache_nodes:
@@ -91,12 +66,11 @@ def ready_caches(node_name: str, cache_nodes: list[dict[str, Any]]) -> set[tuple
 def sync(body: Any) -> dict[str, Any]:
     """Desired readiness labels: "true" per Ready cache, null (= delete) for stale ones of ours; the
     Node's summary, and the label saying caches may read it instead of the Node."""
-    node = _node(body, "object")
-    assert isinstance(body, dict)
-    current = node["metadata"].get("labels") or {}
+    request = DecoratorRequest.parse(body)
+    node = request.node
+    current = node.labels
     wanted = {
-        names.ready_label_key(ns, cache): "true"
-        for ns, cache in ready_caches(node["metadata"]["name"], _related_cache_nodes(body))
+        names.ready_label_key(ns, cache): "true" for ns, cache in ready_caches(node.name, request.cache_nodes)
     }
     labels: dict[str, str | None] = dict(wanted)
     labels.update(
@@ -107,9 +81,9 @@ def sync(body: Any) -> dict[str, Any]:
         }
     )
     # The marker last: only a summary Metacontroller has already seen lets caches stop relating the Node.
-    summarized = node_summary.observed_summary(body, node["metadata"]["name"]) is not None
+    summarized = request.summary is not None
     labels[names.LABEL_NODE_SUMMARIZED] = "true" if summarized else None
-    response: dict[str, Any] = {"labels": labels, "attachments": [node_summary.summary_for(node)]}
+    response: dict[str, Any] = {"labels": labels, "attachments": [node_summary.summary_for(node.obj)]}
     if (current.get(names.LABEL_NODE_SUMMARIZED) == "true") != summarized:
         # Metacontroller writes the Node at the version it read and ends the pass silently on a conflict
         # (`syncParentObject`, v4.17.2); the newer version, a status write, is dropped by
@@ -124,7 +98,7 @@ def _serve(handler: Any) -> tuple[Response, int]:
         return jsonify({"error": "request body must be a JSON object from Metacontroller"}), 400
     try:
         return jsonify(handler(body)), 200
-    except BadHookRequest as error:
+    except hook_protocol.BadRequest as error:
         return jsonify({"error": str(error)}), 400
 
 

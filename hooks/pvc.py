@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from praesto.hooks import hook_protocol, pvc_pod, pvc_progress
+from praesto.hooks import pvc_pod, pvc_progress, views
 from praesto.hooks.common import (
     READY,
     Obj,
@@ -23,11 +23,9 @@ from praesto.hooks.common import (
     condition,
     consumer_pods,
     format_time,
-    generation,
     keep_observed,
     meta,
     parse_time,
-    previous_status,
     section,
 )
 from praesto.hooks.config import HooksConfig
@@ -107,19 +105,15 @@ def _last_used(
     return last
 
 
-def sync_pvc(
-    request: Mapping[str, Any],
-    parent: Mapping[str, Any],
-    spec: ModelCacheSpec,
-    config: HooksConfig,
-    now: datetime,
-) -> Obj:
-    before = previous_status(parent)
-    cache = str(meta(parent)["name"])
-    consumers = len(consumer_pods(request, parent))
+def pvc_pass(request: views.SyncRequest, spec: ModelCacheSpec, config: HooksConfig, now: datetime) -> Obj:
+    """The PVC-mode pass: the volume, its download Job and what they say, from the request's view."""
+    parent = request.parent.obj
+    before = request.parent.before
+    cache = request.parent.name
+    consumers = len(consumer_pods(request.related.pods, parent))
     last_used = _last_used(before, consumers, config, now)
-    jobs = hook_protocol.objects(request, "children", hook_protocol.JOB)
-    pvcs = hook_protocol.objects(request, "children", hook_protocol.PVC)
+    jobs = request.children.jobs
+    pvcs = request.children.pvcs
     job = jobs[0] if jobs else None
     pvc = pvcs[0] if pvcs else None
 
@@ -163,8 +157,8 @@ def sync_pvc(
         if egress is not None:
             children.append(egress)
         phase, reason, message = _job_state(job)
-        namespace = str(meta(parent).get("namespace"))
-        pods = pvc_pod.job_pods(request, namespace, names.download_job_name(cache))
+        namespace = request.parent.namespace
+        pods = pvc_pod.job_pods(request.related.pods, namespace, names.download_job_name(cache))
         if phase == names.PHASE_READY:
             downloaded = pvc_pod.report(pods)
         elif phase != names.PHASE_FAILED:
@@ -172,7 +166,7 @@ def sync_pvc(
             # while the Job runs, its Pod may write its progress on it: granted to the account the Job
             # really runs as (the observed one: a Job's template is immutable), hooks/pvc_progress.py
             children.extend(pvc_progress.grant(parent, pvc_progress.job_account(job or desired_job)))
-            no_account = pvc_pod.missing_service_account(request, namespace, account)
+            no_account = pvc_pod.missing_service_account(request.related.service_accounts, namespace, account)
             problem = ("WaitingForServiceAccount", no_account) if no_account else pvc_pod.stuck(pods)
             if problem is not None:
                 phase, (reason, message) = names.PHASE_PENDING, problem
@@ -184,7 +178,7 @@ def sync_pvc(
             )
 
     status: Obj = {
-        "observedGeneration": generation(parent),
+        "observedGeneration": request.parent.generation,
         "phase": phase,
         "mode": names.MODE_PVC,
         "readyNodes": 1 if phase == names.PHASE_READY else 0,
@@ -218,7 +212,7 @@ def sync_pvc(
     if last_used:
         status["lastUsedTime"] = format_time(last_used)
     status["conditions"] = [
-        condition(before, READY, phase == names.PHASE_READY, reason, message, now, generation(parent))
+        condition(before, READY, phase == names.PHASE_READY, reason, message, now, request.parent.generation)
     ]
     response: Obj = {"status": status, "children": children}
     if resync:

@@ -12,10 +12,9 @@ downloader's termination message (`praesto-agent download`, env
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from praesto.hooks import hook_protocol
 from praesto.hooks.common import meta, section
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its Pods
@@ -24,11 +23,13 @@ CONFIG_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError"}
 IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 
 
-def job_pods(request: Mapping[str, Any], namespace: str, job_name: str) -> list[Mapping[str, Any]]:
+def job_pods(
+    related_pods: Iterable[Mapping[str, Any]], namespace: str, job_name: str
+) -> list[Mapping[str, Any]]:
     """The download Job's Pods among the related Pods, newest first."""
     pods = [
         p
-        for p in hook_protocol.objects(request, "related", hook_protocol.POD)
+        for p in related_pods
         if meta(p).get("namespace") == namespace
         and (meta(p).get("labels") or {}).get(JOB_NAME_LABEL) == job_name
     ]
@@ -64,11 +65,14 @@ def stuck(pods: list[Mapping[str, Any]]) -> tuple[str, str] | None:
     return None
 
 
-def missing_service_account(request: Mapping[str, Any], namespace: str, name: str | None) -> str | None:
-    """The message when the downloader's ServiceAccount (workload identity) does not exist."""
+def missing_service_account(
+    accounts: Iterable[Mapping[str, Any]], namespace: str, name: str | None
+) -> str | None:
+    """The message when the downloader's ServiceAccount (workload identity, among the related `accounts`)
+    does not exist."""
     if not name:
         return None
-    for account in hook_protocol.objects(request, "related", hook_protocol.SERVICE_ACCOUNT):
+    for account in accounts:
         if meta(account).get("name") == name and meta(account).get("namespace") == namespace:
             return None
     return (

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from praesto.hooks.common import Obj, child_metadata, meta, section
+from praesto.hooks.common import Obj, meta, role_and_binding, section
 
 from praesto import jobprogress, names
 from praesto.rbac import DOWNLOADER_PROGRESS_GRANT
@@ -56,35 +56,14 @@ def job_account(job: Mapping[str, Any]) -> str:
 def grant(parent: Mapping[str, Any], account: str) -> list[Obj]:
     """Role (patch on the cache's download Job only) + RoleBinding to the Pod's ServiceAccount."""
     cache = str(meta(parent)["name"])
-    role_name = names.download_progress_role_name(cache)
-    rbac = "rbac.authorization.k8s.io"
-    role = {
-        "apiVersion": f"{rbac}/v1",
-        "kind": "Role",
-        "metadata": child_metadata(parent, role_name),
-        "rules": [
-            {
-                "apiGroups": [DOWNLOADER_PROGRESS_GRANT.group],
-                "resources": [DOWNLOADER_PROGRESS_GRANT.resource],
-                "resourceNames": [names.download_job_name(cache)],
-                "verbs": list(DOWNLOADER_PROGRESS_GRANT.verbs),
-            }
-        ],
+    rule = {
+        "apiGroups": [DOWNLOADER_PROGRESS_GRANT.group],
+        "resources": [DOWNLOADER_PROGRESS_GRANT.resource],
+        "resourceNames": [names.download_job_name(cache)],
+        "verbs": list(DOWNLOADER_PROGRESS_GRANT.verbs),
     }
-    binding = {
-        "apiVersion": f"{rbac}/v1",
-        "kind": "RoleBinding",
-        "metadata": child_metadata(parent, role_name),
-        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": role_name},
-        "subjects": [
-            {
-                "kind": "ServiceAccount",
-                "name": account,
-                "namespace": str(meta(parent).get("namespace") or ""),
-            }
-        ],
-    }
-    return [role, binding]
+    namespace = str(meta(parent).get("namespace") or "")
+    return role_and_binding(parent, names.download_progress_role_name(cache), [rule], account, namespace)
 
 
 def live_progress(job: Mapping[str, Any] | None, size_limit: int, now: datetime) -> dict[str, Any] | None:

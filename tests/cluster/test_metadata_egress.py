@@ -15,7 +15,8 @@ from typing import Any
 
 from kubernetes import client
 from praesto.hooks.config import HooksConfig
-from praesto.hooks.pvc import sync_pvc
+from praesto.hooks.pvc import pvc_pass
+from praesto.hooks.views import SyncRequest
 
 from praesto.spec import parse_spec
 from testkit.chart_install import ensure_namespace
@@ -36,7 +37,8 @@ def test_metacontroller_creates_the_egress_policy_and_it_selects_the_job_pod(ins
     ensure_namespace(installed.admin, TENANT)
     spec = {"source": {"uri": "s3://models/llama"}, "storage": {"size": "1Gi", "storageClassName": "rwx"}}
     parent: dict[str, Any] = {"metadata": {"name": "egress", "namespace": TENANT, "uid": "0"}, "spec": spec}
-    children = sync_pvc({"parent": parent}, parent, parse_spec(spec), chart_hooks_config(), datetime.now(UTC))
+    request = SyncRequest.parse({"parent": parent})
+    children = pvc_pass(request, parse_spec(spec), chart_hooks_config(), datetime.now(UTC))
     made = {c["kind"]: c for c in children["children"]}
     policy = made["NetworkPolicy"]
     policy["metadata"].pop("ownerReferences", None)  # the parent above is not a real object

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from praesto.agent.cli import build_parser
 from praesto.hooks.config import ConfigError, HooksConfig
-from praesto.hooks.pvc import _job_state, sync_pvc
+from praesto.hooks.pvc import _job_state, pvc_pass
 from praesto.hooks.pvc_job import CA_FILE, CREDENTIALS_DIR, download_job
+from praesto.hooks.views import SyncRequest
 
 from praesto import names
 from praesto.spec import parse_spec
@@ -152,15 +153,18 @@ def test_a_too_large_source_fails_the_job_at_once_and_says_so() -> None:
 def test_local_mode_states_both_sizes_when_the_model_is_larger_than_requested() -> None:
     from datetime import UTC, datetime
 
+    from praesto.hooks import rolling
     from praesto.hooks.local_status import aggregate
+    from praesto.hooks.views import Copy, Parent
 
     parent = modelcache(
         "llm", spec={"source": {"uri": "s3://models/m"}, "storage": {"size": "1Gi"}}, namespace="a"
     )
-    child = {"spec": {"nodeName": "n1"}, "status": {"phase": "Ready", "sizeBytes": 3 << 30}}
-    status = aggregate(
-        parent, parse_spec(parent["spec"]), ["n1"], 0, [child], datetime(2026, 1, 1, tzinfo=UTC)
-    )
+    spec = parse_spec(parent["spec"])
+    view = Parent.parse({"parent": parent})
+    copies = [Copy.of({"spec": {"nodeName": "n1"}, "status": {"phase": "Ready", "sizeBytes": 3 << 30}})]
+    rollout = rolling.plan(spec, view.before, ["n1"], copies)
+    status = aggregate(view, spec, ["n1"], 0, copies, rollout, datetime(2026, 1, 1, tzinfo=UTC))
     (size,) = [c for c in status["conditions"] if c["type"] == "SizeWithinRequest"]
     assert size["status"] == "False" and size["reason"] == "SizeExceedsRequest"
     assert str(3 << 30) in size["message"] and str(1 << 30) in size["message"] and "1Gi" in size["message"]
@@ -182,7 +186,9 @@ def test_a_job_without_the_identity_may_not_reach_the_metadata_address() -> None
     def children(uri: str, namespace: str = "team-a") -> dict[str, Any]:
         spec = {"source": {"uri": uri}, "storage": {"size": "1Gi", "storageClassName": "rwx"}}
         parent = modelcache("llm", spec=spec, namespace=namespace)
-        made = sync_pvc({"parent": parent}, parent, parse_spec(parent["spec"]), config, NOW)["children"]
+        made = pvc_pass(SyncRequest.parse({"parent": parent}), parse_spec(parent["spec"]), config, NOW)[
+            "children"
+        ]
         return {c["kind"]: c for c in made}
 
     anonymous = children("s3://models/private/llama")
