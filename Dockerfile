@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# One image for every Praesto process: praesto-hooks (hooks + admission),
+# One image for every Praesto process: praesto-hooks (hooks + admission), praesto-orphans,
 # praesto-agent (node agent, PVC-mode downloader Job, init-container wait) and
 # praesto-csi (CSI node plugin). The chart picks the command per container.
 #
@@ -29,7 +29,7 @@ RUN /opt/praesto/bin/python -c "import tomllib; print('\n'.join(tomllib.load(ope
  && /opt/praesto/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
  && /opt/praesto/bin/pip install /wheels/praesto-*.whl \
  && cd / \
- && /opt/praesto/bin/python -c "import praesto.hooks.cli, praesto.hooks.serving.server, praesto.agent.cli, praesto.agent.daemon, praesto.csi.cli, praesto.csi.server, praesto.csi.proto.csi_pb2" \
+ && /opt/praesto/bin/python -c "import praesto.hooks.cli, praesto.hooks.serving.server, praesto.hooks.orphans.cli, praesto.hooks.orphans.releaser, praesto.agent.cli, praesto.agent.daemon, praesto.csi.cli, praesto.csi.server, praesto.csi.proto.csi_pb2" \
  && /opt/praesto/bin/praesto-agent run --help > /dev/null \
  && /opt/praesto/bin/pip uninstall -y pip setuptools
 

@@ -1,6 +1,6 @@
 """Who may keep a praesto-hooks worker busy while a request is still arriving (pure: no sockets, no clock).
 
-`hooks/whole_request_worker.py` reads every request on the worker's event loop before a thread sees
+`hooks/serving/whole_request_worker.py` reads every request on the worker's event loop before a thread sees
 it. What a client holds there is bounded here, per worker and per client address (#37 item 5):
 
 * `Arrivals`: incomplete connections ordered by when each last sent a byte. One address may hold

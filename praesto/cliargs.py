@@ -1,4 +1,4 @@
-"""What the four command lines (`praesto`, `praesto-hooks`, `praesto-agent`, `praesto-csi`) share.
+"""What the command lines (`praesto`, `praesto-hooks`, `praesto-orphans`, `praesto-agent`, `praesto-csi`) share.
 
 A bad flag is refused in one line that names the flag, the cause and the fix, with exit 2
 (usage), before any work: `CommandParser` makes argparse's refusal that line, and the type

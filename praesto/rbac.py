@@ -76,16 +76,24 @@ AGENT_ORIGIN_BUDGET: tuple[Permission, ...] = (
     Permission("coordination.k8s.io", "leases", ("get", "list", "watch", "create", "update")),
 )
 
-# Hooks Deployment: the admission webhook's watch-fed lookups, and releasing the node copies
-# of Nodes that are gone (hooks/orphans.py: drop the agent's finalizer, nothing else).
+# Hooks Deployment: the admission webhook's watch-fed lookups and the credentials broker.
 HOOKS: tuple[Permission, ...] = (
     Permission(names.GROUP, names.MODELCACHE_PLURAL, READ),
-    Permission(names.GROUP, names.MODELCACHENODE_PLURAL, (*READ, "patch")),
+    # The credentials broker (hooks/broker_http.py): the asking node's copy, by name.
+    Permission(names.GROUP, names.MODELCACHENODE_PLURAL, ("get",)),
     Permission("storage.k8s.io", "storageclasses", READ, namespaced=False),
     # Node labels only, for the validating webhook's "nodeSelector matches no nodes" warning.
-    Permission("", "nodes", READ, namespaced=False),
+    Permission("", "nodes", ("list", "watch"), namespaced=False),
     # The credentials broker (hooks/broker.py): which node's agent asks, from its Pod-bound token.
     Permission("authentication.k8s.io", "tokenreviews", ("create",), namespaced=False),
+)
+
+# The orphan releaser (praesto-orphans, hooks/orphans/, its own Deployment and ServiceAccount): watches
+# every node copy and Node, reads a Node by name, and drops the agent's finalizer from a copy whose Node
+# is gone (the *-modelcachenode-writers policy lets it change nothing else on a ModelCacheNode).
+ORPHANS: tuple[Permission, ...] = (
+    Permission(names.GROUP, names.MODELCACHENODE_PLURAL, ("list", "watch", "patch")),
+    Permission("", "nodes", READ, namespaced=False),
 )
 
 # Metacontroller, restricted to what our CompositeController and DecoratorController manage.

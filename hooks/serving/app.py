@@ -17,7 +17,7 @@ from praesto.hooks import hook_protocol
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.modelcache import HOOKS, Hook
 from praesto.hooks.serving import worker_metrics
-from praesto.hooks.whole_request_worker import DEFAULT_MAX_REQUEST_BYTES
+from praesto.hooks.serving.whole_request_worker import DEFAULT_MAX_REQUEST_BYTES
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def create_app(config: HooksConfig | None = None, *, metrics_dir: Path | None = 
     app.config["PRAESTO_HOOKS_CONFIG"] = config
     # Hook requests carry a cache's children and related objects; a bound keeps a hostile body
     # from exhausting the container's memory. praesto-hooks refuses larger bodies before reading
-    # them (hooks/whole_request_worker.py) and sets this to its --max-request-bytes; this is the same bound for
+    # them (hooks/serving/whole_request_worker.py) and sets this to its --max-request-bytes; this is the same bound for
     # other WSGI servers.
     app.config["MAX_CONTENT_LENGTH"] = DEFAULT_MAX_REQUEST_BYTES
 

@@ -24,10 +24,11 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 from praesto.hooks.admission.http import CONFIG_REQUIRE_CLIENT_CERT
-from praesto.hooks.config import ConfigError, HooksConfig
+from praesto.hooks.config import ConfigError, HooksConfig, environment
+from praesto.hooks.orphans.settings import environment_problem
 from praesto.hooks.serving import worker_metrics
 from praesto.hooks.serving.app import create_app
-from praesto.hooks.whole_request_worker import (
+from praesto.hooks.serving.whole_request_worker import (
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MIN_BODY_RATE,
@@ -35,7 +36,7 @@ from praesto.hooks.whole_request_worker import (
     SMALL_BODY,
     WORKER_CONNECTIONS,
 )
-from praesto.hooks.whole_request_worker import settings as worker_settings
+from praesto.hooks.serving.whole_request_worker import settings as worker_settings
 
 from praesto.cliargs import EXIT_USAGE, CommandParser, add_version, positive_int, seconds
 
@@ -129,7 +130,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--release-orphaned-copies",
         action="store_true",
-        help="release ModelCacheNodes whose Node is gone (so ModelCache deletion finishes); the chart sets it",
+        help="also run praesto-orphans (release ModelCacheNodes whose Node is gone, so ModelCache deletion "
+        "finishes) as a child of gunicorn's master; the chart runs it as its own Deployment instead",
     )
     args = parser.parse_args(argv)
     if bool(args.certfile) != bool(args.keyfile):
@@ -171,7 +173,7 @@ def gunicorn_options(args: argparse.Namespace, connections: int = WORKER_CONNECT
         "workers": args.workers,
         "threads": args.threads,
         # Handshake, head and body are read on the worker's event loop under a deadline and a
-        # size limit; a pool thread only sees a complete request (hooks/whole_request_worker.py).
+        # size limit; a pool thread only sees a complete request (hooks/serving/whole_request_worker.py).
         **worker_settings(
             args.max_request_bytes,
             args.request_timeout,
@@ -246,8 +248,11 @@ _releaser: list[subprocess.Popen[bytes]] = []
 
 
 def _start_orphan_releaser(_server: Any) -> None:
-    """Its own process (`python -m praesto.hooks.orphans`), started once by gunicorn's master:
-    threads in the master would be forked into workers mid-flight (locks held, TLS stuck).
+    """praesto-orphans (`python -m praesto.hooks.orphans`, hooks/orphans/cli.py with its defaults and
+    the environment, checked by `main` before gunicorn starts), started once by gunicorn's master for
+    `--release-orphaned-copies`: threads in the master would be forked into workers mid-flight (locks
+    held, TLS stuck). Its stdout and stderr are the master's (inherited), so its log and any refusal
+    it prints land in the hooks' log. The chart runs it as its own Deployment instead.
     `-P`: the working directory is not put first on sys.path, so a `praesto/` folder there (a
     source checkout, or anything writable) cannot shadow the installed package."""
     _releaser.append(subprocess.Popen([sys.executable, "-P", "-m", "praesto.hooks.orphans"]))
@@ -273,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"praesto-hooks: {err}", file=sys.stderr)
         return 2
+    releaser_problem = environment_problem(environment()) if args.release_orphaned_copies else None
+    if releaser_problem:
+        print(f"praesto-hooks: error: --release-orphaned-copies: {releaser_problem}", file=sys.stderr)
+        return EXIT_USAGE
     # Before create_app builds the metrics: every worker's requests count in one /metrics.
     with worker_metrics.directory() as metrics_dir:
         app = create_app(config, metrics_dir=metrics_dir)

@@ -75,7 +75,7 @@ def test_every_rendered_object_is_valid(value_set: str) -> None:
 
 def test_validation_is_strict_about_unknown_fields() -> None:
     """The validators above reject a typo, so passing means something."""
-    deployment = one(render_objects(), "Deployment")
+    deployment = one(render_objects(), "Deployment", "praesto-hooks")
     deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
@@ -104,19 +104,25 @@ def test_defaults_render_every_component() -> None:
 
 
 def test_hooks_deployment_is_hardened_and_configured() -> None:
-    deployment = one(render_objects({"downloader": {"hfEndpoint": "https://mirror.example"}}), "Deployment")
+    deployment = one(
+        render_objects({"downloader": {"hfEndpoint": "https://mirror.example"}}),
+        "Deployment",
+        "praesto-hooks",
+    )
     spec = deployment["spec"]
     assert spec["replicas"] == 2
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     by_name = {c["name"]: c for c in pod["containers"]}
-    assert set(by_name) == {"hooks"}
+    assert set(by_name) == {"hooks"}  # the orphan releaser has its own: tests/chart/test_chart_orphans.py
     for container in by_name.values():
         sc = container["securityContext"]
         assert sc["readOnlyRootFilesystem"] is True
         assert sc["allowPrivilegeEscalation"] is False
         assert sc["capabilities"]["drop"] == ["ALL"]
         assert sc["seccompProfile"]["type"] == "RuntimeDefault"
+        assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    for container in [by_name["hooks"]]:
         assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
@@ -136,11 +142,12 @@ def test_hooks_deployment_is_hardened_and_configured() -> None:
 def test_hooks_arguments_are_accepted_by_praesto_hooks() -> None:
     """The flags the chart passes parse with the real praesto-hooks argument parser."""
     server = pytest.importorskip("praesto.hooks.serving.server")
-    pod = one(render_objects(), "Deployment")["spec"]["template"]["spec"]
-    for container in pod["containers"]:
-        assert container["command"] == ["praesto-hooks"]
-        args = server.parse_args(container["args"])
-        assert args.bind
+    pod = one(render_objects(), "Deployment", "praesto-hooks")["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "hooks"]
+    assert container["command"] == ["praesto-hooks"]
+    args = server.parse_args(container["args"])
+    assert args.bind
+    assert not args.release_orphaned_copies  # the praesto-orphans Deployment runs the releaser
 
 
 def test_service_exposes_only_https() -> None:
@@ -289,13 +296,15 @@ def test_image_tags_follow_values() -> None:
     assert images["livenessprobe"].startswith("registry.k8s.io/sig-storage/livenessprobe:v")
     env = {
         e["name"]: e.get("value")
-        for e in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+        for e in one(objects, "Deployment", "praesto-hooks")["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
     }
     assert env["PRAESTO_DOWNLOADER_IMAGE"] == "reg.example/p:0.6.2"
     split = render_objects({"downloader": {"image": {"repository": "d.example/dl", "tag": "9"}}})
     env = {
         e["name"]: e.get("value")
-        for e in one(split, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+        for e in one(split, "Deployment", "praesto-hooks")["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["PRAESTO_DOWNLOADER_IMAGE"] == "d.example/dl:9"
 

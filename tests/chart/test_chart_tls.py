@@ -35,7 +35,7 @@ def webhook_configs(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def tls_volume_secret(objects: list[dict[str, Any]]) -> str:
-    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    pod = one(objects, "Deployment", "praesto-hooks")["spec"]["template"]["spec"]
     return str(next(v["secret"]["secretName"] for v in pod["volumes"] if v["name"] == "tls"))
 
 

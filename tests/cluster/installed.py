@@ -1,8 +1,12 @@
-"""The chart as the control-plane tier installs it: rendered objects applied, praesto-hooks (from the
-installed wheel) running as its ServiceAccount."""
+"""The chart as the control-plane tier installs it: rendered objects applied, praesto-hooks (the hooks
+Deployment's container) and praesto-orphans (the orphans Deployment's), both from the installed wheel,
+each running as its own ServiceAccount."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,6 +49,7 @@ VALUES: Obj = {
     "downloads": {"egress": {"allowedCIDRs": LOOPBACK_CIDRS.split(",")}},
 }
 HOOKS_SA = f"{RELEASE}-hooks"
+ORPHANS_SA = f"{RELEASE}-orphans"
 AGENT_SA = f"{RELEASE}-node-agent"
 METACONTROLLER_SA = f"{RELEASE}-metacontroller"
 
@@ -84,7 +89,8 @@ def merged(base: Obj, extra: Obj) -> Obj:
 def install_chart(
     control_plane: ControlPlane, workdir: Path, extra_values: Obj | None = None
 ) -> Iterator[Installed]:
-    """CRDs, RBAC, controllers and webhooks from the chart; praesto-hooks running as its ServiceAccount."""
+    """CRDs, RBAC, controllers and webhooks from the chart; praesto-hooks and praesto-orphans running,
+    each as its ServiceAccount."""
     admin = Kube(control_plane.admin())
     install_crds(admin, [*sorted(CRD_DIR.glob("*.yaml")), METACONTROLLER_CRDS])
     ensure_namespace(admin, NAMESPACE)
@@ -113,13 +119,60 @@ def install_chart(
     ]
     assert f"--client-ca-file={client_ca}" in args, args
     hooks = installed_wheel().script("praesto-hooks")  # the wheel's, as the image runs it
-    with hooks_server(
-        workdir / "hooks", tls=True, env=env, threads=4, extra_args=tuple(args), command=[hooks]
-    ) as server:
+    with (
+        orphans_container(
+            one(objects, "Deployment", ORPHANS_SA),
+            str(control_plane.token_kubeconfig(NAMESPACE, ORPHANS_SA)),
+            workdir / "orphans",
+        ),
+        hooks_server(
+            workdir / "hooks", tls=True, env=env, threads=4, extra_args=tuple(args), command=[hooks]
+        ) as server,
+    ):
         assert server.ca_path is not None
         webhooks = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
         apply_rendered(admin, webhooks, webhook_url=server.base_url, webhook_ca=server.ca_path.read_bytes())
         yield Installed(control_plane, objects, server, admin, workdir, platform_key, trust_dir)
+
+
+ORPHANS_START_DEADLINE = 30.0  # seconds for praesto-orphans' first heartbeat on a busy machine
+
+
+@contextmanager
+def orphans_container(deployment: Obj, kubeconfig: str, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The orphans Deployment's container: praesto-orphans from the installed wheel with the chart's
+    flags, as its own ServiceAccount; up once its liveness probe (run as the kubelet would) passes."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    workdir.mkdir(parents=True, exist_ok=True)
+    heartbeat = str(workdir / "heartbeat")  # the chart's emptyDir, here
+
+    def here(argv: list[str]) -> list[str]:
+        return [f"--heartbeat-file={heartbeat}" if a.startswith("--heartbeat-file=") else a for a in argv]
+
+    script = installed_wheel().script("praesto-orphans")
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    log_path = workdir / "praesto-orphans.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [script, *here(container["args"])], stdout=log, stderr=subprocess.STDOUT, env=env
+        )
+    probe = [script, *here(container["livenessProbe"]["exec"]["command"][1:])]
+    try:
+        deadline = time.monotonic() + ORPHANS_START_DEADLINE
+        while subprocess.run(probe, capture_output=True, env=env, check=False).returncode != 0:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"praesto-orphans not alive (exit {process.poll()}):\n{log_path.read_text()}"
+                )
+            time.sleep(0.2)  # poll interval, bounded by the deadline above
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
 
 
 def mount_config_map(config_map: Obj, directory: Path) -> Path:

@@ -4,7 +4,7 @@ large syncs, admission and /healthz stay up under silent large bodies and half-o
 The real API server calls the installed wheel's `praesto-hooks` (chart arguments, one worker of
 four threads) for 200 dry-run Pod creates, while 50 clients hold connections half-open or trickle
 their request heads and another keeps sending 100 MiB bodies to the unauthenticated sync hook.
-Before hooks/whole_request_worker.py a dozen such connections held every thread and admission timed out.
+Before hooks/serving/whole_request_worker.py a dozen such connections held every thread and admission timed out.
 """
 
 from __future__ import annotations

@@ -13,9 +13,17 @@ from kubernetes.client.rest import ApiException
 
 from praesto import names, rbac
 from testkit.chart_install import ensure_namespace
-from testkit.controlplane import ControlPlane
+from testkit.controlplane import ControlPlane, wait_for
 from testkit.helm_chart import NAMESPACE, ROOT
-from tests.cluster.installed import AGENT_SA, HOOKS_SA, METACONTROLLER_SA, WARM_NAMESPACE, Installed
+from testkit.objects import modelcachenode
+from tests.cluster.installed import (
+    AGENT_SA,
+    HOOKS_SA,
+    METACONTROLLER_SA,
+    ORPHANS_SA,
+    WARM_NAMESPACE,
+    Installed,
+)
 
 MC = names.MODELCACHE_KIND
 
@@ -121,6 +129,7 @@ def _allowed(
 
 IDENTITIES = {
     HOOKS_SA: rbac.HOOKS,
+    ORPHANS_SA: rbac.ORPHANS,
     AGENT_SA: rbac.AGENT,
     METACONTROLLER_SA: rbac.METACONTROLLER,
 }
@@ -154,6 +163,68 @@ def test_each_identity_holds_exactly_its_declared_permissions(
     if service_account != METACONTROLLER_SA:
         mc = rbac.Permission(names.GROUP, names.MODELCACHE_PLURAL, ("update",))
         assert not _allowed(installed.plane, service_account, mc, "update")
+        # Only Metacontroller creates node copies (the *-modelcachenode-writers policy relies on it).
+        mcn = rbac.Permission(names.GROUP, names.MODELCACHENODE_PLURAL, ("create",))
+        assert not _allowed(installed.plane, service_account, mcn, "create")
+
+
+def test_only_the_orphan_releaser_holds_what_releasing_needs(installed: Installed) -> None:
+    """praesto-hooks no longer writes or watches node copies (the releaser is its own Deployment);
+    the releaser reads no Secret and no ModelCache, and writes nothing but node copies."""
+    copies = rbac.Permission(names.GROUP, names.MODELCACHENODE_PLURAL, ())
+    for verb in ("patch", "update", "list", "watch", "delete"):
+        assert not _allowed(installed.plane, HOOKS_SA, copies, verb), verb
+    assert _allowed(installed.plane, ORPHANS_SA, copies, "patch")
+    nodes = rbac.Permission("", "nodes", (), namespaced=False)
+    assert not _allowed(installed.plane, HOOKS_SA, nodes, "get")
+    for permission, verb in (
+        (copies, "update"),
+        (copies, "delete"),
+        (rbac.Permission(names.GROUP, f"{names.MODELCACHENODE_PLURAL}/status", ()), "patch"),
+        (rbac.Permission(names.GROUP, names.MODELCACHE_PLURAL, ()), "get"),
+        (rbac.Permission("", "secrets", ()), "get"),
+        (nodes, "patch"),
+        (rbac.Permission("", "events", ()), "create"),
+    ):
+        assert not _allowed(installed.plane, ORPHANS_SA, permission, verb), (permission, verb)
+
+
+RELEASER_NAMESPACE = "orphans-identity"
+UPDATE_REFUSED = "are written by Praesto's controller (Metacontroller) and the node agent only"
+
+
+def test_the_orphan_releaser_may_only_let_a_copy_go(installed: Installed) -> None:
+    """Its `patch` on node copies, through the *-modelcachenode-writers policy: a changed spec (what
+    would send the agents elsewhere) is refused; dropping the agent's finalizer is all it can do."""
+    ensure_namespace(installed.admin, RELEASER_NAMESPACE)
+    held = modelcachenode("c", "gone-node", RELEASER_NAMESPACE)
+    held["metadata"]["finalizers"] = [names.FINALIZER_NODE_AGENT]
+    name = installed.admin.create(held)["metadata"]["name"]
+    api = client.CustomObjectsApi(installed.plane.client_as(NAMESPACE, ORPHANS_SA))
+    at = (names.GROUP, names.VERSION, RELEASER_NAMESPACE, names.MODELCACHENODE_PLURAL, name)
+    try:
+
+        def spec_change_refused() -> bool:  # the API server loads a new policy through an informer
+            try:  # dry run: admission decides, nothing is stored
+                api.patch_namespaced_custom_object(*at, {"spec": {"size": "2Gi"}}, dry_run="All")
+            except ApiException as err:
+                if err.status != 403:
+                    raise
+                return UPDATE_REFUSED in str(err.body)
+            return False
+
+        wait_for(
+            "the modelcachenode-writers policy to refuse the releaser a spec change", spec_change_refused, 30
+        )
+        current = installed.admin.get(names.API_VERSION, names.MODELCACHENODE_KIND, name, RELEASER_NAMESPACE)
+        assert current is not None
+        released = api.patch_namespaced_custom_object(
+            *at, {"metadata": {"finalizers": [], "resourceVersion": current["metadata"]["resourceVersion"]}}
+        )
+        assert not released["metadata"].get("finalizers")
+        assert released["spec"] == current["spec"]
+    finally:
+        installed.admin.delete(names.API_VERSION, names.MODELCACHENODE_KIND, name, RELEASER_NAMESPACE)
 
 
 def test_the_tier_runs_a_version_the_chart_claims(control_plane: ControlPlane) -> None:

@@ -1,7 +1,8 @@
 """Deleting a ModelCache finishes even when a node holding a copy was deleted (the autoscaler removed it).
 
-No agent is left to clear its finalizer from that node's ModelCacheNode; praesto-hooks
-(running here as the chart configures it, as its own ServiceAccount) releases it.
+No agent is left to clear its finalizer from that node's ModelCacheNode; praesto-orphans (the chart's
+orphans Deployment, running here as the chart configures it, as its own ServiceAccount:
+tests/cluster/installed.py) releases it.
 """
 
 from __future__ import annotations

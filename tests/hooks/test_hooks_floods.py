@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from praesto.hooks.arrivals import BODY_GRACE
 from praesto.hooks.serving.server import OTHER_FILES, open_files_for
-from praesto.hooks.whole_request_worker import SMALL_BODY, WORKER_CONNECTIONS
+from praesto.hooks.serving.whole_request_worker import SMALL_BODY, WORKER_CONNECTIONS
 
 from testkit.hook_floods import SYNC_PATH, HalfOpenFlood, SilentLargeBodies, large_sync_request, sync_body
 from testkit.server import RunningServer, get_text, hooks_server, post_json

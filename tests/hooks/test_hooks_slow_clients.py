@@ -1,6 +1,6 @@
 """Slow and oversize clients against a real `praesto-hooks` (gunicorn) over TLS (#21 item 14).
 
-Before hooks/whole_request_worker.py, gunicorn's gthread worker did the TLS handshake and read the request head
+Before hooks/serving/whole_request_worker.py, gunicorn's gthread worker did the TLS handshake and read the request head
 on a pool thread with no deadline: a dozen half-open connections held every thread, and a
 100 MiB body was read whole into the worker. Here the server runs with one worker and two
 threads, so a single held thread would show.

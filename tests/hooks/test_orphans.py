@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from praesto.hooks import orphans
+from praesto.hooks.orphans import releaser as orphans
 from praesto.hooks.serving.server import gunicorn_options, parse_args
 
 from praesto import names, rbac
@@ -77,14 +77,14 @@ def _eventually(check: Callable[[], bool], what: str, deadline: float = 10.0) ->
 
 def test_the_releaser_frees_only_the_copy_of_a_deleted_node(kube: RealKube) -> None:
     """The releaser's two reflectors through the real client against the real API server, as the
-    hooks' ServiceAccount (granted `praesto.rbac.HOOKS`): RBAC decides its every call."""
+    releaser's own ServiceAccount (granted `praesto.rbac.ORPHANS`): RBAC decides its every call."""
     mcn = f"{names.MODELCACHENODE_PLURAL}.{names.GROUP}"
     for node in ("alive", "doomed"):
         kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
         held = modelcachenode("c", node, "t")
         held["metadata"]["finalizers"] = [names.FINALIZER_NODE_AGENT]
         kube.create(held)
-    token = kube.identity("praesto-system", "praesto-hooks", rbac.HOOKS)
+    token = kube.identity("praesto-system", "praesto-orphans", rbac.ORPHANS)
     releaser = orphans.OrphanReleaser(kube.api_client(token)).start()
     try:
         kube.wait_for_watches(2)

@@ -66,6 +66,10 @@ app.kubernetes.io/part-of: praesto
 {{- end }}
 
 {{/* The restricted container security context every Praesto container starts from. */}}
+{{- /* praesto-orphans' heartbeat (hooks/orphans/cli.py), in its own memory emptyDir. */}}
+{{- define "praesto.orphansHeartbeatDir" -}}/run/praesto-orphans{{- end }}
+{{- define "praesto.orphansHeartbeat" -}}{{ include "praesto.orphansHeartbeatDir" . }}/heartbeat{{- end }}
+
 {{- define "praesto.restrictedSecurityContext" -}}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true

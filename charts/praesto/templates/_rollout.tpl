@@ -18,7 +18,7 @@ templates of the processes that read it:
 
 Hashed from values, never from generated material, so rendering the same values again gives the
 same annotations (no roll). Read live, hence not here: the hooks' TLS certificate, key and
-webhook client CA (gunicorn builds its SSL context per connection, hooks/whole_request_worker.py),
+webhook client CA (gunicorn builds its SSL context per connection, hooks/serving/whole_request_worker.py),
 the Secret named by credentials.secretRef.name (read by the agent at each download attempt).
 */}}
 

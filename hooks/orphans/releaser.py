@@ -3,14 +3,16 @@
 A ModelCacheNode carries the node agent's finalizer until that agent has removed
 the copy from its disk. When the Node itself is deleted (the autoscaler removed
 it), no agent is left to do that, and the ModelCache's finalize hook would wait
-for ever: Metacontroller has no timeout. So praesto-hooks, the one process that
-runs anyway, releases them: a ModelCacheNode being deleted whose `spec.nodeName`
+for ever: Metacontroller has no timeout. So praesto-orphans, a Deployment of its
+own, releases them: a ModelCacheNode being deleted whose `spec.nodeName`
 names no Node loses the agent finalizer.
 
 Why this is safe: only a Node that no longer exists is released, the patch is
 conditional on the object's resourceVersion (two replicas never fight), and a
 node that comes back under the same name cleans copies no ModelCacheNode owns
-when its agent starts. `orphaned` is the pure decision; `OrphanReleaser` is the edge.
+when its agent starts. `orphaned` is the pure decision; `OrphanReleaser` is the edge, its
+calls through the hooks' door (hooks/kube.py). praesto-orphans (cli.py) runs it as its own
+process: the chart's `<fullname>-orphans` Deployment.
 """
 
 from __future__ import annotations
@@ -20,14 +22,13 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
+from praesto.hooks.kube import ApiClient, Conflict, Door, NotFound
 
 from praesto import names
 from praesto.listwatch import ListWatch
 from praesto.reflector import Reflector, identity_only
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("praesto.hooks.orphans")  # its name before it was a package
 Obj = dict[str, Any]
 RESYNC_SECONDS = 600  # every copy is looked at again (a full list) this often
 RELEASED_REMEMBERED = 4096  # released copies' uids kept, to count each copy once
@@ -64,9 +65,10 @@ class OrphanReleaser:
     again and each looked at anew; a release that failed on an API error comes back with its event.
     """
 
-    def __init__(self, api: client.ApiClient, resync: int = RESYNC_SECONDS) -> None:
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: ApiClient | None = None, resync: int = RESYNC_SECONDS) -> None:
+        door = Door(api)
+        self.custom = door.custom
+        self.core = door.core
         self.resync = resync
         self.stopped = threading.Event()
         # Copies released, each once: both watches may release the same copy at once, and the API
@@ -76,10 +78,12 @@ class OrphanReleaser:
         self._counted: dict[str, None] = {}  # uids of the last RELEASED_REMEMBERED copies released
         self._count_lock = threading.Lock()
         copies = ListWatch(
-            self.custom.list_cluster_custom_object, names.GROUP, names.VERSION, names.MODELCACHENODE_PLURAL
-        )
-        nodes = ListWatch(self.core.list_node)
+            door.list_call(door.custom, "list_cluster_custom_object"),
+            names.GROUP, names.VERSION, names.MODELCACHENODE_PLURAL,
+        )  # fmt: skip
+        nodes = ListWatch(door.list_call(door.core, "list_node"))
         self.watches: list[Reflector] = []
+        self._threads: list[threading.Thread] = []
         for kind, edge, handle in (
             (names.MODELCACHENODE_KIND, copies, self.on_copy),
             ("Node", nodes, self.on_node),
@@ -93,10 +97,8 @@ class OrphanReleaser:
     def node_exists(self, name: str) -> bool:
         try:
             self.core.read_node(name)
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
+        except NotFound:
+            return False
         return True
 
     def release(self, copies: Iterable[Mapping[str, Any]], node_exists: Callable[[str], bool]) -> int:
@@ -108,10 +110,8 @@ class OrphanReleaser:
                     names.GROUP, names.VERSION, meta["namespace"], names.MODELCACHENODE_PLURAL,
                     meta["name"], release_patch(copy),
                 )  # fmt: skip
-            except ApiException as err:
-                if err.status in (404, 409):  # gone already, or changed: the next event decides again
-                    continue
-                raise
+            except (NotFound, Conflict):  # gone already, or changed: the next event decides again
+                continue
             if not self._first_release(str(meta.get("uid") or f"{meta['namespace']}/{meta['name']}")):
                 continue  # the other watch released it a moment ago
             released += 1
@@ -148,22 +148,23 @@ class OrphanReleaser:
         )
 
     def start(self) -> OrphanReleaser:
+        """Each reflector on a daemon thread of ours, so `running` can tell one that ended."""
         for reflector in self.watches:
-            reflector.start()
+            thread = threading.Thread(
+                target=reflector.run, name=f"praesto-watch-{reflector.name}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
         return self
 
+    def running(self) -> bool:
+        """Started, not stopped, and every watch thread still alive (what the heartbeat vouches for)."""
+        return bool(self._threads) and not self.stopped.is_set() and all(t.is_alive() for t in self._threads)
 
-def main() -> None:
-    """`python -m praesto.hooks.orphans`: what `praesto-hooks --release-orphaned-copies` runs beside gunicorn."""
-    import signal
-
-    from praesto.listwatch import api_client_from_environment
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    releaser = OrphanReleaser(api_client_from_environment()).start()
-    signal.signal(signal.SIGTERM, lambda *_: releaser.stopped.set())
-    releaser.stopped.wait()
-
-
-if __name__ == "__main__":
-    main()
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop every watch now (each hangs up its open connection) and wait for its thread."""
+        self.stopped.set()
+        for reflector in self.watches:
+            reflector.stop(0)
+        for thread in self._threads:
+            thread.join(timeout)
