@@ -17,9 +17,9 @@ usage; 3 larger than --max-bytes (SizeExceedsRequest), nothing written; 4 the re
 signature (--signature-*) is missing, invalid or does not match (SignatureInvalid), nothing published; 75 temporary failure, run again to resume; 130 interrupted (SIGINT/SIGTERM),
 staging kept for resume. wait: 0 complete, 1 timed out, 2 bad usage.
 
-The token comes from --token-file or HF_TOKEN, is held in memory only, and is never
+The token comes from --token-file or the kind's own variable (HF_TOKEN, MODELSCOPE_API_TOKEN), is held in memory only, and is never
 printed: every line this command writes is scrubbed of it. Object-store credentials
-come from the environment (AWS_ACCESS_KEY_ID, ...; see download/objcreds.py) and from
+come from the environment (AWS_ACCESS_KEY_ID, ...; see download/origins/objstore/creds.py) and from
 the files of a mounted Secret in --credentials-dir (the PVC-mode Job), scrubbed alike.
 
 Bad input (a --dest that is a file, unwritable or full of the user's own files, a missing
@@ -73,6 +73,7 @@ SOURCE_NOTES = {
     "gs": "Google Cloud Storage; likewise",
     "az": "Azure Blob Storage; the account from AZURE_STORAGE_ACCOUNT_NAME",
     "oci": "an OCI / ModelPack artifact; login from --registry-config",
+    "ms": "a ModelScope model; token from --token-file or $MODELSCOPE_API_TOKEN",
 }
 EPILOG = (
     "sources (download):\n"
@@ -154,7 +155,10 @@ def build_parser(with_run: bool, env: Mapping[str, str]) -> argparse.ArgumentPar
         "same-named ones are replaced by the model's",
     )
     dl.add_argument("--revision", help="branch, tag or commit (overrides :rev in SOURCE)")
-    dl.add_argument("--token-file", help="file holding a Hugging Face token (default: $HF_TOKEN)")
+    dl.add_argument(
+        "--token-file",
+        help="file holding the hub token (default: $HF_TOKEN for hf://, $MODELSCOPE_API_TOKEN for ms://)",
+    )
     dl.add_argument("--registry-config", help="oci://: a Docker config.json holding the registry's login")
     dl.add_argument(
         "--plain-http",

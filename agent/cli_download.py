@@ -27,10 +27,11 @@ from praesto.agent.download import (
     download,
     plan,
 )
-from praesto.agent.download.api import SUMMARY_RECORD
+from praesto.agent.download.api import SUMMARY_RECORD, WRITE_BUFFERED, WRITE_DIRECT, EngineSettings
 from praesto.agent.download.destination import destination_problem
 from praesto.agent.download.egress import EgressPolicy
-from praesto.agent.download.objcreds import settings_from_env
+from praesto.agent.download.origins import origin_for
+from praesto.agent.download.origins.base import REGISTRY_LOGIN, SETTINGS
 from praesto.agent.download.settings import DownloadSettings
 from praesto.agent.download.signature import policy_from_files
 
@@ -78,7 +79,8 @@ def say(text: str, secret: str | None, stream: object = sys.stderr) -> None:
     print(_scrub(text, secret), file=stream, flush=True)  # type: ignore[call-overload]
 
 
-def _read_token(args: argparse.Namespace, settings: DownloadSettings) -> str | None:
+def _read_token(args: argparse.Namespace, settings: DownloadSettings, scheme: str) -> str | None:
+    """--token-file, else the variable of this source's own kind (HF_TOKEN, MODELSCOPE_API_TOKEN)."""
     if args.token_file:
         try:
             token = Path(args.token_file).read_text().strip()
@@ -87,17 +89,18 @@ def _read_token(args: argparse.Namespace, settings: DownloadSettings) -> str | N
                 f"--token-file {args.token_file}: {error.strerror}; give a readable file"
             ) from None
         return token or None
-    return settings.hf_token
+    return settings.token_for(scheme)
 
 
-def _registry_config(path: str | None, credentials_dir: Path | None) -> dict[str, str] | None:
-    """An OCI login: --registry-config (a Docker config.json), else a mounted dockerconfigjson Secret."""
-    mounted = credentials_dir / names.DOCKER_CONFIG_KEY if credentials_dir else None
+def _registry_config(path: str | None, credentials_dir: Path | None, key: str) -> dict[str, str] | None:
+    """A registry login: --registry-config (a Docker config.json), else a mounted dockerconfigjson
+    Secret's `key` (names.DOCKER_CONFIG_KEY)."""
+    mounted = credentials_dir / key if credentials_dir else None
     chosen = Path(path) if path else mounted if mounted and mounted.is_file() else None
     if chosen is None:
         return None
     try:
-        return {names.DOCKER_CONFIG_KEY: chosen.read_text()}
+        return {key: chosen.read_text()}
     except OSError as error:
         raise ValueError(
             f"--registry-config {chosen}: {error.strerror}; give a readable Docker config.json"
@@ -153,10 +156,11 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except ValueError as error:
         say(f"error: --egress-allowed-cidrs ({names.ENV_EGRESS_ALLOWED_CIDRS}): {error}", None)
         return EXIT_USAGE
-    credentials = settings_from_env(env, credentials_dir) if source.scheme not in ("hf", "oci") else None
-    if source.scheme == "oci":
+    shape = origin_for(source.scheme).credential  # what this kind's credential is (origins/base.py)
+    credentials = shape.from_env(env, credentials_dir) if shape.form == SETTINGS and shape.from_env else None
+    if shape.form == REGISTRY_LOGIN:
         try:
-            credentials = _registry_config(args.registry_config, credentials_dir)
+            credentials = _registry_config(args.registry_config, credentials_dir, shape.cluster_key)
         except ValueError as error:
             say(f"error: {error}", None)
             return EXIT_USAGE
@@ -166,7 +170,7 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             source.scheme, source.location, source.revision, tuple(args.allow), tuple(args.ignore)
         )
     try:
-        token = _read_token(args, settings)
+        token = _read_token(args, settings, source.scheme)
         signature = policy_from_files(
             public_key=args.signature_public_key,
             certificate=args.signature_certificate,
@@ -204,27 +208,32 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    options = Options(
+    # this process's download settings, once, from its flags over its environment
+    section = EngineSettings.from_environment(
+        settings.store_env,  # the proxies, OCI mirrors and object-store variables, read once
         endpoint=args.endpoint or settings.hf_endpoint,
+        modelscope_endpoint=settings.modelscope_endpoint,
         ca_bundle=settings.ca_bundle,
-        store_env=settings.store_env,
-        token=token,
         concurrency=args.concurrency,
+        part_size=args.part_size << 20,
+        write_mode=WRITE_BUFFERED if args.buffered_writes else WRITE_DIRECT,
+        plain_http=args.plain_http,
+        egress=egress,
+        xet=settings.xet if args.xet is None else args.xet == "true",
+    )
+    options = Options.of(
+        section,
+        token=token,
         blobs_dir=Path(args.blobs_dir) if args.blobs_dir else None,
         staging_dir=staging_dir,
         progress=progress,
         cancel=cancel,
-        part_size=args.part_size << 20,
-        direct_writes=not args.buffered_writes,
         credentials=credentials,
         credentials_from=f"the files in {credentials_dir}" if credentials_dir else "the environment",
         # a mounted Secret (the PVC Job mounts the cache's own) is the only credential then
         identity_allowed=credentials_dir is None,
         max_bytes=max_bytes,
         signature=signature,
-        plain_http=args.plain_http,
-        egress=egress,
-        xet=settings.xet if args.xet is None else args.xet == "true",
     )
     try:
         resolved = plan(source, options)

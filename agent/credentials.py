@@ -18,11 +18,12 @@ from typing import Protocol
 from praesto.agent.broker_client import Broker
 from praesto.agent.copies import CacheRef
 from praesto.agent.download.api import SignaturePolicy
-from praesto.agent.download.objcreds import settings_from_secret
+from praesto.agent.download.origins import origin_for
+from praesto.agent.download.origins.base import REGISTRY_LOGIN, TOKEN
 from praesto.agent.kube import KubeApi, SecretUnavailable
 from praesto.agent.trust_material import Material, Unreadable
 
-from praesto import credscope, names, store, trustpolicy
+from praesto import credscope, store, trustpolicy
 from praesto.verification import BASE as VERIFICATION_FIELD
 from praesto.verification import Verification
 
@@ -32,7 +33,8 @@ CLUSTER_CREDENTIALS_NAMESPACES_ENV = credscope.ENV_NAMESPACES
 # chart credentials.sources, comma-separated URI prefixes: what the cluster's credentials may fetch
 CLUSTER_CREDENTIALS_SOURCES_ENV = credscope.ENV_SOURCES
 
-# (HF token, object-store settings, where they came from for messages)
+# (token, client settings or registry login, where they came from for messages): the kind's
+# CredentialShape (origins/base.py) says which
 Credentials = tuple[str | None, dict[str, str] | None, str]
 
 
@@ -85,17 +87,18 @@ class CredentialPolicy:
         return self.broker.objects(ref.cache) if self.broker is not None else kube
 
     def credentials(self, kube: KubeApi, ref: CacheRef) -> Credentials:
-        """(HF token, object-store settings, where from) for one attempt (Secrets read now): the cache's
+        """(token, client settings or login, where from) for one attempt (Secrets read now): the cache's
         own through `tenant_secrets`, the chart's with the agent's identity (its credentials Role)."""
         source, secret_ref = ref.source, ref.source.secret_ref
         tenant = self.tenant_secrets(kube, ref)
-        if secret_ref is not None and source.scheme == "hf":
-            return tenant.read_token(ref.namespace, secret_ref.name, secret_ref.key), None, ""
-        if secret_ref is not None and source.scheme == "oci":  # a kubernetes.io/dockerconfigjson Secret
-            key = secret_ref.key or names.DOCKER_CONFIG_KEY
+        shape = origin_for(source.scheme).credential  # what this kind's credential is (origins/base.py)
+        if secret_ref is not None and shape.form == TOKEN:
+            return tenant.read_token(ref.namespace, secret_ref.name, secret_ref.key or shape.key), None, ""
+        if secret_ref is not None and shape.form == REGISTRY_LOGIN:  # a kubernetes.io/dockerconfigjson Secret
+            key = secret_ref.key or str(shape.key)
             what = "a Docker config JSON (kubectl create secret docker-registry)"
             login = tenant.read_secret_value(ref.namespace, secret_ref.name, key, what).decode()
-            return None, {names.DOCKER_CONFIG_KEY: login}, f"Secret {ref.namespace}/{secret_ref.name}"
+            return None, {shape.cluster_key: login}, f"Secret {ref.namespace}/{secret_ref.name}"
         if secret_ref is not None:
             namespace, name = ref.namespace, secret_ref.name
         elif ref.namespace not in self.scope.namespaces:
@@ -122,13 +125,13 @@ class CredentialPolicy:
             return None, None, "no credentials"
         data, annotations = (tenant if secret_ref is not None else kube).read_secret(namespace, name)
         where = f"Secret {namespace}/{name}"
-        if source.scheme == "oci":  # the cluster's Secret may hold a registry login too
-            shared = data.get(names.DOCKER_CONFIG_KEY)
-            return None, ({names.DOCKER_CONFIG_KEY: shared} if shared else None), where
-        settings = settings_from_secret(data, annotations)
-        if source.scheme == "hf":
-            return settings.get("HF_TOKEN") or None, None, where
-        return None, settings, where
+        if shape.form == REGISTRY_LOGIN:  # the cluster's Secret may hold a registry login too
+            shared = data.get(shape.cluster_key)
+            return None, ({shape.cluster_key: shared} if shared else None), where
+        if shape.form == TOKEN:  # one key of the Secret's settings
+            return data.get(shape.cluster_key, "").strip() or None, None, where
+        assert shape.from_secret is not None  # CredentialShape checks a SETTINGS shape has both
+        return None, shape.from_secret(data, annotations), where
 
 
 def _cluster_policy(

@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import FrameType
 
-from kubernetes import client, config
 from praesto.agent import baselock, logs
 from praesto.agent.broker_client import Broker
 from praesto.agent.budget.config import build_budget
-from praesto.agent.kube import KubeApi
+from praesto.agent.kube import Door, KubeApi, NoApiConfig, api_client
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.node_agent import Agent
 from praesto.agent.peers.auth import TokenMinter
@@ -29,34 +28,17 @@ from praesto.agent.startup_taint import StartupTaint
 from praesto import names
 from praesto.store import StoreLayout
 
-# Idle API connections the agent's one client keeps for reuse. Its watches, downloads, status writes
-# and the peer server's identity checks (TokenReview and SubjectAccessReview per new peer) share it;
-# the library's default (5 per CPU: 10 on a 2-CPU node) made urllib3 discard connections ("Connection
-# pool is full") while seven followers asked a seeder at once, and each new one costs a TLS handshake.
-KUBE_CONNECTIONS = 32
 
-
-def api_client(kubeconfig: str | None) -> client.ApiClient:
-    configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        config.load_incluster_config(client_configuration=configuration)
-    configuration.connection_pool_maxsize = KUBE_CONNECTIONS
-    return client.ApiClient(configuration)
-
-
-def build(settings: AgentSettings, api: client.ApiClient) -> Agent:
-    cfg = settings.agent_config()
-    peering = build_peering(settings.peers, api, settings.node_name, StoreLayout(cfg.base_path))
-    budget = build_budget(settings.origin_budget, api, settings.node_name)
-    kube = KubeApi(api, settings.node_name)
+def build(settings: AgentSettings, door: Door) -> Agent:
+    peering = build_peering(settings.peers, door, settings.node_name, StoreLayout(settings.base_path))
+    budget = build_budget(settings.origin_budget, door, settings.node_name)
+    kube = KubeApi(door.client, settings.node_name)
     metrics = AgentMetrics.create()
     credentials = settings.credentials
     if settings.broker is not None:  # a cache's own Secret, for this node's copies only (hooks/broker.py)
-        broker = Broker(settings.broker, TokenMinter(api, settings.broker.pod))
+        broker = Broker(settings.broker, TokenMinter(door, settings.broker.pod))
         credentials = replace(credentials, broker=broker)
-    return Agent(cfg, kube, metrics, peering=peering, budget=budget, credentials=credentials)
+    return Agent(settings, kube, metrics, peering=peering, budget=budget, credentials=credentials)
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -71,9 +53,9 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         log.error(str(problem))
         return 2
     try:
-        api = api_client(settings.kubeconfig)
-        agent = build(settings, api)
-    except (config.ConfigException, OSError) as err:
+        door = Door(api_client(settings.kubeconfig))
+        agent = build(settings, door)
+    except (NoApiConfig, OSError) as err:
         log.error(f"cannot reach the Kubernetes API: {err}; run in-cluster or pass --kubeconfig")
         return 1
     metrics = settings.metrics
@@ -96,7 +78,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if startup.key:
         complete = agent.layout.is_complete
         taint = StartupTaint(
-            api, agent.kube, settings.node_name, startup.key, startup.deadline_seconds, complete,
+            door, agent.kube, settings.node_name, startup.key, startup.deadline_seconds, complete,
             startup.warm_namespaces,
         )  # fmt: skip
         taint.start()

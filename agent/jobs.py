@@ -11,7 +11,7 @@ and gives its disk reservation back however it ended.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from praesto.agent import logs
@@ -19,7 +19,6 @@ from praesto.agent.budget.origin_budget import OriginBudget
 from praesto.agent.copies import CacheRef, Outcome
 from praesto.agent.credentials import CredentialPolicy, signature_policy
 from praesto.agent.download import api as dlapi
-from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.kube import KubeApi, SecretUnavailable
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.peering import REASON_WAITING_FOR_PEER, Peering
@@ -30,8 +29,8 @@ from praesto import names
 from praesto.quantity import format_bytes
 from praesto.store import StoreLayout
 
-# Before the bytes: may set options.peers and options.origin (or wait first, saying why)
-Attach = Callable[[CacheRef, dlapi.Plan, dlapi.Options], None]
+# Before the bytes: the download's peers, arrivals and origin budget (or wait first, saying why)
+Attach = Callable[[CacheRef, dlapi.Plan, dlapi.Options], dlapi.PartSources]
 
 
 def check_request(ref: CacheRef, plan: dlapi.Plan) -> None:
@@ -65,7 +64,7 @@ class Job:
         ref: CacheRef,
         layout: StoreLayout,
         kube: KubeApi,
-        options: dlapi.Options,
+        settings: dlapi.EngineSettings,
         room: DiskRoom,
         on_started: Callable[[CacheRef, dlapi.Plan], None],
         on_progress: Callable[[CacheRef, int, int], None],
@@ -74,44 +73,35 @@ class Job:
         credentials: CredentialPolicy,
         attach: Attach | None = None,
     ):
-        self.ref, self.layout, self.kube, self.options, self.room = ref, layout, kube, options, room
+        self.ref, self.layout, self.kube, self.settings, self.room = ref, layout, kube, settings, room
+        self.cancel = threading.Event()  # set to stop the download (agent/reconcile.py)
         self.on_started, self.on_progress = on_started, on_progress
         self.planner, self.downloader = planner, downloader
         self.attach = attach
         self.credentials = credentials  # the agent's policy, built once at start
         self.log = logs.cache_logger(ref.namespace, ref.cache, modelCacheNode=ref.name)
 
-    @property
-    def cancel(self) -> threading.Event:
-        return self.options.cancel
-
     def run(self) -> Outcome:
         out = Outcome(self.ref)
         try:
             token, credentials, where = self.credentials.credentials(self.kube, self.ref)
             signature = signature_policy(self.kube, self.ref, self.credentials.cluster_trust)
-            options = dlapi.Options(
-                endpoint=self.options.endpoint,
-                ca_bundle=self.options.ca_bundle,
-                store_env=self.options.store_env,
+            options = dlapi.Options.of(
+                self.settings,  # the agent's download settings, whole (agent/settings.py)
                 token=token,
                 credentials=credentials,
                 credentials_from=where,
                 identity_allowed=self.credentials.identity_allowed(self.ref),
-                concurrency=self.options.concurrency,
-                direct_writes=self.options.direct_writes,
                 blobs_dir=self.layout.blobs_dir,
                 dedup_scope=self.ref.namespace,
                 staging_dir=(self.layout.next_staging_dir if self.ref.beside else self.layout.staging_dir)(
                     self.ref.namespace, self.ref.cache
                 ),
                 progress=lambda done, total: self.on_progress(self.ref, done, total),
-                cancel=self.options.cancel,
+                cancel=self.cancel,
                 cache_uid=self.ref.cache_uid,
                 signature=signature,
                 max_bytes=self.ref.size_bytes,  # archives stop unpacking there (download/unpack.py)
-                egress=self.options.egress,  # where the cache's source may send this node
-                xet=self.options.xet,
             )
             plan = self.planner(self.ref.source, options)
             self.log.info(
@@ -120,14 +110,13 @@ class Job:
             )
             check_request(self.ref, plan)
             out.evicted = self.room.make_room(self.ref, plan)
-            if self.attach is not None:
-                self.attach(self.ref, plan, options)
+            sources = self.attach(self.ref, plan, options) if self.attach is not None else dlapi.NO_SOURCES
             self.on_started(self.ref, plan)
             # a rolling update publishes beside the served copy (agent/rolling.py switches them)
             dest = (self.layout.next_dir if self.ref.beside else self.layout.cache_dir)(
                 self.ref.namespace, self.ref.cache
             )
-            out.result = self.downloader(plan, dest, options)
+            out.result = self.downloader(plan, dest, options, sources)
             self.log.info(
                 "downloaded",
                 extra={
@@ -179,25 +168,18 @@ class JobRunner:
         planner: dlapi.Planner,
         downloader: dlapi.Downloader,
         done: Callable[[Outcome], None],
+        settings: dlapi.EngineSettings,
         *,
-        endpoint: str | None,
-        concurrency: int,
-        direct_writes: bool = True,
-        ca_bundle: str | None = None,
-        store_env: Mapping[str, str] | None = None,
-        egress: EgressPolicy | None = None,
-        xet: bool = False,
         max_parallel: int,
         peering: Peering | None = None,
         budget: OriginBudget | None = None,
     ) -> None:
         self.layout, self.kube, self.room, self.status, self.metrics = layout, kube, room, status, metrics
         self.credentials, self.planner, self.done = credentials, planner, done
-        self.endpoint, self.concurrency, self.ca_bundle = endpoint, concurrency, ca_bundle
-        self.direct_writes = direct_writes
-        self.store_env: Mapping[str, str] = store_env or {}
-        self.egress = egress or EgressPolicy()  # none given: every internal address refused
-        self.xet = xet  # --xet (download/xetpath.py)
+        # every download's settings section, whole (AgentSettings.downloads): endpoints, CA, egress,
+        # Xet, write mode, and what they take from the environment the agent started with (proxies,
+        # OCI mirrors, the object-store clients' variables)
+        self.settings = settings
         self.peering, self.budget = peering, budget
         # each download gives its share of the origin slots back when it ends
         self.downloader = budget.releasing(downloader) if budget is not None else downloader
@@ -205,14 +187,8 @@ class JobRunner:
 
     def start(self, ref: CacheRef) -> Job:
         """Queue a download of `ref`; it runs once a pool thread is free."""
-        options = dlapi.Options(
-            endpoint=self.endpoint, concurrency=self.concurrency, ca_bundle=self.ca_bundle,
-            direct_writes=self.direct_writes,
-            store_env=self.store_env,  # the store clients' settings and the proxies, from the edge
-            egress=self.egress, xet=self.xet,
-        )  # fmt: skip
         job = Job(
-            ref, self.layout, self.kube, options, self.room, self._started, self.status.progress,
+            ref, self.layout, self.kube, self.settings, self.room, self._started, self.status.progress,
             self.planner, self.downloader, self.credentials,
             None if self.peering is None and self.budget is None else self._attach,
         )  # fmt: skip
@@ -236,15 +212,18 @@ class JobRunner:
         # resolvedRevision while Downloading: peers copy this download's written parts (agent/peers)
         self.status.started(ref, plan.total_bytes, plan.revision)
 
-    def _attach(self, ref: CacheRef, plan: dlapi.Plan, options: dlapi.Options) -> None:
-        """Before the bytes: the origin budget gates the origin (options.origin), peers (options.peers) not."""
+    def _attach(self, ref: CacheRef, plan: dlapi.Plan, options: dlapi.Options) -> dlapi.PartSources:
+        """Before the bytes: the origin budget gates the origin (`throttle`), peers and arrivals not."""
 
         def waiting(reason: str) -> Callable[[str], None]:  # why the download waits, on the copy's status
             return lambda message: self.status.set_key(ref.key, names.PHASE_PENDING, reason, message)
 
+        throttle = None
         if self.budget is not None:
             report = waiting(names.REASON_WAITING_FOR_ORIGIN_BUDGET)
-            self.budget.attach(ref.namespace, plan, options, report=report)
-        if self.peering is not None:
-            report = waiting(REASON_WAITING_FOR_PEER)
-            self.peering.attach(ref.namespace, ref.cache, plan, options, report=report)
+            throttle = self.budget.attach(ref.namespace, plan, options, report=report)
+        if self.peering is None:
+            return dlapi.PartSources(throttle=throttle)
+        report = waiting(REASON_WAITING_FOR_PEER)
+        peers = self.peering.attach(ref.namespace, ref.cache, plan, options, report=report)
+        return dlapi.PartSources(peers=peers.peers, arrivals=peers.arrivals, throttle=throttle)

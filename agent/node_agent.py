@@ -17,20 +17,22 @@ import time
 from collections.abc import Callable
 
 from praesto.agent import baselock, logs
+from praesto.agent import status as st
 from praesto.agent.budget.origin_budget import OriginBudget
 from praesto.agent.coldstart_reporter import PodStartReporter
-from praesto.agent.copies import CacheState, Copies, CopyKey, Obj
+from praesto.agent.copies import CacheState, Copies, CopyKey, Obj, cache_of, deleting
 from praesto.agent.copy_metrics import CopyCollector
 from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download import api as dlapi
 from praesto.agent.jobs import JobRunner
-from praesto.agent.kube import KubeApi
+from praesto.agent.kube import KubeApi, short_error
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.peers.peering import Peering
-from praesto.agent.reconcile import AgentConfig, Reconciler
+from praesto.agent.reconcile import LoopTuning, Reconciler
 from praesto.agent.removal import Removal
 from praesto.agent.room import DiskRoom
-from praesto.agent.scrubber import Scrubber
+from praesto.agent.scrub.scrubber import AgentSide, Scrubber
+from praesto.agent.settings import AgentSettings
 from praesto.agent.status_writer import StatusWriter
 
 from praesto import names
@@ -41,7 +43,7 @@ from praesto.store import StoreLayout
 class Agent:
     def __init__(
         self,
-        config: AgentConfig,
+        settings: AgentSettings,
         kube: KubeApi,
         metrics: AgentMetrics | None = None,
         clock: Callable[[], float] = time.time,
@@ -50,21 +52,24 @@ class Agent:
         peering: Peering | None = None,
         budget: OriginBudget | None = None,
         credentials: CredentialPolicy | None = None,
+        tuning: LoopTuning | None = None,
     ):
         from praesto.agent.download import download, plan  # the real downloader unless a caller injects one
 
-        self.config, self.kube = config, kube
+        # `praesto-agent run`'s settings, whole (agent/settings.py); the loop's timing (tests shorten it)
+        self.settings, self.tuning, self.kube = settings, tuning or LoopTuning(), kube
+        tuning = self.tuning
         self.metrics = metrics or AgentMetrics.create()
-        self.layout = StoreLayout(config.base_path)
+        self.layout = StoreLayout(settings.base_path)
         self.peering = peering  # peer-to-peer (praesto.agent.peers); None: origin only
         self.budget = budget  # cluster-wide origin budget (praesto.agent.budget); None: ungated
         self.copies = Copies()
         self.metrics.registry.register(CopyCollector(self.copies))  # each copy's phase and bytes, per scrape
         self.status = StatusWriter(
-            kube, self.copies, self.layout, clock, config.progress_seconds,
-            peering.status_fields if peering is not None else dict, config.node_name,
+            kube, self.copies, self.layout, clock, tuning.progress_seconds,
+            peering.status_fields if peering is not None else dict, settings.node_name,
         )  # fmt: skip
-        self.room = DiskRoom(self.layout, self.copies, config.reserve, config.quotas, self._evicted)
+        self.room = DiskRoom(self.layout, self.copies, settings.reserve, settings.quotas, self._evicted)
         self.removal = Removal(self.layout, self.copies, self.status, kube)
         self.jobs = JobRunner(
             self.layout, kube, self.room, self.status, self.metrics,
@@ -72,32 +77,44 @@ class Agent:
             # none given: no cluster credentials for any namespace
             credentials or CredentialPolicy(),
             planner or plan, downloader or download, lambda outcome: self.reconciler.done(outcome),
-            endpoint=config.endpoint, concurrency=config.concurrency, max_parallel=config.max_parallel_caches,
-            direct_writes=config.direct_writes,
-            ca_bundle=config.ca_bundle, store_env=config.store_env, egress=config.egress, xet=config.xet,
-            peering=peering, budget=budget,
+            settings.downloads,  # the download settings section, whole, built once
+            max_parallel=settings.max_parallel_caches, peering=peering, budget=budget,
         )  # fmt: skip
         self.reconciler = Reconciler(
-            config, kube, self.copies, self.status, self.room, self.removal, self.jobs, self.metrics, clock
+            settings,
+            tuning,
+            kube,
+            self.copies,
+            self.status,
+            self.room,
+            self.removal,
+            self.jobs,
+            self.metrics,
+            clock,
         )
         # cold-start accounting and prewarm (issue #15)
         self.pod_starts = PodStartReporter(
-            self.copies, self.status, kube, config.node_name, self.metrics.registry
+            self.copies, self.status, kube, settings.node_name, self.metrics.registry
         )
         # at-rest scrub and repair (issue #25 part 2): one Ready copy at a time, paced, idle I/O priority
+        scrub_side = AgentSide(
+            self.copies, cache_of, lambda obj: not deleting(obj) and st.phase_of(obj) == names.PHASE_READY,
+            self.status.set, self.status.merge, kube.emit_event,
+            lambda ns, cache, n: self.metrics.scrub_mismatches.labels(ns, cache).inc(n), short_error,
+        )  # fmt: skip
         self.scrubber = Scrubber(
-            self.layout, self.copies, kube, self.status.set, self.status.merge,
-            lambda ns, cache, n: self.metrics.scrub_mismatches.labels(ns, cache).inc(n),
-            config.scrub_interval, config.scrub_bytes_per_second, clock, config.node_name,
-            poll_seconds=min(10.0, config.tick_seconds * 10),  # when nothing was due: look again
+            self.layout, scrub_side, settings.scrub.interval_seconds, settings.scrub.bytes_per_second, clock,
+            logs.logger("praesto.agent.scrub", node=settings.node_name),
+            poll_seconds=min(10.0, tuning.tick_seconds * 10),  # when nothing was due: look again
+            chunk_store=_chunk_scrub(self.layout),
         )  # fmt: skip
         self.stop_event = threading.Event()
-        self.log = logs.logger("praesto.agent", node=config.node_name)
+        self.log = logs.logger("praesto.agent", node=settings.node_name)
         # this node's ModelCacheNodes -> the reconciler (SYNC after each relist, DELETED for vanished ones)
         self.watcher = Reflector(
             names.MODELCACHENODE_KIND, kube.list_nodes, kube.watch_nodes, on_event=self.reconciler.on_watch,
             on_relisted=self.reconciler.on_relisted, stop=self.stop_event, hang_up=kube.abort_watch,
-            backoff=config.watch_backoff, logger=logs.logger("praesto.agent.kube", node=config.node_name),
+            backoff=tuning.watch_backoff, logger=logs.logger("praesto.agent.kube", node=settings.node_name),
         )  # fmt: skip
         self._threads: list[threading.Thread] = []
         self._base_lock: int | None = None  # fd holding <base>/.praesto/agent.lock (baselock)
@@ -127,7 +144,7 @@ class Agent:
             self._threads.append(thread)
         self.pod_starts.start()
         self.scrubber.start()
-        self.log.info("agent started", extra={"basePath": str(self.config.base_path)})
+        self.log.info("agent started", extra={"basePath": str(self.settings.base_path)})
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -168,3 +185,15 @@ class Agent:
         """The disk room took a copy off the node: counted, and every copy of it says so."""
         self.metrics.evictions.labels(cause).inc()
         self.status.evicted(namespace, cache, cause)
+
+
+def _chunk_scrub(layout: StoreLayout) -> Callable[[Callable[[int], None], threading.Event], int]:
+    """The Xet chunk store's paced scrub (origins/huggingface/xetstore.py), for the Scrubber."""
+
+    def scrub(pace: Callable[[int], None], cancel: threading.Event) -> int:
+        # imported at use: the Hugging Face origin loads huggingface_hub, which reads its own variables
+        from praesto.agent.download.origins.huggingface import xetstore
+
+        return xetstore.verify_all(layout.xet_chunks_dir, pace, cancel)
+
+    return scrub

@@ -18,9 +18,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from praesto.agent import baselock, eviction, logs
@@ -28,7 +27,6 @@ from praesto.agent import status as st
 from praesto.agent.coldstart_reporter import record_copy
 from praesto.agent.copies import CacheRef, CacheState, Copies, CopyKey, Obj, Outcome, progress_record, ref_of
 from praesto.agent.credentials import required_signature
-from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.jobs import JobRunner
 from praesto.agent.kube import KubeApi, key_of, short_error
 from praesto.agent.metrics import AgentMetrics
@@ -36,44 +34,31 @@ from praesto.agent.removal import Removal
 from praesto.agent.rolling import Rolling, Step, version_of
 from praesto.agent.room import DiskRoom
 from praesto.agent.scrub import schedule as scrub_schedule
+from praesto.agent.settings import AgentSettings
 from praesto.agent.status_writer import StatusWriter
 from praesto.agent.trust_material import TRUST_SECRET_RECHECK_SECONDS as TRUST_RECHECK
 from praesto.agent.trust_material import NamespaceTrust, TrustObject, trust_object
 
 from praesto import names, store
 from praesto.quantity import QuantityError, format_bytes
-from praesto.quota import Quotas
 from praesto.reflector import Backoff
 from praesto.spec import InvalidSpec
 from praesto.store import StoreLayout
 from praesto.verification import verification_from_node_spec
 
 
-@dataclass
-class AgentConfig:
-    node_name: str
-    base_path: Path
-    endpoint: str | None = None
-    ca_bundle: str | None = None  # PRAESTO_CA_BUNDLE (--ca-bundle): extra PEM CA file downloads trust
-    # where a tenant's input may send downloads (--egress-allowed-cidrs; download/egress.py)
-    egress: EgressPolicy = field(default_factory=EgressPolicy)
-    xet: bool = False  # --xet: Hugging Face files stored in Xet through the Xet CAS (download/xetpath.py)
-    # the process environment as praesto-agent run started (Options.store_env): what the store
-    # clients' settings come from (workload identity, endpoints, proxies)
-    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
-    concurrency: int = 8
-    direct_writes: bool = True  # O_DIRECT for large files on a local-disk store (download/writes.py)
-    max_parallel_caches: int = 2
-    reserve: str | None = None  # None: max(30 GiB, 15% of the disk)
+@dataclass(frozen=True)
+class LoopTuning:
+    """The control loop's timing. Not settings: no flag, variable or chart value sets these (the
+    defaults serve); tests shorten them. What `praesto-agent run` is configured with is
+    `AgentSettings` (agent/settings.py), passed whole beside this."""
+
     tick_seconds: float = 1.0
     progress_seconds: float = 3.0  # at most one status patch per cache this often while downloading
     retry_initial: float = 5.0
     retry_max: float = 600.0
     last_used_refresh: float = 60.0  # while mounted, lastUsedTime moves at most this often
     watch_backoff: Backoff = field(default_factory=Backoff)  # praesto.reflector's one constant set
-    quotas: Quotas = field(default_factory=Quotas)  # chart namespaceQuota: who gives room first
-    scrub_interval: float = 0.0  # seconds between scrubs of a copy (chart nodeAgent.scrub.interval); 0: off
-    scrub_bytes_per_second: int = 64 << 20  # the scrub's read budget (chart nodeAgent.scrub.bytesPerSecond)
     # a trust Secret is read again this often (agent/trust_material.py; tests shorten it)
     trust_secret_recheck_seconds: float = TRUST_RECHECK
 
@@ -83,7 +68,8 @@ class Reconciler:
 
     def __init__(
         self,
-        config: AgentConfig,
+        settings: AgentSettings,
+        tuning: LoopTuning,
         kube: KubeApi,
         copies: Copies,
         status: StatusWriter,
@@ -93,18 +79,24 @@ class Reconciler:
         metrics: AgentMetrics,
         clock: Callable[[], float],
     ) -> None:
-        self.config, self.kube, self.copies, self.status = config, kube, copies, status
+        self.settings, self.tuning, self.kube, self.copies, self.status = (
+            settings,
+            tuning,
+            kube,
+            copies,
+            status,
+        )
         self.room, self.removal, self.jobs, self.metrics, self.clock = room, removal, jobs, metrics, clock
-        self.layout = StoreLayout(config.base_path)
+        self.layout = StoreLayout(settings.base_path)
         self.rolling = Rolling(self.layout, copies, status, kube)
         self.lock = copies.lock
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self.log = logs.logger("praesto.agent", node=config.node_name)
+        self.log = logs.logger("praesto.agent", node=settings.node_name)
         # the Secrets and ConfigMaps copies name as trust material, followed (a ConfigMap by watch, a
-        # Secret by a GET every config.trust_secret_recheck_seconds): a change wakes the loop
+        # Secret by a GET every tuning.trust_secret_recheck_seconds): a change wakes the loop
         self.trust = NamespaceTrust(
-            kube, self.wake, config.watch_backoff, logs.logger("praesto.agent.kube", node=config.node_name),
-            config.trust_secret_recheck_seconds,
+            kube, self.wake, tuning.watch_backoff, logs.logger("praesto.agent.kube", node=settings.node_name),
+            tuning.trust_secret_recheck_seconds,
         )  # fmt: skip
 
     def on_relisted(self) -> None:
@@ -134,7 +126,7 @@ class Reconciler:
                 fail(str(err))
                 return
             try:
-                items = [self.events.get(timeout=self.config.tick_seconds)]
+                items = [self.events.get(timeout=self.tuning.tick_seconds)]
             except queue.Empty:
                 items = []
             while not self.events.empty():
@@ -155,7 +147,7 @@ class Reconciler:
                         "event handling failed", extra={"event": kind, "error": short_error(err)}
                     )
             if time.monotonic() >= next_tick:
-                next_tick = time.monotonic() + self.config.tick_seconds
+                next_tick = time.monotonic() + self.tuning.tick_seconds
                 self.status.resend()
                 with self.lock:
                     dirty.update(self.copies.objects)
@@ -282,7 +274,7 @@ class Reconciler:
         now = self.clock()
         current = (obj.get("status") or {}).get("lastUsedTime")
         if store.mounts_for(self.layout, ref.namespace, ref.cache):
-            if current and st.parse_time(current) > now - self.config.last_used_refresh:
+            if current and st.parse_time(current) > now - self.tuning.last_used_refresh:
                 return str(current)
             return st.rfc3339(now)
         used = store.last_used(self.layout, ref.namespace, ref.cache)
@@ -298,7 +290,7 @@ class Reconciler:
         if ref.beside:  # the served copy stays Ready; status.next says how the new revision goes
             self.status.set_next(ref.key, {"revision": ref.source.version, "phase": names.NEXT_DOWNLOADING})
             return
-        if busy > self.config.max_parallel_caches:
+        if busy > self.settings.max_parallel_caches:
             self.status.set(
                 obj, names.PHASE_PENDING, st.REASON_PENDING, "waiting for a download slot on this node"
             )
@@ -383,14 +375,14 @@ class Reconciler:
         self.kube.emit_event(obj, "Normal", names.REASON_SCRUB_REPAIRED, message)
 
     def _schedule_retry(self, state: CacheState, factor: float) -> float:
-        delay = min(self.config.retry_max, self.config.retry_initial * factor * 2.0**state.attempts)
+        delay = min(self.tuning.retry_max, self.tuning.retry_initial * factor * 2.0**state.attempts)
         state.attempts += 1
         state.retry_at = self.clock() + delay
         return delay
 
     def _base_missing_message(self) -> str:
         return (
-            f"base path {self.config.base_path} does not exist on node {self.config.node_name}; "
+            f"base path {self.settings.base_path} does not exist on node {self.settings.node_name}; "
             "create it on the node (the agent never creates it, so a typo cannot fill the root disk) "
             "or set the chart's localCache.basePath"
         )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 
-from kubernetes.client.rest import ApiException
 from praesto.agent import eviction, logs
 from praesto.agent import status as st
 from praesto.agent.copies import CacheRef, CacheState, Copies, CopyKey, Obj, cache_of, deleting
@@ -19,6 +18,7 @@ from praesto.agent.kube import KubeApi, key_of
 from praesto.agent.status_writer import StatusWriter
 
 from praesto import names, store
+from praesto.kubeerrors import Conflict, NotFound
 from praesto.store import StoreLayout
 
 
@@ -108,11 +108,8 @@ class Removal:
                     self.status.set(obj, st.phase_of(obj) or names.PHASE_READY, st.REASON_CACHED, message)
                     return
         logs.cache_logger(ns, cache, modelCacheNode=key[1]).info("removed from this node")
-        try:
+        with contextlib.suppress(NotFound, Conflict):  # gone, or changed meanwhile: the next event says
             self.kube.set_finalizers(obj, [f for f in finalizers if f != names.FINALIZER_NODE_AGENT])
-        except ApiException as err:
-            if err.status not in (404, 409):
-                raise
         with self.lock:
             self.copies.states.pop(key, None)
 
@@ -128,7 +125,7 @@ class Removal:
         """Copies on disk that no ModelCacheNode of this node owns go (same protocol as deletion).
 
         Left by a node that was unreachable while its ModelCacheNodes were released
-        (hooks/orphans.py) or by a deletion the agent did not see; run after each
+        (hooks/orphans/) or by a deletion the agent did not see; run after each
         relist, when `objects` is the API server's whole truth for this node.
         """
         if not self.layout.base.is_dir():

@@ -41,10 +41,10 @@ from praesto.agent.kube import KubeApi
 from praesto.agent.status_writer import StatusWriter
 
 from praesto import names, store
+from praesto.kinds import ROLLS_PREFIX
 from praesto.spec import parse_uri
 from praesto.store import StoreLayout
 
-RETIRING = ".praesto-retiring"  # the complete marker, set aside while a retired copy's mounts are read
 _RENAME_EXCHANGE = 2  # linux/fs.h
 
 
@@ -106,7 +106,7 @@ def version_of(manifest: dict[str, Any]) -> str:
     """The spec version a copy answers (`Source.version`, reported as status.revision): the
     revision it was asked for, or for an object store the bucket/prefix it was listed from."""
     held = parse_uri(str(manifest.get("source") or ""))[0]
-    if held is not None and held.object_store:
+    if held is not None and held.kind.rolls == ROLLS_PREFIX:
         return held.version
     return str(manifest.get("revision") or "")
 
@@ -266,7 +266,7 @@ class Rolling:
         for path in sorted(root.iterdir()):
             with self.lock:
                 commit = commit_of(store.read_json(path / names.MANIFEST_FILE))
-                marker, aside = path / names.COMPLETE_FILE, path / RETIRING
+                marker, aside = path / names.COMPLETE_FILE, path / store.RETIRING
                 with contextlib.suppress(FileNotFoundError):
                     os.rename(marker, aside)
                 if _mounted(self.layout, ns, cache, commit):

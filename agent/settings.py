@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from praesto.agent import capacity
 from praesto.agent.broker_client import (
@@ -30,17 +32,18 @@ from praesto.agent.budget.config import add_budget_arguments, budget_config, che
 from praesto.agent.budget.origin_budget import BudgetConfig
 from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download import egress
+from praesto.agent.download.api import WRITE_DIRECT, WRITE_MODES, EngineSettings
 from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.metrics import FROM_LOCAL, METRICS_FROM
 from praesto.agent.peers.config import add_peer_arguments, check_peer_arguments, peer_config
 from praesto.agent.peers.peering import PeerConfig
-from praesto.agent.reconcile import AgentConfig
 
 from praesto import credscope, names, quota
 from praesto.quantity import QuantityError, parse_duration, parse_quantity
 
-WRITE_DIRECT, WRITE_BUFFERED = "direct", "buffered"
-WRITE_MODES = (WRITE_DIRECT, WRITE_BUFFERED)
+# ModelScope's own client variable, as HF_ENDPOINT is the Hub's (the same name as
+# download/origins/modelscope/hubapi.py ENV_ENDPOINT, which reads it; belongs in praesto/names.py).
+ENV_MODELSCOPE_ENDPOINT = "MODELSCOPE_ENDPOINT"
 
 
 class SettingsError(ValueError):
@@ -100,6 +103,10 @@ class AgentSettings:
     """--log-level (PRAESTO_LOG_LEVEL): DEBUG, INFO, WARNING or ERROR."""
     hf_endpoint: str | None = None
     """--hf-endpoint (HF_ENDPOINT): the Hugging Face endpoint or mirror; unset: huggingface.co."""
+    modelscope_endpoint: str | None = None
+    """--modelscope-endpoint (MODELSCOPE_ENDPOINT, chart downloader.modelscopeEndpoint): the ModelScope
+    hub or mirror ms:// sources come from; unset: modelscope.cn (download/origins/modelscope/hubapi.py
+    endpoint_of reads it from the download settings, `EngineSettings.modelscope_endpoint`)."""
     ca_bundle: str | None = None
     """--ca-bundle (PRAESTO_CA_BUNDLE, chart downloads.caBundle): an extra PEM CA bundle every
     download trusts besides the system roots."""
@@ -109,14 +116,14 @@ class AgentSettings:
     link-local, metadata and private address is refused otherwise (download/egress.py)."""
     xet: bool = False
     """--xet (PRAESTO_XET, chart downloads.xet.enabled): 'true', Hugging Face files stored in Xet come
-    through the Xet CAS, falling back to resolve/ on any failure (download/xetpath.py)."""
-    concurrency: int = AgentConfig.concurrency
+    through the Xet CAS, falling back to resolve/ on any failure (download/origins/huggingface/xetpath.py)."""
+    concurrency: int = 8
     """--concurrency (PRAESTO_CONCURRENCY): parallel connections per download."""
     write_mode: str = WRITE_DIRECT
     """--write-mode (PRAESTO_WRITE_MODE, chart nodeAgent.writeMode): 'direct', large files' bytes go to
     a local-disk store with O_DIRECT, past the page cache (agent/download/writes.py; network and memory
     filesystems stay buffered anyway); 'buffered', always through the page cache."""
-    max_parallel_caches: int = AgentConfig.max_parallel_caches
+    max_parallel_caches: int = 2
     """--max-parallel-caches (PRAESTO_MAX_PARALLEL_CACHES): caches downloading at once on this node."""
     reserve: str | None = None
     """--reserve (PRAESTO_RESERVE): disk kept free, a quantity (50Gi) or a percent (15%); unset:
@@ -142,8 +149,8 @@ class AgentSettings:
     scrub: ScrubSettings = field(default_factory=lambda: ScrubSettings())
     """The at-rest scrub (agent/scrub/)."""
     store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
-    """The environment as the process started, for the object-store clients' own settings
-    (workload identity, endpoints, proxies: download/objcreds.py store_config reads what it knows)."""
+    """The environment as the process started: what downloads take from it (the proxies, the OCI
+    mirrors, the object-store clients' variables) is read once into `downloads`."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, env: Mapping[str, str]) -> AgentSettings:
@@ -164,6 +171,7 @@ class AgentSettings:
             kubeconfig=args.kubeconfig,
             log_level=str(getattr(args, "log_level", None) or names.DEFAULT_LOG_LEVEL),
             hf_endpoint=args.hf_endpoint,
+            modelscope_endpoint=args.modelscope_endpoint or None,
             ca_bundle=args.ca_bundle,
             egress=EgressPolicy.from_text(args.egress_allowed_cidrs),
             xet=args.xet == "true",
@@ -186,23 +194,19 @@ class AgentSettings:
             store_env=dict(env),
         )
 
-    def agent_config(self) -> AgentConfig:
-        """The reconciler's configuration (its tuning keeps AgentConfig's defaults)."""
-        return AgentConfig(
-            node_name=self.node_name,
-            base_path=self.base_path,
+    @cached_property
+    def downloads(self) -> EngineSettings:
+        """Every download's settings section (download/api.py), built once from these and passed
+        whole to the job runner (agent/jobs.py), which adds each download's request to it."""
+        return EngineSettings.from_environment(
+            self.store_env,  # the proxies, OCI mirrors and object-store variables, read here once
             endpoint=self.hf_endpoint,
+            modelscope_endpoint=self.modelscope_endpoint,
             ca_bundle=self.ca_bundle,
+            concurrency=self.concurrency,
+            write_mode=self.write_mode,
             egress=self.egress,
             xet=self.xet,
-            store_env=self.store_env,
-            concurrency=self.concurrency,
-            direct_writes=self.write_mode == WRITE_DIRECT,
-            max_parallel_caches=self.max_parallel_caches,
-            reserve=self.reserve,
-            quotas=self.quotas,
-            scrub_interval=self.scrub.interval_seconds,
-            scrub_bytes_per_second=self.scrub.bytes_per_second,
         )
 
 
@@ -249,6 +253,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str
         help="Hugging Face endpoint or mirror (env HF_ENDPOINT)",
     )
     add(
+        "--modelscope-endpoint",
+        default=env(ENV_MODELSCOPE_ENDPOINT),
+        help=f"ModelScope hub or mirror for ms:// sources (env {ENV_MODELSCOPE_ENDPOINT}; chart "
+        "downloader.modelscopeEndpoint); unset: https://modelscope.cn",
+    )
+    add(
         "--ca-bundle",
         default=env(names.ENV_CA_BUNDLE),
         help="extra PEM CA bundle every download trusts besides the system roots "
@@ -293,6 +303,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str
 
 def check_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
     """The first problem with the flags (and the quotas variable in `env`), named with its fix, or None."""
+    if args.modelscope_endpoint and not _http_url(args.modelscope_endpoint):
+        return (
+            f"--modelscope-endpoint {args.modelscope_endpoint!r} ({ENV_MODELSCOPE_ENDPOINT}) is not an http(s) "
+            "URL; give the hub's base URL, e.g. https://modelscope.cn or a mirror's"
+        )
     if not args.node_name:
         return (
             f"--node-name: Required value; set it or {names.ENV_NODE_NAME} "
@@ -342,3 +357,8 @@ def check_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> str | N
 def _duration(text: str) -> float:
     """A scrub interval in seconds; "0" turns the scrub off."""
     return 0.0 if text.strip() in ("0", "0s", "") else float(parse_duration(text))
+
+
+def _http_url(text: str) -> bool:
+    parts = urlsplit(text)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)

@@ -47,11 +47,11 @@ from praesto.agent.budget.leases import LeaseApi
 from praesto.agent.budget.origin_budget import BudgetConfig, OriginBudget
 from praesto.agent.download import Options, plan
 from praesto.agent.download.publish import TREE, publish
-from praesto.agent.kube import KubeApi
+from praesto.agent.kube import Door, KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.node_agent import Agent
 from praesto.agent.peers.peering import PeerConfig, Peering
-from praesto.agent.reconcile import AgentConfig
+from praesto.agent.settings import AgentSettings, ScrubSettings
 
 from bench.common import ROUNDS, interleaved, median, print_table, record, rss_mib
 from praesto import names
@@ -192,17 +192,22 @@ def _api_agents(kube: RealKube, hub: LocalHub, work: Path, names_: list[str]) ->
             bind=(f"127.0.0.{i + 2}", 0),
         )  # fmt: skip
         budget = OriginBudget(
-            BudgetConfig(BUDGET_NAMESPACE, max_nodes=1), LeaseApi(api, BUDGET_NAMESPACE), node
+            BudgetConfig(BUDGET_NAMESPACE, max_nodes=1), LeaseApi(Door(api), BUDGET_NAMESPACE), node
         )
-        config = AgentConfig(
-            node_name=node, base_path=base, endpoint=hub.endpoint, reserve="0", egress=LOOPBACK
+        settings = AgentSettings(
+            node_name=node,
+            base_path=base,
+            hf_endpoint=hub.endpoint,
+            reserve="0",
+            scrub=ScrubSettings(0.0),
+            egress=LOOPBACK,
         )
-        agent = Agent(config, KubeApi(api, node), AgentMetrics.create(), budget=budget,
-                      peering=Peering(peer, api, node, StoreLayout(base)))  # fmt: skip
+        agent = Agent(settings, KubeApi(api, node), AgentMetrics.create(), budget=budget,
+                      peering=Peering(peer, Door(api), node, StoreLayout(base)))  # fmt: skip
         started.append(agent.start())
     for agent in started:
         if not agent.watcher.synced.wait(60):
-            raise TimeoutError(f"agent {agent.config.node_name} never listed its ModelCacheNodes")
+            raise TimeoutError(f"agent {agent.settings.node_name} never listed its ModelCacheNodes")
     return started
 
 

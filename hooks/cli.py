@@ -11,7 +11,7 @@ import sys
 
 from praesto import __version__
 from praesto.cliargs import EXIT_USAGE
-from praesto.spec import URI_EXAMPLES
+from praesto.kinds import FORMS, URI_EXAMPLES
 
 COMMANDS = {
     "render": "print the children and status the hooks would produce for a ModelCache (no cluster)",
@@ -22,7 +22,7 @@ HELP = (
     "usage: praesto [-h] [--version] <command> [options]\n\n"
     "Offline tools for Praesto ModelCache objects.\n\ncommands:\n"
     + "".join(f"  {name:<{max(map(len, COMMANDS))}} {text}\n" for name, text in COMMANDS.items())
-    + "\nsources a ModelCache may name (spec.source.uri; or source.huggingface / source.oci):\n"
+    + f"\nsources a ModelCache may name (spec.source.uri; or {' / '.join(f'source.{f}' for f in FORMS)}):\n"
     + "".join(f"  {example}\n" for example in URI_EXAMPLES.values())
     + "\nexamples:\n"
     "  praesto render -f modelcache.yaml --nodes nodes.yaml\n"

@@ -29,6 +29,7 @@ ENV_AGENT_SERVICE_ACCOUNT = "PRAESTO_AGENT_SERVICE_ACCOUNT"
 ENV_HOOKS_SERVICE_ACCOUNT = "PRAESTO_HOOKS_SERVICE_ACCOUNT"
 ENV_NAMESPACE = "PRAESTO_NAMESPACE"
 ENV_HF_ENDPOINT = "PRAESTO_HF_ENDPOINT"
+ENV_MODELSCOPE_ENDPOINT = "PRAESTO_MODELSCOPE_ENDPOINT"
 ENV_LAST_USED_GRANULARITY = "PRAESTO_LAST_USED_GRANULARITY_SECONDS"
 # Chart-wide download settings the PVC-mode Job needs (issue 7): proxies and identity as env,
 # the workload-identity ServiceAccount and pod labels, the extra CA bundle's ConfigMap.
@@ -82,6 +83,7 @@ class HooksConfig:
     hooks_service_account: str = "praesto-hooks"
     namespace: str = "praesto-system"
     hf_endpoint: str = ""  # passed to the downloader Job as HF_ENDPOINT when set
+    modelscope_endpoint: str = ""  # passed to the downloader Job as MODELSCOPE_ENDPOINT when set
     # lastUsedTime only moves forward in steps this long: a fresh `now` on every
     # sync would change status each time and make Metacontroller resync forever.
     last_used_granularity_seconds: int = 60
@@ -163,14 +165,17 @@ class HooksConfig:
                         "set it to the name the chart installed"
                     )
                 kwargs[key] = value
-        if env.get(ENV_HF_ENDPOINT):
-            endpoint = env[ENV_HF_ENDPOINT].strip()
-            if not endpoint.startswith(("http://", "https://")):
-                raise ConfigError(
-                    f"{ENV_HF_ENDPOINT}: Invalid value: {endpoint!r}: must be an http(s) URL; "
-                    "e.g. https://hf-mirror.example.com"
-                )
-            kwargs["hf_endpoint"] = endpoint
+        for name, key, example in (
+            (ENV_HF_ENDPOINT, "hf_endpoint", "https://hf-mirror.example.com"),
+            (ENV_MODELSCOPE_ENDPOINT, "modelscope_endpoint", "https://modelscope-mirror.example.com"),
+        ):
+            if env.get(name):
+                endpoint = env[name].strip()
+                if not endpoint.startswith(("http://", "https://")):
+                    raise ConfigError(
+                        f"{name}: Invalid value: {endpoint!r}: must be an http(s) URL; e.g. {example}"
+                    )
+                kwargs[key] = endpoint
         for name, key in (
             (ENV_DOWNLOADER_ENV, "downloader_env"),
             (ENV_DOWNLOADER_POD_LABELS, "downloader_pod_labels"),
@@ -271,3 +276,9 @@ def _json_object(env: Mapping[str, str], name: str) -> dict[str, Any]:
             f"{name}: must be a Kubernetes ResourceRequirements object with requests and/or limits"
         )
     return value
+
+
+def environment() -> dict[str, str]:
+    """The process environment, taken once by an edge of this package that builds its own settings
+    from it (praesto-orphans: hooks/orphans/settings.py); read here, the hooks' settings module."""
+    return dict(os.environ)

@@ -24,9 +24,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from praesto.agent.download import DownloadError, Options, Plan, TemporaryDownloadError, plan
+from praesto.agent.download.api import EngineSettings
 from praesto.agent.download.download import check_size
 from praesto.agent.download.egress import EgressPolicy
-from praesto.agent.download.objcreds import settings_from_env
+from praesto.agent.download.origins import origin_for
 from praesto.agent.download.settings import DownloadSettings
 from praesto.hooks.render import RenderError, load_modelcaches
 
@@ -56,15 +57,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def options_for(args: argparse.Namespace, env: Mapping[str, str], scheme: str) -> Options:
     """What the planner needs, from this machine's environment as `praesto-agent download` reads it."""
     settings = DownloadSettings.from_env(env)
-    return Options(
+    section = EngineSettings.from_environment(
+        settings.store_env,  # the proxies, OCI mirrors and object-store variables, read once
         endpoint=args.endpoint or settings.hf_endpoint,
+        modelscope_endpoint=settings.modelscope_endpoint,
         ca_bundle=settings.ca_bundle,
-        store_env=settings.store_env,
-        token=settings.hf_token,
-        credentials=settings_from_env(env) if scheme not in ("hf", "oci") else None,
-        credentials_from="the environment",
         egress=EgressPolicy.from_text(settings.egress_allowed_cidrs),  # main checked it
     )
+    return Options.of(
+        section,
+        token=settings.token_for(scheme),
+        credentials=_credentials_from_env(env, scheme),
+        credentials_from="the environment",
+    )
+
+
+def _credentials_from_env(env: Mapping[str, str], scheme: str) -> dict[str, str] | None:
+    """The settings a kind whose credential is a set of keys (object stores) reads from the environment,
+    as `praesto-agent download` does; None for kinds whose credential is a token or a login."""
+    from_env = origin_for(scheme).credential.from_env
+    return from_env(env, None) if from_env is not None else None
 
 
 def _say(text: str, stream: Any = sys.stdout) -> None:

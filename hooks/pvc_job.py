@@ -3,10 +3,11 @@
 The Job runs `praesto-agent download <uri> --dest /cache --max-bytes <storage.size>
 [--revision R] [--allow-pattern P]... [--ignore-pattern P]...`. The downloader writes the
 model's files at the PVC root and `.praesto-complete` last, and refuses a source larger
-than the volume before writing (SizeExceedsRequest). A Hugging Face token reaches it only
-as env `HF_TOKEN` through `secretKeyRef`; an object-store credentials Secret is mounted
-read-only as files (`--credentials-dir`: keys such as gcloud-application-credentials.json
-are not environment variable names). No credential is ever in the Job spec, its args or
+than the volume before writing (SizeExceedsRequest). Each kind's Secret reaches it in the
+shape its row of praesto/kinds.py names: a hub token only as env (`HF_TOKEN`,
+`MODELSCOPE_API_TOKEN`) through `secretKeyRef`; a registry login or an object-store credentials
+Secret is mounted read-only as files (`--credentials-dir`: keys such as
+gcloud-application-credentials.json are not environment variable names). No credential is ever in the Job spec, its args or
 any status. The chart's proxies/identity env, workload-identity ServiceAccount and pod
 labels, and the extra CA bundle (an optional ConfigMap in the cache's namespace) apply.
 spec.verification's trust Secret or ConfigMap is mounted read-only as one file (`TRUST_FILE`) that
@@ -26,7 +27,7 @@ from praesto.hooks.common import Obj, child_metadata, meta
 from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_pod import TERMINATION_LOG
 
-from praesto import credscope, names
+from praesto import credscope, kinds, names
 from praesto.privileges import privilege_errors
 from praesto.spec import ModelCacheSpec
 
@@ -104,6 +105,8 @@ def _env(spec: ModelCacheSpec, config: HooksConfig, identity: bool) -> tuple[lis
     env_from: list[Obj] = []
     if config.hf_endpoint:
         env.append({"name": names.ENV_HF_ENDPOINT, "value": config.hf_endpoint})
+    if config.modelscope_endpoint:
+        env.append({"name": names.ENV_MODELSCOPE_ENDPOINT, "value": config.modelscope_endpoint})
     # Identity settings come from the entitlement alone: a Job not entitled to the cluster's identity
     # gets `false` (over anything its image sets), so its store client has every default chain off
     # (instance metadata, GCE metadata, Azure managed identity) and goes anonymous (issue 21 item 1).
@@ -116,12 +119,12 @@ def _env(spec: ModelCacheSpec, config: HooksConfig, identity: bool) -> tuple[lis
     if config.ca_bundle_configmap is not None:
         env += [{"name": names.ENV_CA_BUNDLE, "value": CA_FILE}, {"name": "SSL_CERT_FILE", "value": CA_FILE},
                 {"name": "REQUESTS_CA_BUNDLE", "value": CA_FILE}]  # fmt: skip
-    ref = spec.source.secret_ref
+    ref, credential = spec.source.secret_ref, spec.source.kind.credential
     if ref is not None:
-        if spec.source.scheme == "hf":
-            key = ref.key or "HF_TOKEN"
+        if credential.shape == kinds.TOKEN:
+            key = ref.key or credential.default_key
             env.append(
-                {"name": names.ENV_HF_TOKEN, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}
+                {"name": credential.env, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}
             )
         else:
             env.append({"name": names.ENV_CREDENTIALS_DIR, "value": CREDENTIALS_DIR})
@@ -132,13 +135,13 @@ def _volumes(spec: ModelCacheSpec, config: HooksConfig) -> tuple[list[Obj], list
     """(volumes, mounts) for the credentials Secret and the CA bundle, when there are any."""
     volumes: list[Obj] = []
     mounts: list[Obj] = []
-    ref = spec.source.secret_ref
-    if ref is not None and spec.source.scheme == "oci":  # the login, at the file name the CLI reads
-        items = [{"key": ref.key or names.DOCKER_CONFIG_KEY, "path": names.DOCKER_CONFIG_KEY}]
+    ref, credential = spec.source.secret_ref, spec.source.kind.credential
+    if ref is not None and credential.shape == kinds.FILE:  # e.g. a registry login, at the name the CLI reads
+        items = [{"key": ref.key or credential.default_key, "path": credential.file}]
         secret = {"secretName": ref.name, "defaultMode": 0o440, "items": items}
         volumes.append({"name": "credentials", "secret": secret})
         mounts.append({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True})
-    elif ref is not None and spec.source.scheme != "hf":
+    elif ref is not None and credential.shape == kinds.KEYS:
         volumes.append({"name": "credentials", "secret": {"secretName": ref.name, "defaultMode": 0o440}})
         mounts.append({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True})
     trust = spec.verification

@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from praesto.hooks.common import Obj, section
+from praesto.hooks.views import Copy
 
 from praesto import names
+from praesto.kinds import ROLLS_PREFIX
 from praesto.spec import ModelCacheSpec, parse_uri
 
 
@@ -87,7 +89,7 @@ class _Keys:
 
 
 def _keys(spec: ModelCacheSpec) -> _Keys:
-    return _Keys(spec.source.object_store)
+    return _Keys(spec.source.kind.rolls == ROLLS_PREFIX)
 
 
 def _majority(counts: Counter[str]) -> str:
@@ -98,7 +100,7 @@ def told_version(child_source: Mapping[str, Any]) -> str:
     """The version a ModelCacheNode's resolved source names (its uri's prefix for object stores)."""
     uri = child_source.get("uri")
     parsed = parse_uri(uri)[0] if isinstance(uri, str) else None
-    if parsed is not None and parsed.object_store:
+    if parsed is not None and parsed.kind.rolls == ROLLS_PREFIX:
         return parsed.version
     return str(child_source.get("revision") or "")
 
@@ -118,7 +120,7 @@ def target_revision(
     wanted = source.version
     answered = before.get("requestedRevision")
     answered = answered if isinstance(answered, str) and answered else wanted
-    if source.object_store:
+    if source.kind.rolls == ROLLS_PREFIX:
         return wanted, answered  # a prefix names itself: nothing to resolve, nothing to pin
     if not source.resolves:
         return "", answered
@@ -159,16 +161,16 @@ def plan(
     spec: ModelCacheSpec,
     before: Mapping[str, Any],
     node_names: Sequence[str],
-    observed: Sequence[Mapping[str, Any]],
+    copies: Sequence[Copy],
 ) -> Rollout:
-    """The rollout for this pass: the target, the served commit, what each node is told."""
+    """The rollout for this pass (the sync hook plans once and passes it on): the target, the served
+    commit, what each node is told."""
     statuses: dict[str, Mapping[str, Any]] = {}
     told: dict[str, str] = {}
-    for child in observed:
-        node = section(child, "spec").get("nodeName")
-        if isinstance(node, str):
-            statuses[node] = section(child, "status")
-            told[node] = told_version(section(section(child, "spec"), "source"))
+    for copy in copies:
+        if copy.node is not None:
+            statuses[copy.node] = copy.status
+            told[copy.node] = told_version(copy.source)
     target, answered = target_revision(spec, before, statuses, told)
     keys = _keys(spec)
     selected = [statuses.get(n, {}) for n in node_names]

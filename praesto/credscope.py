@@ -18,7 +18,7 @@ ENV_NAMESPACES = "PRAESTO_CREDENTIALS_NAMESPACES"  # comma-separated
 ENV_SOURCES = "PRAESTO_CREDENTIALS_SOURCES"  # comma-separated URI prefixes
 ENV_IDENTITY = "PRAESTO_WORKLOAD_IDENTITY"  # "true": this process may use the cluster's workload identity
 # What a workload identity reads from a process environment, per store: a process not entitled
-# to the cluster's identity (objcreds.store_config, the PVC-mode Job's env) gets none of these.
+# to the cluster's identity (origins/objstore/creds.py store_config, the PVC-mode Job's env) gets none of these.
 IDENTITY_ENV = (
     "AWS_WEB_IDENTITY_TOKEN_FILE",
     "AWS_ROLE_ARN",

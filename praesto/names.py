@@ -225,7 +225,11 @@ BROKER_MAX_OBJECT_BYTES = 1 << 20  # a Secret or ConfigMap's data as the broker 
 # Environment variables of the downloader (the DaemonSet and the PVC-mode Job set them; each
 # process takes them once, at its edge: agent/cli.py main -> download/settings.py, agent/settings.py).
 ENV_HF_ENDPOINT = "HF_ENDPOINT"  # the Hugging Face endpoint or mirror
+ENV_MODELSCOPE_ENDPOINT = "MODELSCOPE_ENDPOINT"  # the ModelScope endpoint or mirror (its client's own name)
 ENV_HF_TOKEN = "HF_TOKEN"  # noqa: S105 - a variable's name: the Hub token (PVC Job: from the cache's Secret)
+# ModelScope's token variable, the name its own client reads (modelscope_hub 0.5.1 config.py ENV_TOKEN)
+# and the PVC Job sets from the cache's Secret (praesto/kinds.py).
+ENV_MODELSCOPE_TOKEN = "MODELSCOPE_API_TOKEN"  # noqa: S105 - a variable's name
 ENV_CA_BUNDLE = "PRAESTO_CA_BUNDLE"  # extra PEM CA bundle every download trusts (downloads.caBundle)
 ENV_TERMINATION_LOG = "PRAESTO_TERMINATION_LOG"  # the PVC-mode Job's result file (hooks/pvc_pod.py)
 # PVC mode's live progress (hooks/pvc_progress.py, agent/download/job_progress.py): the download Pod
@@ -241,7 +245,7 @@ ENV_OCI_MIRRORS = "PRAESTO_OCI_MIRRORS"
 # Networks a download may reach although internal (chart downloads.egress.allowedCIDRs; comma-separated
 # CIDRs): agent/download/egress.py refuses loopback, link-local, metadata and private addresses otherwise.
 ENV_EGRESS_ALLOWED_CIDRS = "PRAESTO_EGRESS_ALLOWED_CIDRS"
-# Hugging Face files stored in Xet are fetched through the Xet CAS (agent/download/xetpath.py) when
+# Hugging Face files stored in Xet are fetched through the Xet CAS (agent/download/origins/huggingface/xetpath.py) when
 # this is "true" (chart downloads.xet.enabled, --xet); anything else: whole through resolve/.
 ENV_XET = "PRAESTO_XET"
 # The platform's signing trust (chart verification.trust): the mounted ConfigMap's directory, read

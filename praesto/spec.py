@@ -12,7 +12,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from praesto import names, ocireference
+from praesto import names
+from praesto.kinds import COMMIT_PATTERN as COMMIT_PATTERN
+from praesto.kinds import FORMS
+from praesto.kinds import HF_REPO_PATTERN as HF_REPO_PATTERN
+from praesto.kinds import MAX_PATTERN_CHARS as MAX_PATTERN_CHARS
+from praesto.kinds import MAX_PATTERNS as MAX_PATTERNS
+from praesto.kinds import MS_REPO_PATTERN as MS_REPO_PATTERN
+from praesto.kinds import SOURCE_FORMS as SOURCE_FORMS
+from praesto.kinds import URI_EXAMPLES as URI_EXAMPLES
+from praesto.kinds import URI_SCHEMES as URI_SCHEMES
+from praesto.kinds import Source as Source
+from praesto.kinds import parse_oci_reference as parse_oci_reference
+from praesto.kinds import parse_uri as _parse_uri
 from praesto.privileges import privilege_errors
 from praesto.quantity import QuantityError, parse_duration, parse_quantity
 from praesto.refs import SECRET_KEY as _SECRET_KEY
@@ -23,108 +35,7 @@ from praesto.updatestrategy import UpdateStrategy as UpdateStrategy
 from praesto.updatestrategy import parse_update_strategy
 from praesto.verification import Verification, parse_verification
 
-HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
-_HF_REPO = re.compile(HF_REPO_PATTERN)
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,253}[a-z0-9]$")
 _LABEL_KEY_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-OBJECT_STORE_SCHEMES = ("s3", "gs", "az")
-URI_SCHEMES = ("hf", *OBJECT_STORE_SCHEMES, ocireference.SCHEME)
-# One example per scheme, as the parser accepts it: refusals and the commands' --help show these.
-URI_EXAMPLES = {
-    "hf": "hf://org/name[:revision]",
-    "s3": "s3://bucket/prefix",
-    "gs": "gs://bucket/prefix",
-    "az": "az://container/prefix",
-    ocireference.SCHEME: f"{ocireference.SCHEME}://host/repository[:tag|@sha256:digest]",
-}
-COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
-SOURCE_FORMS = ("huggingface", "oci", "uri")  # spec.source's one-of
-# allowPatterns / ignorePatterns (the CRDs' maxItems and maxLength): every listed file is matched
-# against every pattern, so a plan's file cap (agent/download/api.py MAX_FILES) times these bounds
-# is the most matching a copy's plan does; a real list holds a few, each far shorter.
-MAX_PATTERNS = 32
-MAX_PATTERN_CHARS = 256
-
-
-@dataclass(frozen=True)
-class Source:
-    scheme: str  # hf, s3, gs, az, oci
-    location: str  # org/name for hf, bucket/prefix for object stores, host/repository for oci
-    revision: str = ""
-    allow_patterns: tuple[str, ...] = ()
-    ignore_patterns: tuple[str, ...] = ()
-    secret_ref: SecretRef | None = None
-
-    @property
-    def uri(self) -> str:
-        return f"{self.scheme}://{self.location}"
-
-    @property
-    def pinned(self) -> bool:
-        return self.is_pin(self.revision)
-
-    def is_pin(self, revision: str) -> bool:
-        """Whether `revision` names exact content for this kind of source: a 40-hex commit for the
-        Hub, a manifest digest for OCI (tags and branches move; object stores have neither)."""
-        if self.scheme == ocireference.SCHEME:
-            return bool(ocireference.DIGEST.match(revision))
-        return bool(COMMIT_PATTERN.match(revision))
-
-    @property
-    def resolves(self) -> bool:
-        """Whether a moving name (branch, tag) is resolved once and pinned for every node."""
-        return self.scheme in ("hf", ocireference.SCHEME)
-
-    @property
-    def object_store(self) -> bool:
-        return self.scheme in OBJECT_STORE_SCHEMES
-
-    @property
-    def version(self) -> str:
-        """What a rolling update changes: the revision of a Hub repo or OCI repository (branch,
-        tag, commit or digest), the `bucket/prefix` of an object store (its objects have no
-        revision a spec could name; a new model version is published under a new prefix)."""
-        return self.location if self.object_store else self.revision
-
-    def with_version(self, version: str) -> Source:
-        if self.object_store:
-            return Source(
-                self.scheme, version, "", self.allow_patterns, self.ignore_patterns, self.secret_ref
-            )
-        return self.with_revision(version)
-
-    @property
-    def lineage(self) -> str:
-        """What stays across a rolling update: the repository, or the object store's bucket."""
-        if self.object_store:
-            return f"{self.scheme}://{self.location.partition('/')[0]}"
-        return self.uri
-
-    def rolls_to(self, other: Source) -> bool:
-        """Whether `other` is this source at another version (a rolling update may make that
-        change): the same repository (Hub, OCI) or bucket (object stores), filters and secret."""
-        return self.lineage == other.lineage and self.with_version(other.version) == other
-
-    def with_revision(self, revision: str) -> Source:
-        return Source(
-            self.scheme, self.location, revision, self.allow_patterns, self.ignore_patterns, self.secret_ref
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The resolved form carried by ModelCacheNode.spec.source."""
-        out: dict[str, Any] = {"uri": self.uri}
-        if self.revision:
-            out["revision"] = self.revision
-        if self.allow_patterns:
-            out["allowPatterns"] = list(self.allow_patterns)
-        if self.ignore_patterns:
-            out["ignorePatterns"] = list(self.ignore_patterns)
-        if self.secret_ref:
-            ref: dict[str, str] = {"name": self.secret_ref.name}
-            if self.secret_ref.key:
-                ref["key"] = self.secret_ref.key
-            out["secretRef"] = ref
-        return out
 
 
 @dataclass(frozen=True)
@@ -154,158 +65,11 @@ class InvalidSpec(ValueError):
 
 
 def parse_uri(uri: str, field_path: str = "spec.source.uri") -> tuple[Source | None, list[SpecError]]:
-    """`hf://org/name[:revision]`, `s3://bucket/prefix`, `gs://…`, `az://…`, `oci://host/repo[:tag|@digest]`."""
-    if not isinstance(uri, str) or "://" not in uri:
-        return None, [
-            SpecError(field_path, "must be a URI such as hf://org/name", "write scheme://location", uri)
-        ]
-    scheme, _, rest = uri.partition("://")
-    if scheme not in URI_SCHEMES:
-        return None, [
-            SpecError(
-                field_path,
-                f"unsupported scheme {scheme!r}",
-                f"use one of {', '.join(s + '://' for s in URI_SCHEMES)}",
-                uri,
-            )
-        ]
-    if scheme == "hf":
-        repo, _, revision = rest.partition(":")
-        if not _HF_REPO.match(repo):
-            return None, [
-                SpecError(field_path, "Hugging Face repo must be org/name", "e.g. hf://org/name", uri)
-            ]
-        errors = _check_revision(revision, field_path) if revision else []
-        return Source("hf", repo, revision or names.DEFAULT_REVISION), errors
-    if scheme == ocireference.SCHEME:
-        return parse_oci_reference(rest, field_path)
-    bucket, _, prefix = rest.partition("/")
-    if not _BUCKET.match(bucket):
-        return None, [
-            SpecError(
-                field_path,
-                f"{bucket!r} is not a valid bucket or container name",
-                f"e.g. {URI_EXAMPLES[scheme]}",
-                uri,
-            )
-        ]
-    return Source(scheme, f"{bucket}/{prefix}".rstrip("/") if prefix else bucket), []
+    """`hf://org/name[:revision]`, `s3://bucket/prefix`, ... : each kind's own parser (praesto/kinds.py)."""
+    return _parse_uri(uri, field_path)
 
 
-def parse_oci_reference(reference: Any, field_path: str) -> tuple[Source | None, list[SpecError]]:
-    """An OCI artifact: `Source("oci", host/repository, tag or sha256 digest)`."""
-    try:
-        ref = ocireference.parse_reference(reference)
-    except ocireference.ReferenceError as error:
-        fix = "write registry-host/repository:tag or registry-host/repository@sha256:<digest>"
-        return None, [SpecError(field_path, str(error), fix, reference)]
-    return Source(ocireference.SCHEME, ref.location, ref.revision), []
-
-
-def _parse_oci(oci: Any, errors: list[SpecError]) -> Source | None:
-    base = "spec.source.oci"
-    if not isinstance(oci, dict) or not oci.get("reference"):
-        errors.append(
-            SpecError(f"{base}.reference", "Required value", "set the artifact, e.g. ghcr.io/team/model:1.0")
-        )
-        return None
-    parsed, problems = parse_oci_reference(oci["reference"], f"{base}.reference")
-    errors.extend(problems)
-    return parsed
-
-
-def _check_revision(revision: Any, field_path: str) -> list[SpecError]:
-    ok = (
-        isinstance(revision, str)
-        and 0 < len(revision) <= 255
-        and not revision.startswith(("/", "-", "."))
-        and not revision.endswith(("/", ".lock", "."))
-        and ".." not in revision
-        and "//" not in revision
-        and "@{" not in revision
-        and not re.search(r"[\x00-\x20~^:?*\[\\\x7f]", revision)
-    )
-    if ok:
-        return []
-    return [
-        SpecError(
-            field_path,
-            "is not a valid git branch, tag or commit",
-            "use a branch such as main, a tag, or a 40-hex commit",
-            revision,
-        )
-    ]
-
-
-def _check_patterns(value: Any, field_path: str) -> tuple[tuple[str, ...], list[SpecError]]:
-    if value is None:
-        return (), []
-    if not isinstance(value, list) or not all(isinstance(p, str) and p and "\x00" not in p for p in value):
-        return (), [
-            SpecError(
-                field_path, "must be a list of non-empty glob patterns", 'e.g. ["*.json", "*.safetensors"]'
-            )
-        ]
-    if len(value) > MAX_PATTERNS or any(len(p) > MAX_PATTERN_CHARS for p in value):
-        return (), [
-            SpecError(
-                field_path,
-                f"holds at most {MAX_PATTERNS} patterns of at most {MAX_PATTERN_CHARS} characters each",
-                "match several files with one pattern (e.g. *.safetensors, or a folder/)",
-            )
-        ]
-    return tuple(value), []
-
-
-def _parse_huggingface(hf: Any, errors: list[SpecError]) -> Source | None:
-    base = "spec.source.huggingface"
-    if not isinstance(hf, dict):
-        errors.append(SpecError(base, "must be an object", "set source.huggingface.repo: org/name"))
-        return None
-    repo = hf.get("repo")
-    if not repo:
-        errors.append(SpecError(f"{base}.repo", "Required value", "set the Hugging Face repo as org/name"))
-    elif not isinstance(repo, str) or not _HF_REPO.match(repo):
-        errors.append(
-            SpecError(f"{base}.repo", "must be org/name", "e.g. TinyLlama/TinyLlama-1.1B-Chat-v1.0", repo)
-        )
-    revision = hf.get("revision") or names.DEFAULT_REVISION
-    errors.extend(_check_revision(revision, f"{base}.revision"))
-    allow, e1 = _check_patterns(hf.get("allowPatterns"), f"{base}.allowPatterns")
-    ignore, e2 = _check_patterns(hf.get("ignorePatterns"), f"{base}.ignorePatterns")
-    errors.extend(e1 + e2)
-    secret_ref = None
-    token = hf.get("token")
-    if token is not None:
-        ref = token.get("secretRef") if isinstance(token, dict) else None
-        if not isinstance(ref, dict):
-            errors.append(
-                SpecError(f"{base}.token.secretRef", "Required value", "set secretRef.name and secretRef.key")
-            )
-        else:
-            name, key = ref.get("name"), ref.get("key")
-            if not name or not key:
-                missing = "name" if not name else "key"
-                errors.append(
-                    SpecError(
-                        f"{base}.token.secretRef.{missing}",
-                        "secretRef.name and secretRef.key must be configured together",
-                        "set both the Secret's name and the key that holds the token",
-                    )
-                )
-            else:
-                errors.extend(_check_secret_name(name, f"{base}.token.secretRef.name"))
-                if not isinstance(key, str) or not _SECRET_KEY.match(key):
-                    errors.append(
-                        SpecError(
-                            f"{base}.token.secretRef.key", "is not a valid Secret key", "e.g. HF_TOKEN", key
-                        )
-                    )
-                else:
-                    secret_ref = SecretRef(name, key)
-    if errors or not isinstance(repo, str):
-        return None
-    return Source("hf", repo, revision, allow, ignore, secret_ref)
+_ONE_OF = ", ".join(f"source.{form}" for form in SOURCE_FORMS[:-1]) + f" or source.{SOURCE_FORMS[-1]}"
 
 
 def _parse_source(source: Any, errors: list[SpecError]) -> Source | None:
@@ -319,14 +83,11 @@ def _parse_source(source: Any, errors: list[SpecError]) -> Source | None:
             if not forms
             else f"source.{forms[0]} and source.{forms[1]} are both set"
         )
-        errors.append(
-            SpecError("spec.source", cause, "set one of source.huggingface, source.oci or source.uri")
-        )
+        errors.append(SpecError("spec.source", cause, f"set one of {_ONE_OF}"))
         return None
-    if forms[0] == "huggingface":
-        parsed = _parse_huggingface(source["huggingface"], errors)
-    elif forms[0] == "oci":
-        parsed = _parse_oci(source["oci"], errors)
+    form = FORMS.get(forms[0])
+    if form is not None and form.parse_form is not None:
+        parsed = form.parse_form(source[forms[0]], errors)
     else:
         parsed, uri_errors = parse_uri(source["uri"])
         errors.extend(uri_errors)
@@ -336,7 +97,7 @@ def _parse_source(source: Any, errors: list[SpecError]) -> Source | None:
             errors.append(
                 SpecError(
                     "spec.source.secretRef",
-                    "source.huggingface.token and source.secretRef are both set",
+                    f"source.{forms[0]}.token and source.secretRef are both set",
                     "keep one: the token Secret or the credentials Secret",
                 )
             )
@@ -350,14 +111,7 @@ def _parse_source(source: Any, errors: list[SpecError]) -> Source | None:
                     SpecError("spec.source.secretRef.key", "is not a valid Secret key", "e.g. HF_TOKEN", key)
                 )
             if not errors:
-                parsed = Source(
-                    parsed.scheme,
-                    parsed.location,
-                    parsed.revision,
-                    parsed.allow_patterns,
-                    parsed.ignore_patterns,
-                    SecretRef(secret["name"], key),
-                )
+                parsed = parsed.with_secret(SecretRef(secret["name"], key))
     return None if errors else parsed
 
 

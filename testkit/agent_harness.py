@@ -25,7 +25,8 @@ from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.node_agent import Agent
-from praesto.agent.reconcile import AgentConfig
+from praesto.agent.reconcile import LoopTuning
+from praesto.agent.settings import AgentSettings, ScrubSettings
 
 from praesto import names, rbac
 from praesto.reflector import Backoff
@@ -63,27 +64,32 @@ class Env:
         self.offset += seconds
 
     def start(self, **overrides: Any) -> Agent:
-        config = AgentConfig(
+        """An agent with `AgentSettings` and `LoopTuning` fields from `overrides` (by name; the scrub's
+        as scrub_interval / scrub_bytes_per_second)."""
+        tuning = LoopTuning(tick_seconds=0.1, progress_seconds=0.2, retry_initial=0.2, retry_max=1.0,
+                            watch_backoff=Backoff(0.05, 0.5))  # fmt: skip
+        tuning = replace(tuning, **{k: overrides.pop(k) for k in list(overrides) if hasattr(tuning, k)})
+        scrub = ScrubSettings(
+            overrides.pop("scrub_interval", 0.0),  # off unless a test turns it on
+            overrides.pop("scrub_bytes_per_second", ScrubSettings.bytes_per_second),
+        )
+        settings = AgentSettings(
             node_name=NODE,
             base_path=self.base,
-            endpoint=self.hub.endpoint,
+            hf_endpoint=self.hub.endpoint,
             concurrency=4,
             reserve="0",
-            tick_seconds=0.1,
-            progress_seconds=0.2,
-            retry_initial=0.2,
-            retry_max=1.0,
-            watch_backoff=Backoff(0.05, 0.5),
+            scrub=scrub,
             store_env=dict(os.environ),  # as praesto-agent run takes it at start (agent/settings.py)
             egress=LOOPBACK,  # the hub, registries and stores of these tests listen on loopback
         )
-        config = replace(config, **overrides)
+        settings = replace(settings, **overrides)
         logs.configure("DEBUG", self.log)
         api = KubeApi(agent_client(self.kube), NODE, watch_timeout=5)
         # the chart's credentials settings, read at start as praesto-agent run does (agent/settings.py)
         credentials = CredentialPolicy.from_env(os.environ, str(self.trust_dir) if self.trust_dir else None)
         self.agent = Agent(
-            config, api, AgentMetrics.create(), clock=self.clock, credentials=credentials
+            settings, api, AgentMetrics.create(), clock=self.clock, credentials=credentials, tuning=tuning
         ).start()
         return self.agent
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from praesto.agent.download import Options, Plan, download, plan
-from praesto.agent.download.objplan import revision_of
+from praesto.agent.download.origins.objstore.plan import revision_of
 
 from praesto import names
 from praesto.spec import Source, parse_uri

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zstandard
-from praesto.agent.download.ocimedia import (
+from praesto.agent.download.origins.oci.media import (
     ANNOTATION_FILE_METADATA,
     ANNOTATION_FILEPATH,
     MODELPACK_ARTIFACT,

@@ -19,7 +19,7 @@ from kubernetes.client import ApiClient
 from praesto.agent import logs
 from praesto.agent.budget.leases import LeaseApi
 from praesto.agent.budget.origin_budget import BudgetConfig, OriginBudget
-from praesto.agent.kube import KubeApi
+from praesto.agent.kube import Door, KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.node_agent import Agent
 from praesto.agent.peers import protocol
@@ -27,7 +27,8 @@ from praesto.agent.peers.auth import Pod
 from praesto.agent.peers.peering import PeerConfig, Peering
 from praesto.agent.peers.server import Limits
 from praesto.agent.peers.source import Tuning
-from praesto.agent.reconcile import AgentConfig
+from praesto.agent.reconcile import LoopTuning
+from praesto.agent.settings import AgentSettings, ScrubSettings
 
 from praesto import names, rbac
 from praesto.reflector import Backoff
@@ -109,17 +110,24 @@ class Cluster:
             poll_seconds=poll_seconds,
             stall_seconds=stall_seconds,
         )
-        config = AgentConfig(
-            node_name=name, base_path=node.base, endpoint=self.hub.endpoint, concurrency=concurrency, reserve="0",
-            tick_seconds=0.1, progress_seconds=0.2, retry_initial=0.2, retry_max=1.0,
-            watch_backoff=Backoff(0.05, 0.5), egress=LOOPBACK,
+        settings = AgentSettings(
+            node_name=name, base_path=node.base, hf_endpoint=self.hub.endpoint, concurrency=concurrency, reserve="0",
+            scrub=ScrubSettings(0.0), egress=LOOPBACK,
         )  # fmt: skip
+        loop = LoopTuning(
+            tick_seconds=0.1,
+            progress_seconds=0.2,
+            retry_initial=0.2,
+            retry_max=1.0,
+            watch_backoff=Backoff(0.05, 0.5),
+        )
         node.agent = Agent(
-            config,
+            settings,
             KubeApi(api, name, watch_timeout=5),
             AgentMetrics.create(),
-            peering=Peering(peer, api, name, node.layout) if peers else None,
-            budget=OriginBudget(budget, LeaseApi(api, budget.namespace), name) if budget else None,
+            peering=Peering(peer, Door(api), name, node.layout) if peers else None,
+            budget=OriginBudget(budget, LeaseApi(Door(api), budget.namespace), name) if budget else None,
+            tuning=loop,
         ).start()
         return node
 

@@ -216,6 +216,7 @@ DOWNLOADER_AT_USE = DOWNLOAD_AT_USE
 FULL_VALUES: dict[str, Any] = {
     "downloader": {
         "hfEndpoint": "https://hf-mirror.example.com",
+        "modelscopeEndpoint": "https://modelscope-mirror.example.com",
         "allowedImages": ["registry.example.com/praesto/*"],
         "metadataEgress": {"deny": True},
     },

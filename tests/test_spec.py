@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from praesto import names
+from praesto import kinds, names
 from praesto.quantity import parse_duration, parse_quantity
 from praesto.spec import InvalidSpec, SecretRef, Source, parse_spec, parse_uri
+from testkit.helm_chart import CRD_DIR, crd_documents
 
 
 def test_seed_local_example_parses() -> None:
@@ -112,3 +113,72 @@ def test_a_source_version_is_what_a_rolling_update_changes() -> None:
     assert not v1.rolls_to(with_secret)
     oci = src("oci://reg.example.com/team/m:1.0")
     assert oci.rolls_to(src("oci://reg.example.com/team/m:1.1")) and oci.version == "1.0"
+
+
+MS = "spec.source.modelscope"
+
+
+def _ms_refusals(modelscope: object, **source: object) -> list[str]:
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec({"source": {"modelscope": modelscope, **source}, "storage": {"size": "1Gi"}})
+    return [str(e) for e in info.value.errors]
+
+
+def test_a_modelscope_source_is_one_row_of_the_kind_table() -> None:
+    """spec.source.modelscope and ms:// parse like the Hub's: default branch master (modelscope
+    1.40.2 DEFAULT_MODEL_REVISION), a 40-hex commit id pins, a branch or tag resolves once and rolls."""
+    token = {"secretRef": {"name": "ms-token", "key": "MODELSCOPE_API_TOKEN"}}
+    spec = parse_spec(
+        {"source": {"modelscope": {"repo": "Qwen/Qwen2.5-0.5B", "token": token}}, "storage": {"size": "1Gi"}}
+    )
+    source = spec.source
+    assert (source.uri, source.revision) == ("ms://Qwen/Qwen2.5-0.5B", "master")
+    assert source.secret_ref == SecretRef("ms-token", "MODELSCOPE_API_TOKEN")
+    assert not source.pinned and source.resolves and source.is_pin("0123456789abcdef" * 2 + "01234567")
+    assert not source.is_pin("sha256:" + "a" * 64)  # an OCI digest names nothing on a hub
+    by_uri, errors = parse_uri("ms://Qwen/Qwen2.5-0.5B:v2")
+    assert by_uri is not None and not errors and by_uri.version == "v2"
+    assert source.with_secret(SecretRef("x")).rolls_to(by_uri.with_secret(SecretRef("x")))
+    for other in ("ms://Qwen/other:v2", "hf://Qwen/Qwen2.5-0.5B:v2"):
+        moved = parse_uri(other)[0]
+        assert moved is not None and not by_uri.rolls_to(moved)
+
+
+def test_modelscope_refusals_name_the_field_cause_and_fix() -> None:
+    assert _ms_refusals({"repo": "no-slash"}) == [
+        f"{MS}.repo: Invalid value: 'no-slash': must be org/name; e.g. Qwen/Qwen2.5-0.5B-Instruct"
+    ]
+    assert _ms_refusals({"repo": "a/b", "revision": "bad..rev"}) == [
+        f"{MS}.revision: Invalid value: 'bad..rev': is not a valid git branch, tag or commit; "
+        "use a branch such as master, a tag, or a 40-hex commit"
+    ]
+    assert _ms_refusals({"repo": "a/b", "token": {"secretRef": {"name": "s"}}}) == [
+        f"{MS}.token.secretRef.key: secretRef.name and secretRef.key must be configured together; "
+        "set both the Secret's name and the key that holds the token"
+    ]
+    token = {"secretRef": {"name": "s", "key": "k"}}
+    assert _ms_refusals({"repo": "a/b", "token": token}, secretRef={"name": "c"}) == [
+        "spec.source.secretRef: source.modelscope.token and source.secretRef are both set; "
+        "keep one: the token Secret or the credentials Secret"
+    ]
+    assert _ms_refusals({"repo": "a/b"}, uri="ms://a/b")[0].startswith(
+        "spec.source: source.modelscope and source.uri are both set; set one of source.huggingface, "
+        "source.oci, source.modelscope or source.uri"
+    )
+    _, errors = parse_uri("ms://nope")
+    assert [str(e) for e in errors] == [
+        "spec.source.uri: Invalid value: 'ms://nope': ModelScope repo must be org/name; e.g. ms://org/name"
+    ]
+
+
+def test_the_crds_modelscope_field_and_uri_schemes_are_the_tables_own() -> None:
+    schemes = f"^({'|'.join(kinds.URI_SCHEMES)})://.+$"
+    for crd in crd_documents(CRD_DIR):
+        spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"].get("spec", {})
+        source = spec.get("properties", {}).get("source", {}).get("properties")
+        if source is None:
+            continue
+        assert source["uri"]["pattern"] == schemes, crd["spec"]["names"]["kind"]
+        if "modelscope" in source:
+            assert source["modelscope"]["properties"]["repo"]["pattern"] == kinds.MS_REPO_PATTERN
+            assert set(source) >= set(kinds.SOURCE_FORMS)

@@ -11,8 +11,8 @@ cluster-wide one, and a node keeps what it holds while it waits for the next:
 with one order no two nodes can each hold what the other waits for, and a node
 waiting for a busy origin does not take one of the cluster's places meanwhile.
 
-Where it gates: at the origin's byte source (`use.GatedSource`, set on the download
-through `Options.origin`), before the first origin request of a download, not
+Where it gates: at the origin's byte source (`use.GatedSource`, handed to the download
+as `PartSources.throttle`), before the first origin request of a download, not
 before the download. So a node waiting for the budget still copies from peers
 whatever they can give, and a download that peers serve entirely never takes a
 slot. Metadata calls (resolving the revision and listing files: a few small API
@@ -37,15 +37,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from praesto.agent.budget import slots
 from praesto.agent.budget.leases import LeaseApi
 from praesto.agent.budget.slots import GLOBAL, Cooldown, Pace
 from praesto.agent.budget.use import OriginUse
-from praesto.agent.download import objplan, ocifetch
-from praesto.agent.download.api import DownloadCancelled, Downloader, DownloadError, Options, Plan, Result
-from praesto.agent.download.hfplan import endpoint_of
+from praesto.agent.download.api import (
+    DownloadCancelled,
+    Downloader,
+    Options,
+    OriginThrottle,
+    PartSources,
+    Plan,
+    Result,
+)
+from praesto.agent.download.origins import origin_for
 
 log = logging.getLogger("praesto.agent.budget")
 Report = Callable[[str], None]  # why the download waits, for the copy's status
@@ -64,26 +70,9 @@ class BudgetConfig:
 
 
 def origin_host(plan: Plan, options: Options) -> str:
-    """What `perHost` and Retry-After count by: the Hub endpoint's host, or an object store's bucket
-    at its endpoint (#21 item 7: a tenant's own S3-compatible server with a bucket named like another
-    tenant's AWS bucket is another origin, so it neither shares nor holds that bucket's places).
-
-    The endpoint is the one the download uses (objplan.config_for: the cache's Secret, else the
-    agent's environment); none is the cloud's own, per account for Azure.
-    """
-    if plan.source.scheme == "hf":
-        return urlsplit(endpoint_of(options)).netloc
-    if plan.source.scheme == "oci":  # the registry (or mirror) host the blobs come from
-        return urlsplit(ocifetch.blob_base(plan)).netloc
-    bucket = plan.source.location.split("/", 1)[0]
-    try:
-        config = objplan.config_for(plan.source, options).config
-    except DownloadError:  # planning opened the store with this very config, so this is unreachable
-        config = {}
-    endpoint = str(config.get("endpoint") or config.get("base_url") or "")
-    account = str(config.get("account_name") or "")
-    at = urlsplit(endpoint).netloc.lower() if endpoint else (f"{account}." if account else "") + "default"
-    return f"{plan.source.scheme}://{at}/{bucket}"
+    """What `perHost` and Retry-After count by: the origin's own answer (origins/base.py `host`):
+    the Hub endpoint's host, the registry's, or an object store's bucket at its endpoint."""
+    return origin_for(plan.source.scheme).host(plan, options)
 
 
 class OriginBudget:
@@ -104,20 +93,21 @@ class OriginBudget:
         self._renewer: threading.Thread | None = None
 
     # ---- the agent's hooks ---------------------------------------------------------
-    def attach(self, namespace: str, plan: Plan, options: Options, *, report: Report) -> None:
-        """Before a download for `namespace`: its origin requests go through this budget (`Options.origin`)."""
+    def attach(self, namespace: str, plan: Plan, options: Options, *, report: Report) -> OriginThrottle:
+        """Before a download for `namespace`: what its origin requests go through
+        (`PartSources.throttle`), this budget's use for the plan's origin host."""
         host = origin_host(plan, options)
-        options.origin = OriginUse(self, host, namespace, report, options.cancel)
+        return OriginUse(self, host, namespace, report, options.cancel)
 
     def releasing(self, downloader: Downloader) -> Downloader:
         """`downloader`, giving the download's share of the slots back however it ends."""
 
-        def run(plan: Plan, dest: Path, options: Options) -> Result:
+        def run(plan: Plan, dest: Path, options: Options, sources: PartSources) -> Result:
             try:
-                return downloader(plan, dest, options)
+                return downloader(plan, dest, options, sources)
             finally:
-                if isinstance(options.origin, OriginUse):
-                    options.origin.done()
+                if isinstance(sources.throttle, OriginUse):
+                    sources.throttle.done()
 
         return run
 

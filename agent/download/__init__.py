@@ -1,7 +1,7 @@
 """Downloader shared by the agent, the PVC-mode Job and users.
 
 `plan(source, options)` resolves a source (hf://, s3://, gs://, az://) to a revision and its files (no bytes yet, so
-capacity can be checked first); `download(plan, dest, options)` fetches, verifies and
+capacity can be checked first); `download(plan, dest, options, sources)` fetches, verifies and
 publishes atomically. Failures are `DownloadError` with a reason from `REASONS`; its kind (`TemporaryDownloadError`,
 `LastingDownloadError`) is the retry policy.
 """
@@ -10,8 +10,10 @@ from praesto.agent.download.api import (
     REASONS,
     DownloadCancelled,
     DownloadError,
+    EngineSettings,
     LastingDownloadError,
     Options,
+    PartSources,
     Plan,
     ProgressCallback,
     RemoteFile,
@@ -24,8 +26,10 @@ __all__ = [
     "REASONS",
     "DownloadCancelled",
     "DownloadError",
+    "EngineSettings",
     "LastingDownloadError",
     "Options",
+    "PartSources",
     "Plan",
     "ProgressCallback",
     "RemoteFile",

@@ -3,6 +3,11 @@
 The agent plans capacity with `plan()` before it spends any bytes, then calls
 `download()`; both raise `DownloadError` whose `reason` is one of `REASONS`
 and becomes a condition reason on the ModelCacheNode as it is.
+
+A download's inputs are fixed before it starts: `EngineSettings` (a process's section, built once
+at its edge), `Options` (that section plus one download's request) and `PartSources` (peers,
+arrivals, the origin budget). Past ~400 lines on purpose: this is the downloader's whole contract,
+read in one place by its callers and by every origin.
 """
 
 from __future__ import annotations
@@ -10,9 +15,9 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from praesto.agent.download.arrivals import Arrivals
 from praesto.agent.download.digests import ALGORITHMS, RunningDigest, StoreDigest
@@ -130,7 +135,7 @@ class RemoteFile:
     archive: Archive | None = None  # OCI: a layer to unpack, not a file of the model
     layer: str | None = None  # OCI: the archive layer (sha256:...) this file was unpacked from
     # Hugging Face: the file's Xet hash (tree `xetHash`), for LFS files only (their sha256 still
-    # verifies them); None: not stored in Xet, or Xet is off (agent/download/xetpath.py)
+    # verifies them); None: not stored in Xet, or Xet is off (origins/huggingface/xetpath.py)
     xet_hash: str | None = None
 
     @property
@@ -232,8 +237,9 @@ class Result:
     bytes_resumed: int = 0
     # of those fetched, the bytes written with O_DIRECT, past the page cache (writes.py)
     bytes_written_direct: int = 0
-    # Hugging Face files fetched through Xet (xetpath.py): xorb-range bytes from the origin (also in
-    # bytes_from_origin), files verified that way, and files that fell back to resolve/, by cause
+    # Hugging Face files fetched through Xet (origins/huggingface/xetpath.py): xorb-range bytes from the
+    # origin (also in bytes_from_origin), files verified that way, and files that fell back to resolve/,
+    # by cause
     bytes_from_xet: int = 0
     xet_files: int = 0
     xet_fallbacks: dict[str, int] = field(default_factory=dict)
@@ -271,7 +277,7 @@ class Target:
 
 
 class ByteSource(Protocol):
-    """Where parts come from: the Hub over HTTP (http.Transport) or an object store (objfetch)."""
+    """Where parts come from: the Hub over HTTP (http.Transport) or an object store (origins/objstore/fetch.py)."""
 
     def resolve(self, url: str) -> Target: ...
 
@@ -329,23 +335,78 @@ class SignaturePolicy:
         return RequiredSignature(self.method, self.path, self.trust, self.origin)
 
 
-@dataclass
-class Options:
+# How a download's large files reach the disk (writes.py): one name from `praesto-agent run --write-mode`
+# (PRAESTO_WRITE_MODE, chart nodeAgent.writeMode) and `download --buffered-writes` to the engine.
+WRITE_DIRECT, WRITE_BUFFERED = "direct", "buffered"
+WRITE_MODES = (WRITE_DIRECT, WRITE_BUFFERED)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """A process's download settings: built once at its edge (`AgentSettings.downloads`, the download
+    CLI) and passed whole, never copied field by field nor changed after (kopf's `OperatorSettings`
+    tree of frozen sections, kopf/_cogs/configs/configuration.py, is the model).
+
+    `Options` is this section plus one download's request (`Options.of`).
+    """
+
     endpoint: str | None = None  # HF_ENDPOINT / mirror; None: https://huggingface.co
+    # MODELSCOPE_ENDPOINT / --modelscope-endpoint: the ModelScope hub or mirror; None: https://modelscope.cn
+    modelscope_endpoint: str | None = None
     ca_bundle: str | None = None  # PRAESTO_CA_BUNDLE: extra PEM CA file byte fetches trust
+    # What downloads take from the environment the process started with, read once at its edge
+    # (`from_environment`): HTTP(S)_PROXY / NO_PROXY for byte fetches (proxies.py) ...
+    proxies: Mapping[str, str] = field(default_factory=dict)
+    # ... PRAESTO_OCI_MIRRORS (chart downloads.oci.mirrors) as set; origins/oci/registry.py reads it ...
+    oci_mirrors: str = ""
+    # ... and the object-store clients' own variables (workload identity, region: origins/objstore/
+    # creds.py store_config reads what it knows); empty: none of them.
+    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    max_files: int = MAX_FILES  # refuse a plan of more files (check_file_count); lowered only by tests
+    concurrency: int = 32  # parallel connections: CDNs cap each one (see bench/download_bench.py)
+    # Tuning (defaults measured by bench/download_bench.py); rarely worth changing.
+    part_size: int = 16 << 20  # byte-range size for large files; also the resume granularity
+    memory_budget: int = 32 << 20  # out-of-order bytes held for in-order hashing before re-reading
+    checkpoint_seconds: float = 1.0  # how often completed parts are fsync'd and journaled
+    # WRITE_DIRECT: O_DIRECT for large files' aligned chunks when staging is on a local disk
+    # (writes.py); WRITE_BUFFERED: always through the page cache.
+    write_mode: str = WRITE_DIRECT
+    # OCI: speak plain HTTP to a registry on this machine (--plain-http; refused for any other host).
+    plain_http: bool = False
+    # Where a tenant's input may send this process (egress.py): the platform's allowed networks
+    # (downloads.egress.allowedCIDRs); the default refuses every internal address.
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+    # Hugging Face files stored in Xet come through the Xet CAS (origins/huggingface/xetpath.py;
+    # --xet, chart downloads.xet.enabled); False: every file whole through resolve/, as before.
+    xet: bool = False
+    # No byte for this long from the Xet token service or CAS: that file falls back to resolve/.
+    xet_stall_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        assert self.write_mode in WRITE_MODES, self.write_mode
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str], **settings: Any) -> EngineSettings:
+        """The section with what downloads take from `env`, the environment the process started
+        with (its edge's copy): the proxies, the OCI mirrors and the object-store clients' variables."""
+        mirrors = env.get(names.ENV_OCI_MIRRORS, "")
+        return cls(proxies=proxies_from_env(env), oci_mirrors=mirrors, store_env=dict(env), **settings)
+
+
+@dataclass(frozen=True)
+class Options(EngineSettings):
+    """One download's inputs, fixed before it starts: the process's settings section (the fields
+    of `EngineSettings`) and this download's request (below). What else serves its bytes (peers,
+    arrivals, the origin budget) is not here: `PartSources`, handed to `download` beside it."""
+
     token: str | None = field(default=None, repr=False)  # held in memory only; never logged or repr()ed
-    # Object stores: settings from a credentials Secret (objcreds.py keys); memory only, never logged.
+    # Object stores: settings from a credentials Secret (origins/objstore/creds.py keys); memory only, never logged.
     credentials: dict[str, str] | None = field(default=None, repr=False)
     credentials_from: str = "the environment"  # where they came from, for messages
     # False when the credentials are the cache's own Secret: then only that Secret is used,
-    # never the cluster's workload identity (objcreds.store_config).
+    # never the cluster's workload identity (origins/objstore/creds.py store_config).
     identity_allowed: bool = True
-    # The process environment the store clients' settings come from (workload identity, endpoints,
-    # proxies, CA: objcreds.store_config), taken once at the process edge; empty: none of it.
-    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     max_bytes: int | None = None  # refuse before writing when the source is larger (PVC: storage.size)
-    max_files: int = MAX_FILES  # refuse a plan of more files (check_file_count); lowered only by tests
-    concurrency: int = 32  # parallel connections: CDNs cap each one (see bench/download_bench.py)
     blobs_dir: Path | None = None  # content-addressed area for dedup (hard links)
     # Who may reuse small files recorded by origin key (publish.origin_key): the namespace. Their
     # bytes are verified only by git SHA-1, so they are never linked into another namespace.
@@ -353,39 +414,37 @@ class Options:
     staging_dir: Path | None = None  # default: a sibling of dest on the same filesystem
     progress: ProgressCallback | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
-    # Tuning (defaults measured by bench/download_bench.py); rarely worth changing.
-    part_size: int = 16 << 20  # byte-range size for large files; also the resume granularity
-    memory_budget: int = 32 << 20  # out-of-order bytes held for in-order hashing before re-reading
-    checkpoint_seconds: float = 1.0  # how often completed parts are fsync'd and journaled
-    # O_DIRECT for large files' aligned chunks when staging is on a local disk (writes.py); False:
-    # always through the page cache (--buffered-writes).
-    direct_writes: bool = True
-    peers: PartSource | None = None  # other nodes' copies, tried before the origin per range
-    # Where each part in flight has been written to, for peers copying it as it arrives (arrivals.py);
-    # set by the agent's peering for downloads other nodes may copy, None otherwise.
-    arrivals: Arrivals | None = None
-    origin: OriginThrottle | None = None  # the cluster's origin budget (praesto.agent.budget); None: ungated
     # The owning ModelCache's UID, recorded in the manifest: the agent trusts a complete copy only
     # for that cache (praesto.store.copy_mismatch). Empty for `praesto-agent download` (pre-baking).
     cache_uid: str = ""
     # A signature the model must carry (spec.verification, --signature-*); None: none required.
     signature: SignaturePolicy | None = None
-    # OCI: speak plain HTTP to a registry on this machine (--plain-http; refused for any other host).
-    plain_http: bool = False
-    # Where a tenant's input may send this process (egress.py): the platform's allowed networks
-    # (downloads.egress.allowedCIDRs); the default refuses every internal address.
-    egress: EgressPolicy = field(default_factory=EgressPolicy)
-    # Hugging Face files stored in Xet come through the Xet CAS (xetpath.py; --xet, chart
-    # downloads.xet.enabled); False: every file whole through resolve/, as before.
-    xet: bool = False
-    # No byte for this long from the Xet token service or CAS: that file falls back to resolve/.
-    xet_stall_seconds: float = 30.0
 
-    @property
-    def proxies(self) -> dict[str, str]:
-        """HTTP(S)_PROXY / NO_PROXY from `store_env`, the environment the process edge read."""
-        return proxies_from_env(self.store_env)
+    @classmethod
+    def of(cls, settings: EngineSettings, **request: Any) -> Options:
+        """`settings` whole, with one download's `request` fields (token, staging, cancel, ...)."""
+        whole = {f.name: getattr(settings, f.name) for f in fields(EngineSettings)}
+        return cls(**whole, **request)
+
+
+@dataclass(frozen=True)
+class PartSources:
+    """Where a download's bytes come from besides its origin, and what stands before the origin:
+    handed to `download` with the `Options`, never patched into them (agent/jobs.py gathers them
+    from the peering and the origin budget before the bytes)."""
+
+    peers: PartSource | None = None  # other nodes' copies, tried before the origin per range
+    # Where each part in flight has been written to, for peers copying it as it arrives (arrivals.py);
+    # the agent's peering gives it for downloads other nodes may copy, None otherwise.
+    arrivals: Arrivals | None = None
+    throttle: OriginThrottle | None = (
+        None  # the cluster's origin budget (praesto.agent.budget); None: ungated
+    )
+
+
+NO_SOURCES = PartSources()  # the origin only, ungated
 
 
 Planner = Callable[[Source, Options], Plan]  # `plan()`, or a test's stand-in
-Downloader = Callable[[Plan, Path, Options], Result]  # `download()`, or one wrapped (the origin budget)
+# `download()`, or one wrapped (the origin budget)
+Downloader = Callable[[Plan, Path, Options, PartSources], Result]

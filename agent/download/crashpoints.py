@@ -27,6 +27,9 @@ WRITTEN_NOT_RENAMED = "written-not-renamed"  # point name: f"{WRITTEN_NOT_RENAME
 MARKER_FILES = (names.MANIFEST_FILE, names.OWNER_FILE, names.COMPLETE_FILE)
 MARKER_POINTS = tuple(f"{WRITTEN_NOT_RENAMED}:{name}" for name in MARKER_FILES)
 POINTS = (STAGING_CREATED, PARTS_JOURNALED, FILE_READ_ONLY, *MARKER_POINTS, TREE_MOVED, COMPLETE_WRITTEN)
+# Not on every download's way (so not in POINTS): a Xet file's chunks are in the chunk store
+# (origins/huggingface/xetstore.py), its index is not written yet.
+XET_CHUNKS_WRITTEN = "xet-chunks-written"
 
 
 _armed: str | None = None  # the point this process dies at, set once by its edge

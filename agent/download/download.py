@@ -2,12 +2,14 @@
 
 Staging, resume and dedup are in engine.py, publication in publish.py; this module
 only decides what happens to staging on each kind of failure: kept for resume on
-cancel and transient errors, removed when the disk is full (space given back).
+cancel and transient errors, removed when the disk is full (space given back). What a source
+kind plans and where its bytes are is its origin's (origins/: one table, one package per kind).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import shutil
 import time
@@ -15,19 +17,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from praesto.agent.download import hfplan, objfetch, objplan, ocifetch, ociplan
+from praesto.agent.download.access import Access
 from praesto.agent.download.api import (
+    NO_SOURCES,
     SUMMARY,
     DownloadCancelled,
     DownloadError,
     LastingDownloadError,
     Options,
+    PartSources,
     Plan,
     Result,
     TemporaryDownloadError,
 )
 from praesto.agent.download.engine import NO_SPACE, Engine
-from praesto.agent.download.hfplan import endpoint_of
 from praesto.agent.download.publish import TREE, is_published, publish, staging_for
 from praesto.agent.download.signature import verify_tree
 from praesto.agent.download.unpack import unpack_layers
@@ -39,13 +42,20 @@ from praesto.spec import Source
 log = logging.getLogger("praesto.download")
 
 
+ORIGINS_TABLE = "praesto.agent.download.origins"
+
+
+def _origins() -> Any:
+    """The origins table (origins/__init__.py), named by string: the origins build on this package
+    (api, http, access), so a static import back would be a package cycle; the table is the only
+    way this package reaches a kind."""
+    return importlib.import_module(ORIGINS_TABLE)
+
+
 def plan(source: Source, options: Options) -> Plan:
-    """Resolve a source (hf://, s3://, gs://, az://, oci://) to an exact revision and its files."""
-    if source.scheme == "hf":
-        return hfplan.plan(source, options)
-    if source.scheme == "oci":
-        return ociplan.plan(source, options)
-    return objplan.plan(source, options)
+    """Resolve a source (hf://, s3://, gs://, az://, oci://, ...) to an exact revision and its files."""
+    planned: Plan = _origins().origin_for(source.scheme).plan(source, options)
+    return planned
 
 
 def check_size(plan: Plan, options: Options) -> None:
@@ -103,8 +113,12 @@ def _drop_blobs(plan: Plan, blobs: Path | None) -> None:
                 blob.unlink()
 
 
-def download(plan: Plan, dest: Path, options: Options) -> Result:
-    """Fetch, verify and publish `plan` at `dest`; idempotent when `dest` already holds it."""
+def download(plan: Plan, dest: Path, options: Options, sources: PartSources = NO_SOURCES) -> Result:
+    """Fetch, verify and publish `plan` at `dest`; idempotent when `dest` already holds it.
+
+    `sources`: peers and arrivals beside the origin, and the origin budget before it (none: the
+    origin only, ungated).
+    """
     started = time.monotonic()
     check_size(plan, options)
     dest = Path(dest)
@@ -112,14 +126,10 @@ def download(plan: Plan, dest: Path, options: Options) -> Result:
         log.info("already complete dest=%s commit=%s", dest, plan.revision, extra=SUMMARY)
         return Result(plan, seconds=time.monotonic() - started)
     staging, pvc = staging_for(dest, options)
-    if plan.source.scheme == "hf":
-        engine = Engine(plan, staging, endpoint_of(options), options)
-    elif plan.source.scheme == "oci":
-        engine = ocifetch.engine_for(plan, staging, options)
-    else:
-        engine = objfetch.engine_for(plan, staging, options)
-    if options.origin is not None:  # the cluster-wide origin budget gates origin bytes, never peers
-        engine.transport = options.origin.wrap(engine.transport)
+    access: Access = _origins().origin_for(plan.source.scheme).open(plan, options)
+    if sources.throttle is not None:  # the cluster-wide origin budget gates origin bytes, never peers
+        access = access.behind(sources.throttle)
+    engine = Engine(plan, staging, access, options, sources)
     try:
         try:
             engine.prepare()

@@ -40,14 +40,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
 
-from praesto.agent.download import xetpath
+from praesto.agent.download.access import Access
 from praesto.agent.download.api import (
+    NO_SOURCES,
+    WRITE_DIRECT,
     ByteSource,
     DownloadCancelled,
     LastingDownloadError,
     Options,
+    PartSources,
     Plan,
     RemoteFile,
     Result,
@@ -64,7 +66,6 @@ from praesto.agent.download.http import (
     Expired,
     Redirect,
     Transient,
-    Transport,
     backoff,
 )
 from praesto.agent.download.journal import Journal
@@ -78,7 +79,6 @@ from praesto.agent.download.publish import (
     stored_object_key,
 )
 from praesto.agent.download.writes import DirectWrites, direct_writes_possible
-from praesto.agent.download.xetfetch import CAUSE_CHECKSUM, XetOrigin
 
 log = logging.getLogger("praesto.download")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -97,23 +97,25 @@ class FileJob:
     target: Target | None = None
     checksum_retries: int = 0
     resumed: set[int] = field(default_factory=set)  # parts journaled by an earlier run
-    via_xet: bool = False  # fetched whole through the Xet CAS (xetpath.py), not part by part
+    whole: bool = False  # fetched whole through the origin's whole-file route (Access.whole_files: Xet)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Engine:
     def __init__(
-        self, plan: Plan, staging: Path, endpoint: str, options: Options, transport: ByteSource | None = None
+        self, plan: Plan, staging: Path, access: Access, options: Options, sources: PartSources = NO_SOURCES
     ) -> None:
+        """`access`: how the plan's origin serves its bytes (the origin's `open`, origins/base.py);
+        `sources`: peers and arrivals beside it (the origin budget already wraps `access.transport`).
+        All fixed here: nothing changes them while the engine runs."""
         self.plan = plan
         self.staging = staging
         self.tree = staging / TREE
-        self.endpoint = endpoint
         self.options = options
-        self.transport: ByteSource = transport or Transport(
-            endpoint, options.token, ca_bundle=options.ca_bundle, proxies=options.proxies,
-            egress=options.egress.trusting(endpoint),  # the Hub the platform configured; not its redirects
-        )  # fmt: skip
+        self.peers, self.arrivals = sources.peers, sources.arrivals
+        self.transport: ByteSource = access.transport
+        self._locate = access.locate
+        self.route = access.whole_files
         self.budget = MemoryBudget(options.memory_budget)
         self.concurrency = PartConcurrency(START_CONNECTIONS, options.concurrency, busy=OwnCpuMeter())
         self._meter = threading.local()  # per connection: bytes and seconds towards the next rate
@@ -131,9 +133,7 @@ class Engine:
         self._verified_unjournaled: list[tuple[str, str]] = []
         self._checkpointing = threading.Lock()  # a checkpoint, or a file's reset, at a time
         self._checkpointer = Checkpointer(self._checkpoint, options.checkpoint_seconds, self._failed)
-        self._direct = options.direct_writes and direct_writes_possible(staging)
-        xet_files = options.xet and plan.source.scheme == "hf" and any(f.xet_hash for f in plan.files)
-        self.xet = XetOrigin(endpoint, plan.source.location, plan.revision, options) if xet_files else None
+        self._direct = options.write_mode == WRITE_DIRECT and direct_writes_possible(staging)
 
     # ---- set-up: resume, dedup, preallocate -----------------------------------------
     def prepare(self) -> None:
@@ -173,7 +173,7 @@ class Engine:
                 job.hasher.add_on_disk(start, end - start)
                 self.result.bytes_resumed += end - start
             job.resumed = done
-            job.via_xet = xetpath.eligible(self, job)
+            job.whole = self.route is not None and self.route.eligible(self, job)
             job.remaining = len(parts) - len(done)
             need += sum(end - start for i, (start, end) in enumerate(parts) if i not in done)
             self.jobs.append(job)
@@ -220,12 +220,12 @@ class Engine:
         self._report()
         self.concurrency.mark(self.done)
         order = sorted(self.jobs, key=lambda j: -j.file.size)
-        large = [j for j in order if len(j.parts) > 1 and not j.via_xet]
+        large = [j for j in order if len(j.parts) > 1 and not j.whole]
         depth = max((len(j.parts) for j in large), default=0)
         # Whole small files first: they take no concurrency slot, so they overlap the large files'
         # first parts; then parts interleaved across files: several hashers at once.
-        # Xet files are one item each (xetpath.py), fetched in file order like a whole small file.
-        items: list[tuple[FileJob, int]] = [(j, 0) for j in order if len(j.parts) == 1 or j.via_xet]
+        # Files on the whole-file route (Xet) are one item each, fetched in file order like a small file.
+        items: list[tuple[FileJob, int]] = [(j, 0) for j in order if len(j.parts) == 1 or j.whole]
         for index in range(depth):
             items += [(j, index) for j in large if index < len(j.parts) and index not in j.resumed]
         self._enqueue(items)
@@ -275,8 +275,8 @@ class Engine:
                 pass
         finally:
             self.transport.close()
-            if self.xet is not None:
-                self.xet.close()
+            if self.route is not None:
+                self.route.close()
 
     def _next(self) -> bool:
         """Fetch one queued part; False at the end. A concurrency slot is taken before the queue is
@@ -310,19 +310,17 @@ class Engine:
                 self._error = error
             self._cond.notify_all()
 
-    def _resolve_url(self, f: RemoteFile) -> str:
-        return f"{self.endpoint}/{self.plan.source.location}/resolve/{self.plan.revision}/{quote(f.path)}"
-
     def _target(self, job: FileJob, *, fresh: bool = False) -> Target:
         with job.lock:
             if job.target is None or fresh:
-                url = self._resolve_url(job.file)
+                url = self._locate(job.file)
                 job.target = self.transport.resolve(url) if len(job.parts) > 1 else Target(url, True)
             return job.target
 
     def _fetch_part(self, job: FileJob, index: int) -> None:
-        if job.via_xet:
-            xetpath.fetch_file(self, job)
+        if job.whole:
+            assert self.route is not None
+            self.route.fetch_file(self, job)
             return
         start, end = job.parts[index]
         pos = [start]
@@ -331,7 +329,7 @@ class Engine:
         meter = self._meter.__dict__.setdefault("m", [0, 0.0])  # this connection: bytes, seconds
         last = [0.0]  # when the previous chunk of this part arrived
 
-        arrivals = self.options.arrivals
+        arrivals = self.arrivals
 
         def sink(offset: int, chunk: memoryview, peer: bool = False) -> None:
             written = len(chunk) if direct is not None and direct.write(offset, chunk) else 0
@@ -352,8 +350,8 @@ class Engine:
             last[0] = now
 
         # Peers first, for files an unforgeable origin digest verifies; the origin fetches the rest.
-        if self.options.peers is not None and job.file.peers_may_supply:
-            self.options.peers.fetch(job.file, start, end, lambda o, c: sink(o, c, True), self.options.cancel)
+        if self.peers is not None and job.file.peers_may_supply:
+            self.peers.fetch(job.file, start, end, lambda o, c: sink(o, c, True), self.options.cancel)
         failures, expired, hops = 0, 0, 0
         target: Target | None = None
         while pos[0] < end:
@@ -403,8 +401,9 @@ class Engine:
                 self.result.bytes_from_origin += n if wire is None else wire
         self._report()
 
-    def count_xet_bytes(self, n: int) -> None:
-        """Xorb-range bytes from the origin (xetpath.py): what Xet fetched, not what it decoded to."""
+    def count_route_bytes(self, n: int) -> None:
+        """The whole-file route's bytes from the origin (Xet's xorb ranges): what it fetched, not what
+        it decoded to (Result.bytes_from_xet)."""
         with self._cond:
             self.result.bytes_from_origin += n
             self.result.bytes_from_xet += n
@@ -437,10 +436,11 @@ class Engine:
         wrong = f.mismatch(sha256, second)
         if wrong is not None:
             expected, got = wrong
-            xet = job.via_xet  # Xet's own hashes passed, the Hub's sha256 did not: resolve/ next
-            if xet:
-                xetpath.fall_back(self, job, CAUSE_CHECKSUM, f"expected sha256 {f.sha256}, got {got}", 0)
-            blamed = xet or (self.options.peers is not None and self.options.peers.blame(f))  # origin only
+            whole = job.whole  # the route's own checks passed, the plan's digest did not: ranges next
+            if whole:
+                assert self.route is not None
+                self.route.mismatch(self, job, f"expected sha256 {f.sha256}, got {got}")
+            blamed = whole or (self.peers is not None and self.peers.blame(f))  # origin only
             if job.checksum_retries >= 1 and not blamed:
                 self._close_direct(job)
                 with job.lock:
@@ -471,7 +471,7 @@ class Engine:
         if key is not None:  # verified by the origin's other digest: remember the bytes by it
             remember_origin(self.options.blobs_dir, key, sha256)
         self.sha256[f.path] = sha256
-        if job.via_xet:
+        if job.whole:  # verified after coming whole through the route (Xet)
             with self._cond:
                 self.result.xet_files += 1
         if job.hasher.read_back:
@@ -484,8 +484,8 @@ class Engine:
         assert job.hasher is not None
         with self._checkpointing:  # no checkpoint journals this file's old parts after the reset
             self.journal.reset(job.file.path)
-            if self.options.arrivals is not None:
-                self.options.arrivals.forget(job.file.path)
+            if self.arrivals is not None:
+                self.arrivals.forget(job.file.path)
             with self._cond:
                 self.done -= counted
             job.hasher.discard()

@@ -79,9 +79,12 @@ class Transport:
         ca_bundle: str | None = None,
         proxies: Mapping[str, str] | None = None,
         egress: EgressPolicy | None,
+        origin_headers: Mapping[str, str] | None = None,
     ) -> None:
         self.hub_origin = origin(hub_endpoint)
         self._token = token
+        # sent like the token, to the origin only (an origin's own auth or API headers); never logged
+        self._origin_headers = dict(origin_headers or {})
         self.timeout = timeout
         self.ca_bundle = ca_bundle  # Options.ca_bundle: the process's PRAESTO_CA_BUNDLE
         self.proxies: Mapping[str, str] = proxies or {}  # Options.proxies (download/proxies.py)
@@ -123,8 +126,10 @@ class Transport:
 
     def _headers(self, url: str, authorized: bool, extra: dict[str, str]) -> dict[str, str]:
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **extra}
-        if authorized and self._token and origin(url) == self.hub_origin:
-            headers["Authorization"] = f"Bearer {self._token}"
+        if authorized and origin(url) == self.hub_origin:
+            headers.update(self._origin_headers)
+            if self._token:
+                headers["Authorization"] = f"Bearer {self._token}"
         return headers
 
     def request(

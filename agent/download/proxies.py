@@ -4,7 +4,7 @@ http.client ignores these variables; byte fetches tunnel through the proxy with 
 http:// origins too, which a proxy must then allow), the way the metadata client (httpx) reaches
 https origins through it. The names and their precedence are urllib's
 (`urllib.request.getproxies_environment`: the lowercase name wins), read from the mapping the
-edge handed in (`Options.store_env`, the environment as the process started), never from
+edge handed in (`EngineSettings.from_environment`, the environment as the process started), never from
 `os.environ` at the point of use.
 """
 

@@ -2,7 +2,7 @@
 
 The PVC-mode Job sets these variables (hooks/pvc_job.py); a user may too. Everything below the
 CLI gets the values through `Options`, never from the environment; the store clients' own
-variables (AWS_*, GOOGLE_*, AZURE_*, proxies) reach objcreds.store_config as `store_env`, the
+variables (AWS_*, GOOGLE_*, AZURE_*, proxies) reach origins/objstore/creds.py store_config as `store_env`, the
 environment this process started with.
 """
 
@@ -11,37 +11,51 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from praesto import names
+from praesto import kinds, names
 
 
 @dataclass(frozen=True)
 class DownloadSettings:
     # HF_ENDPOINT: the Hugging Face endpoint or mirror; --endpoint wins; unset: huggingface.co
     hf_endpoint: str | None = None
-    # HF_TOKEN: the Hub token; --token-file wins. Memory only, never logged or repr()ed.
-    hf_token: str | None = field(default=None, repr=False)
+    # Each token kind's own variable, by scheme (praesto/kinds.py: HF_TOKEN for hf, MODELSCOPE_API_TOKEN
+    # for ms); --token-file wins. A token goes only to its own kind's hub: an exported HF_TOKEN never
+    # reaches ModelScope. Memory only, never logged or repr()ed.
+    tokens: Mapping[str, str] = field(default_factory=dict, repr=False)
     # PRAESTO_CA_BUNDLE: an extra PEM CA bundle every byte fetch trusts besides the system roots
     ca_bundle: str | None = None
     # PRAESTO_TERMINATION_LOG: where a finished download writes its result for the sync hook
     termination_log: str | None = None
     # The whole environment as the process started, for the store clients' settings (workload
-    # identity, endpoints, proxies, CA: objcreds.store_config reads what it knows from it).
+    # identity, endpoints, proxies, CA: origins/objstore/creds.py store_config reads what it knows from it).
     store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     # PRAESTO_EGRESS_ALLOWED_CIDRS: internal networks the source may reach (download/egress.py);
     # --egress-allowed-cidrs wins; unset: every loopback, link-local, metadata and private address refused
     egress_allowed_cidrs: str = ""
-    # PRAESTO_XET: "true", Hugging Face files stored in Xet come through the Xet CAS (download/xetpath.py);
-    # --xet wins; unset: off
+    # PRAESTO_XET: "true", Hugging Face files stored in Xet come through the Xet CAS
+    # (download/origins/huggingface/xetpath.py); --xet wins; unset: off
     xet: bool = False
+    # MODELSCOPE_ENDPOINT: the ModelScope hub or mirror (the sync hook sets it from the chart's
+    # downloader.modelscopeEndpoint); unset: modelscope.cn
+    modelscope_endpoint: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DownloadSettings:
         return cls(
             hf_endpoint=env.get(names.ENV_HF_ENDPOINT) or None,
-            hf_token=env.get(names.ENV_HF_TOKEN) or None,
+            tokens={
+                kind.scheme: env[kind.credential.env]
+                for kind in kinds.KINDS
+                if kind.credential.shape == kinds.TOKEN and env.get(kind.credential.env)
+            },
+            modelscope_endpoint=env.get(names.ENV_MODELSCOPE_ENDPOINT) or None,
             ca_bundle=env.get(names.ENV_CA_BUNDLE) or None,
             egress_allowed_cidrs=env.get(names.ENV_EGRESS_ALLOWED_CIDRS) or "",
             xet=env.get(names.ENV_XET) == "true",
             termination_log=env.get(names.ENV_TERMINATION_LOG) or None,
             store_env=dict(env),
         )
+
+    def token_for(self, scheme: str) -> str | None:
+        """The token of `scheme`'s own variable; None for kinds whose credential is not a token."""
+        return self.tokens.get(scheme)

@@ -12,7 +12,7 @@ What is not hashed, and why: the library's own defaults (src/model_signing/hashi
 ignored in the signed payload (`serialization.ignore_paths`, as `verifying.Config.verify` adds them),
 the signature file itself (the library's CLI ignores it the same way: src/model_signing/_cli.py,
 `_resolve_ignore_paths(model_path, list(ignore_paths) + [signature])`), and this store's own
-bookkeeping at the top of the tree (`.praesto*`, a prefix no source file may have: hfplan.check_repo_path).
+bookkeeping at the top of the tree (`.praesto*`, a prefix no source file may have: repopath.check_repo_path).
 
 The hashing configuration (files or shards, sha256/blake2/blake3) is the one the signer used, read
 from the payload as `verifying.Config._guess_hashing_config` does, so any model the library signs
@@ -44,7 +44,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from praesto.agent.download.api import LastingDownloadError, SignaturePolicy, TemporaryDownloadError
-from praesto.agent.download.hfplan import RESERVED_PREFIX
+from praesto.agent.download.repopath import RESERVED_PREFIX
 
 from praesto.names import DEFAULT_SIGNATURE_FILE, MANIFEST_SIGNATURE_EXCLUDED, REASON_SIGNATURE_INVALID
 

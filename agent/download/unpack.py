@@ -42,9 +42,9 @@ from typing import IO
 
 import zstandard
 from praesto.agent.download.api import MAX_FILES, LastingDownloadError, Plan, RemoteFile
-from praesto.agent.download.hfplan import check_repo_path
 from praesto.agent.download.http import CHUNK
 from praesto.agent.download.publish import add_to_blobs, link_from_blob
+from praesto.agent.download.repopath import check_repo_path
 
 from praesto.quantity import format_bytes
 

@@ -44,8 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
-from praesto.agent.download.api import DownloadCancelled, Options, Plan
+from praesto.agent.download.api import DownloadCancelled, Options, PartSources, Plan
 from praesto.agent.peers.auth import Credentials, Pod, TokenMinter
 from praesto.agent.peers.directory import PeerDirectory
 from praesto.agent.peers.identity import Identities, PeerAuthorizer
@@ -53,6 +52,7 @@ from praesto.agent.peers.server import Limits, PeerServer
 from praesto.agent.peers.source import PeerSource, Tuning
 
 from praesto import names
+from praesto.kubeerrors import Groups
 from praesto.store import StoreLayout
 from praesto.watched import SYNC_SECONDS, WatchedSet
 
@@ -77,9 +77,7 @@ class PeerConfig:
 class Peering:
     """The agent's side of peer-to-peer: its server, its published address, `attach` for downloads."""
 
-    def __init__(
-        self, config: PeerConfig, api: client.ApiClient, node_name: str, layout: StoreLayout
-    ) -> None:
+    def __init__(self, config: PeerConfig, api: Groups, node_name: str, layout: StoreLayout) -> None:
         self.config = config
         self.node_name = node_name
         self.credentials = Credentials(node_name, TokenMinter(api, config.pod))
@@ -121,14 +119,17 @@ class Peering:
     def status_fields(self) -> dict[str, Any]:
         return {"peer": {"address": self.address}}
 
-    def attach(self, namespace: str, cache: str, plan: Plan, options: Options, *, report: Report) -> None:
-        """Set `options.peers` when peers hold `plan` of `namespace`/`cache` or are fetching it;
-        wait while a leader plans."""
+    def attach(
+        self, namespace: str, cache: str, plan: Plan, options: Options, *, report: Report
+    ) -> PartSources:
+        """This download's peers, when peers hold `plan` of `namespace`/`cache` or are fetching it,
+        and its arrivals, when other nodes may copy its written parts; waits while a leader plans."""
+        arrivals = None
         if options.staging_dir is not None:  # other nodes may copy this download's written parts
             flight = self.server.inflight.register(
                 namespace, cache, plan, options.staging_dir, options.part_size
             )
-            options.arrivals = flight.arrivals
+            arrivals = flight.arrivals
         skipped: set[str] = set()
         watched: tuple[str, Any, float] | None = None  # (leader, what it showed, since when)
         copies = self._watch(namespace, cache)
@@ -142,9 +143,9 @@ class Peering:
             ]
             ready = [a for a in ready if a]
             if ready:
-                options.peers = self._source(copies, plan, self._holders(others, plan), [], options)
+                peers = self._source(copies, plan, self._holders(others, plan), [], options)
                 log.info("fetching %s/%s from peers %s", namespace, cache, ",".join(ready))
-                return
+                return PartSources(peers=peers, arrivals=arrivals)
             active = {
                 _node(o): o
                 for o in others
@@ -155,7 +156,7 @@ class Peering:
             leader = _leader(self.node_name, active, plan.revision)
             if leader == self.node_name:
                 self.server.inflight.seed(namespace, cache)
-                return
+                return PartSources(arrivals=arrivals)
             status = active[leader].get("status") or {}
             if (
                 status.get("phase") == names.PHASE_DOWNLOADING
@@ -163,9 +164,9 @@ class Peering:
             ):
                 seeder = _address(active[leader])
                 holders = {seeder: leader, **self._holders(others, plan)}
-                options.peers = self._source(copies, plan, holders, [seeder], options)
+                peers = self._source(copies, plan, holders, [seeder], options)
                 log.info("copying %s/%s from node %s while it downloads", namespace, cache, leader)
-                return
+                return PartSources(peers=peers, arrivals=arrivals)
             shows = (
                 status.get("phase"),
                 (status.get("progress") or {}).get("bytesDone"),

@@ -28,6 +28,7 @@ from praesto.hooks.config import HooksConfig
 from praesto.hooks.pvc_job import image_not_allowed
 
 from praesto import names
+from praesto.kinds import KINDS
 from praesto.quota import Quotas
 from praesto.spec import InvalidSpec, ModelCacheSpec, parse_spec, source_of
 
@@ -50,14 +51,21 @@ def changed_fields(old: Any, new: Any, path: str = "spec") -> list[str]:
 
 # What may change after create (issue #25 part 1): the revision of a source that has revisions
 # (a rolling update in local mode) and the policy that rolls it. Everything else stays as created.
-MUTABLE_FIELDS = ("spec.source.huggingface.revision", "spec.updateStrategy")
-# Where else a version is written: `uri: hf://org/name:rev`, `oci://host/repo:tag` or an object
+MUTABLE_FIELDS = (
+    *(f"spec.source.{k.form}.{k.form_revision}" for k in KINDS if k.form_revision),
+    "spec.updateStrategy",
+)
+# Where else a version is written: `uri: hf://org/name:rev` (ms:// too), `oci://host/repo:tag` or an object
 # store's `s3://bucket/prefix`, and `oci.reference`'s tag or digest. These may change only when
 # nothing but the version does (Source.rolls_to: same repository or bucket).
-REVISION_CARRIERS = ("spec.source.uri", "spec.source.oci.reference")
+REVISION_CARRIERS = (
+    "spec.source.uri",
+    *(f"spec.source.{k.form}.{k.form_reference}" for k in KINDS if k.form_reference),
+)
 IMMUTABLE_CAUSE = (
     "field is immutable: a ModelCache's spec cannot change after creation, but for the source's "
-    "revision (source.huggingface.revision, the :revision of an hf:// uri, the tag or digest of an "
+    "revision (source.huggingface.revision, source.modelscope.revision, the :revision of an hf:// or "
+    "ms:// uri, the tag or digest of an "
     "OCI reference, the prefix of an object-store uri within its bucket: a rolling update) and "
     "spec.updateStrategy"
 )
@@ -171,18 +179,9 @@ def _reveals_placement(selector: dict[str, str]) -> bool:
 def advice(parsed: ModelCacheSpec, lookups: Lookups, disclose: bool = True) -> list[str]:
     """Non-fatal warnings: things that work but are likely not what the user meant."""
     warnings = []
-    if parsed.source.scheme == "hf" and not parsed.source.pinned:
-        warnings.append(
-            f"spec.source: revision {parsed.source.revision!r} is a branch or tag, not a pinned commit; "
-            "it is resolved once and recorded in status.resolvedRevision, pin a 40-hex commit "
-            "to get the same files in every cluster"
-        )
-    if parsed.source.scheme == "oci" and not parsed.source.pinned:
-        warnings.append(
-            f"spec.source: tag {parsed.source.revision!r} can be moved; it is resolved once to a manifest "
-            "digest and recorded in status.resolvedRevision, reference @sha256:<digest> to get the same "
-            "artifact in every cluster"
-        )
+    unpinned = parsed.source.kind.unpinned_advice  # a moving name of a kind that pins (praesto/kinds.py)
+    if unpinned and not parsed.source.pinned:
+        warnings.append(unpinned.format(revision=parsed.source.revision))
     if parsed.storage_class_name:
         if parsed.node_selector:
             warnings.append("spec.nodeSelector is ignored in shared PVC mode (storageClassName is set)")

@@ -1,6 +1,6 @@
 """What the double must read of the bytes hf_xet uploads: xorb chunk boundaries and shards.
 
-Written apart from the product's format core (agent/download/xet) on purpose: the double is proven
+Written apart from the product's format core (agent/download/origins/huggingface/xet) on purpose: the double is proven
 by the real hf_xet client, so sharing code would let one bug hide in both. Sources, hf-xet 1.8.0
 (PyPI sdist; xet-core paths): xet_core_structures/src/xorb_object/xorb_chunk_format.rs (8-byte
 chunk headers), xorb_object_format.rs (footer + trailing u32 length, idents "XETBLOB"...),

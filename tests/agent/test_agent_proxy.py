@@ -1,5 +1,5 @@
 """The agent's downloads use the proxies of the environment praesto-agent run started with
-(AgentSettings.store_env -> Options.store_env), not the process environment at the point of use:
+(AgentSettings.store_env -> AgentSettings.downloads.proxies), not the process environment at the point of use:
 every byte request of a download tunnels through HTTP_PROXY (#23 item 3). Once, JobRunner built
 each download's Options without that environment, so an agent behind a proxy fetched directly."""
 

@@ -47,9 +47,9 @@ def env(tmp_path: Path, kube: RealKube) -> Iterator[Env]:
 
 def test_a_second_agent_on_the_same_base_path_refuses_to_start(env: Env) -> None:
     first = env.start()
-    assert first.config is not None
+    assert first.settings is not None
     second = Agent(
-        replace(first.config), KubeApi(env.kube.api_client(), NODE, watch_timeout=5), AgentMetrics.create()
+        replace(first.settings), KubeApi(env.kube.api_client(), NODE, watch_timeout=5), AgentMetrics.create()
     )
     with pytest.raises(baselock.BasePathInUse) as refused:
         second.start()

@@ -13,7 +13,7 @@ from praesto.agent.credentials import (
     CLUSTER_CREDENTIALS_SOURCES_ENV,
     CLUSTER_SECRET_ENV,
 )
-from praesto.agent.download.objcreds import ENV_CA_FILE, ENV_IDENTITY
+from praesto.agent.download.origins.objstore.creds import ENV_CA_FILE, ENV_IDENTITY
 from praesto.hooks.config import HooksConfig
 
 from praesto import rbac
@@ -146,7 +146,10 @@ def test_identity_reaches_both_service_accounts_and_pods() -> None:
 
 def test_mirror_ca_bundle_and_proxies_reach_agent_and_job() -> None:
     values = {
-        "downloader": {"hfEndpoint": "https://hf-mirror.internal"},
+        "downloader": {
+            "hfEndpoint": "https://hf-mirror.internal",
+            "modelscopeEndpoint": "https://ms.internal",
+        },
         "downloads": {
             "caBundle": {"configMapName": "corporate-ca", "key": "bundle.pem"},
             "proxy": {"httpsProxy": "http://proxy:3128", "noProxy": ".svc,.cluster.local"},
@@ -155,6 +158,7 @@ def test_mirror_ca_bundle_and_proxies_reach_agent_and_job() -> None:
     objects = render_objects(values)
     env = _agent_env(objects)
     assert env["HF_ENDPOINT"] == "https://hf-mirror.internal"
+    assert env["MODELSCOPE_ENDPOINT"] == "https://ms.internal"
     assert env["HTTPS_PROXY"] == "http://proxy:3128" and env["NO_PROXY"] == ".svc,.cluster.local"
     assert env[ENV_CA_FILE] == env["SSL_CERT_FILE"] == "/etc/praesto/ca/ca.crt"
     volumes = one(objects, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
@@ -163,6 +167,7 @@ def test_mirror_ca_bundle_and_proxies_reach_agent_and_job() -> None:
     config = _hooks_config(objects)
     assert config.ca_bundle_configmap == ("corporate-ca", "bundle.pem")
     assert config.hf_endpoint == "https://hf-mirror.internal"
+    assert config.modelscope_endpoint == "https://ms.internal"  # the PVC-mode Job's MODELSCOPE_ENDPOINT
     assert json.loads(json.dumps(config.downloader_env)) == {
         "HTTPS_PROXY": "http://proxy:3128",
         "NO_PROXY": ".svc,.cluster.local",

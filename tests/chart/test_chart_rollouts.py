@@ -32,7 +32,13 @@ README = CHART_DIR / "README.md"
 SECTION = "## Upgrades: what rolls"
 CHECKSUM_PREFIX = "checksum.praesto.io/"
 # Which workload's Pod template each reader named in the table lives in.
-WORKLOAD_OF = {"agent": "DaemonSet", "csi": "DaemonSet", "hooks": "Deployment"}
+WORKLOAD_OF = {
+    "agent": "praesto-node-agent",
+    "csi": "praesto-node-agent",
+    "hooks": "praesto-hooks",
+    "orphans": "praesto-orphans",
+}
+WORKLOAD_KINDS = ("DaemonSet", "Deployment")
 
 PEM_KEY = "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n"
 PEM_CERT = "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n"
@@ -89,6 +95,8 @@ CHANGES: dict[str, tuple[Obj, Obj]] = {
     "hooks.maxConnectionsPerClient": ({}, _at("hooks.maxConnectionsPerClient", 50)),
     "hooks.minBodyBytesPerSecond": ({}, _at("hooks.minBodyBytesPerSecond", 1048576)),
     "hooks.httpsPort": ({}, _at("hooks.httpsPort", 9443)),
+    "hooks.orphans.resyncSeconds": ({}, _at("hooks.orphans.resyncSeconds", 300)),
+    "hooks.orphans.logLevel": ({}, _at("hooks.orphans.logLevel", "debug")),
     "verification.requiredIn": ({}, _at("verification.requiredIn", ["prod"])),
     "downloader.image.tag": ({}, _at("downloader.image.tag", "9.9.9")),
     "downloader.allowedImages": ({}, _at("downloader.allowedImages", ["registry.example.com/praesto/*"])),
@@ -99,6 +107,10 @@ CHANGES: dict[str, tuple[Obj, Obj]] = {
     "image.tag": ({}, _at("image.tag", "9.9.9")),
     "namespaceQuota": ({}, _at("namespaceQuota.default", "500Gi")),
     "downloader.hfEndpoint": ({}, _at("downloader.hfEndpoint", "https://hf-mirror.example.com")),
+    "downloader.modelscopeEndpoint": (
+        {},
+        _at("downloader.modelscopeEndpoint", "https://ms-mirror.example.com"),
+    ),
     "downloads.proxy.httpsProxy": ({}, _at("downloads.proxy.httpsProxy", "http://proxy.example.com:3128")),
     "downloads.oci.mirrors": (
         {},
@@ -157,17 +169,22 @@ ROWS = {value: row for row in readme_rows() for value in row.values}
 @functools.cache
 def _pod_templates(values_json: str) -> dict[str, Obj]:
     objects = render_objects(json.loads(values_json))
-    return {kind: one(objects, kind)["spec"]["template"] for kind in ("DaemonSet", "Deployment")}
+    return workload_templates(objects)
+
+
+def workload_templates(objects: list[Obj]) -> dict[str, Obj]:
+    """The Pod template of each workload rendered (name -> template)."""
+    return {o["metadata"]["name"]: o["spec"]["template"] for o in objects if o["kind"] in WORKLOAD_KINDS}
 
 
 def pod_templates(values: Obj) -> dict[str, Obj]:
-    """The Pod template of each workload (kind -> template), renders cached by values."""
+    """The Pod template of each workload (name -> template), renders cached by values."""
     return _pod_templates(json.dumps(values, sort_keys=True))
 
 
 def changed(before: Obj, after: Obj) -> set[str]:
     old, new = pod_templates(before), pod_templates(after)
-    return {kind for kind in old if old[kind] != new[kind]}
+    return {name for name in old if old[name] != new[name]}
 
 
 def test_the_readme_table_and_these_changes_name_the_same_values() -> None:
@@ -186,8 +203,8 @@ def test_a_change_rolls_exactly_its_readers(value: str) -> None:
 def test_a_new_role_reaches_the_agents_through_the_checksum_alone() -> None:
     """The issue's report: the DaemonSet's Pod template now differs, and only by the identity checksum."""
     base, change = CHANGES["credentials.identity"]
-    old = pod_templates(base)["DaemonSet"]
-    new = pod_templates(deep_merge(base, change))["DaemonSet"]
+    old = pod_templates(base)[WORKLOAD_OF["agent"]]
+    new = pod_templates(deep_merge(base, change))[WORKLOAD_OF["agent"]]
     assert old["spec"] == new["spec"]
     key = CHECKSUM_PREFIX + "identity"
     assert old["metadata"]["annotations"][key] != new["metadata"]["annotations"][key]
@@ -215,9 +232,9 @@ def test_the_same_values_again_roll_nothing() -> None:
     first, second = (render_objects(EVERYTHING) for _ in range(2))
     tls = [one(objects, "Secret", "praesto-hooks-tls")["data"]["tls.crt"] for objects in (first, second)]
     assert tls[0] != tls[1], "offline renders generate new TLS material: the check below would prove nothing"
-    for kind in ("DaemonSet", "Deployment"):
-        assert one(first, kind)["spec"]["template"] == one(second, kind)["spec"]["template"], kind
-    hooks = one(first, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert set(workload_templates(first)) == set(WORKLOAD_OF.values())
+    assert workload_templates(first) == workload_templates(second)
+    hooks = one(first, "Deployment", WORKLOAD_OF["hooks"])["spec"]["template"]["metadata"]["annotations"]
     assert hooks["example.com/team"] == "platform" and CHECKSUM_PREFIX + "trust" in hooks
     agent = one(first, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]
     assert {CHECKSUM_PREFIX + "identity", CHECKSUM_PREFIX + "trust"} <= set(agent)

@@ -85,6 +85,19 @@ def test_the_object_store_form_is_checked_and_named_too(author: Kube) -> None:
     )
 
 
+def test_the_modelscope_token_is_checked_and_named_too(author: Kube) -> None:
+    """The policy reads each hub form's token (praesto/kinds.py): ModelScope's as Hugging Face's."""
+    token = {"secretRef": {"name": "ms-token", "key": "token"}}
+    source = {"modelscope": {"repo": "attacker/exfil", "token": token}}
+    with pytest.raises(ApiException) as refused:
+        author.create(modelcache("exfil-ms", TENANT, source=source))
+    assert refused.value.status == 403
+    assert (
+        f"spec.source.modelscope.token.secretRef.name: system:serviceaccount:{TENANT}:{AUTHOR} "
+        "may not get Secret 'ms-token'" in str(refused.value.body)
+    )
+
+
 def test_the_secret_check_holds_when_the_validator_fails_open(installed: Installed, author: Kube) -> None:
     """Issue 21 item 16: webhooks.modelCaches.failurePolicy Ignore and a hooks outage admit unchecked
     specs, but naming a Secret the author cannot read is still refused: the API server checks it

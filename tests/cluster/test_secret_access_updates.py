@@ -160,6 +160,18 @@ ROLLS: dict[str, tuple[Obj, Obj, str, str]] = {
         "spec.source.secretRef.name",
         f"Secret '{TOKEN}'",
     ),
+    "ms-revision": (
+        {"source": {"modelscope": {"repo": "team/private", "revision": "v1", "token": _hf_token()}}},
+        {"source": {"modelscope": {"revision": "v2"}}},
+        "spec.source.modelscope.token.secretRef.name",
+        f"Secret '{TOKEN}'",
+    ),
+    "ms-uri-revision": (
+        {"source": {"uri": "ms://team/private:v1", "secretRef": {"name": TOKEN, "key": "key"}}},
+        {"source": {"uri": "ms://team/private:v2"}},
+        "spec.source.secretRef.name",
+        f"Secret '{TOKEN}'",
+    ),
     "gs-prefix": (
         {"source": {"uri": "gs://team-models/public/v1", "secretRef": {"name": CREDS}}},
         {"source": {"uri": "gs://team-models/private/v1"}},

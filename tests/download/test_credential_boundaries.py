@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from praesto.agent.download.objcreds import ENV_IDENTITY, store_config
+from praesto.agent.download.origins.objstore.creds import ENV_IDENTITY, store_config
 
 from testkit.objstore_checks import run_cli, write_secret_dir
 from tests.download.test_objstore_gcs import service_account_key

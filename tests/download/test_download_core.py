@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from praesto.agent.download import DownloadCancelled, DownloadError, Options, download, plan
-from praesto.agent.download.api import Result
+from praesto.agent.download.api import PartSources, Result
 from praesto.agent.download.arrivals import Arrivals
 from praesto.agent.download.publish import SHARING, add_to_blobs
 from praesto.agent.eviction import gc_blobs
@@ -169,10 +169,10 @@ def test_the_engine_notes_how_far_each_part_is_written_and_forgets_a_file_writte
     hub.add_repo("org/model", files)
     path = "model-00001-of-00002.safetensors"  # 3 MiB + 123: four parts of 1 MiB
     arrivals = _Watched(MiB)
-    options = options_for(hub, staging_dir=tmp_path / "stage", arrivals=arrivals)
+    options = options_for(hub, staging_dir=tmp_path / "stage")
     resolved = plan(_src(), options)
     hub.faults.corrupt[path] = 1  # one bad response: fetched again
-    download(resolved, tmp_path / "ok", options)
+    download(resolved, tmp_path / "ok", options, PartSources(arrivals=arrivals))
     assert (tmp_path / "ok" / path).read_bytes() == files[path]
     forgotten = arrivals.log.index(("forget", path, -1, -1))
     for stage in (arrivals.log[:forgotten], arrivals.log[forgotten + 1 :]):
@@ -322,8 +322,9 @@ def test_cancel_keeps_staging_and_the_next_run_resumes(hub: LocalHub, tmp_path: 
 
 
 def test_the_hub_planner_refuses_object_store_sources() -> None:
-    """Object stores are planned by objplan (tests/download/test_objstore_s3.py); hfplan stays Hub-only."""
-    from praesto.agent.download import hfplan
+    """Object stores are planned by their origin (tests/download/test_objstore_s3.py); the Hub's planner
+    stays Hub-only."""
+    from praesto.agent.download.origins.huggingface import plan as hfplan
 
     with pytest.raises(DownloadError) as info:
         hfplan.plan(Source("s3", "bucket/prefix"), Options())

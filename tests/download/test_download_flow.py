@@ -8,7 +8,6 @@ clock; the engine's use of it against the local hub, paced and unpaced.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from praesto.agent.download import download, plan
-from praesto.agent.download.api import LastingDownloadError, RemoteFile, Sink, Target
+from praesto.agent.download.api import LastingDownloadError, PartSources, RemoteFile, Sink, Target
 from praesto.agent.download.concurrency import (
     RATE_WINDOW,
     START_CONNECTIONS,
@@ -27,6 +26,7 @@ from praesto.agent.download.concurrency import (
 )
 from praesto.agent.download.engine import Engine
 from praesto.agent.download.http import MAX_REDIRECTS, Redirect
+from praesto.agent.download.origins import origin_for
 from praesto.agent.download.publish import publish, staging_for
 
 from praesto.spec import Source
@@ -152,7 +152,8 @@ def test_usable_cpus_honour_a_cgroup_quota(tmp_path: Path) -> None:
 def _engine(hub: LocalHub, repo: str, dest: Path, **kwargs: object) -> Engine:
     options = options_for(hub, **kwargs)
     staging, _ = staging_for(dest, options)
-    return Engine(plan(Source("hf", repo, "main"), options), staging, hub.endpoint, options)
+    planned = plan(Source("hf", repo, "main"), options)
+    return Engine(planned, staging, origin_for("hf").open(planned, options), options)
 
 
 def _run(engine: Engine, dest: Path) -> None:
@@ -225,7 +226,7 @@ def test_whole_parts_in_one_sink_call_complete_and_verify(hub: LocalHub, tmp_pat
     peer = WholeCopy(first)
     second = tmp_path / "second"
     result = download(
-        plan(Source("hf", "org/whole", "main"), options), second, dataclasses.replace(options, peers=peer)
+        plan(Source("hf", "org/whole", "main"), options), second, options, PartSources(peers=peer)
     )
     assert tree_of(second) == files
     # Only files the origin vouches for by sha256 (the LFS weights) may come from a peer; the

@@ -1,5 +1,5 @@
 """Byte fetches honour HTTPS_PROXY/HTTP_PROXY/NO_PROXY by CONNECT tunnelling (http.client does not),
-taken from the environment the process edge handed in (`Options.store_env`), not from the process
+taken from the environment the process edge handed in (`EngineSettings.from_environment`), not from the process
 environment at the point of use (#23 item 3)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from praesto.agent.download.api import Options
+from praesto.agent.download.api import EngineSettings, Options
 from praesto.agent.download.http import Transport
 from praesto.agent.download.proxies import proxies_from_env, proxy_for
 
@@ -26,7 +26,7 @@ def test_fetch_goes_through_the_proxy_unless_no_proxy_spares_the_host(
         monkeypatch.delenv(name, raising=False)
     with connect_proxy() as (proxy, tunnels):
         got = bytearray()
-        proxies = Options(store_env={"HTTP_PROXY": proxy}).proxies
+        proxies = EngineSettings.from_environment({"HTTP_PROXY": proxy}).proxies  # read at the edge
         transport = Transport(hub.endpoint, None, proxies=proxies, egress=LOOPBACK)
         target = transport.resolve(url)
         transport.fetch(target, 0, 100_000, lambda o, c: got.extend(c), threading.Event())

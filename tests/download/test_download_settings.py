@@ -27,9 +27,19 @@ def test_settings_read_the_variables_the_job_sets() -> None:
     }
     settings = DownloadSettings.from_env(env)
     assert settings == DownloadSettings(
-        "https://mirror.example", "hf_secret_value", "/etc/praesto/ca/ca.crt", "/dev/termination-log", env
+        hf_endpoint="https://mirror.example",
+        tokens={"hf": "hf_secret_value"},
+        ca_bundle="/etc/praesto/ca/ca.crt",
+        termination_log="/dev/termination-log",
+        store_env=env,
     )
+    assert settings.token_for("hf") == "hf_secret_value" and settings.token_for("ms") is None
     assert "hf_secret_value" not in repr(settings) and "arn:aws" not in repr(settings)
+    ms = DownloadSettings.from_env(
+        {"MODELSCOPE_API_TOKEN": "ms_secret", "MODELSCOPE_ENDPOINT": "https://ms.example"}
+    )
+    assert ms.token_for("ms") == "ms_secret" and ms.token_for("hf") is None
+    assert ms.modelscope_endpoint == "https://ms.example" and "ms_secret" not in repr(ms)
     assert DownloadSettings.from_env({"HF_ENDPOINT": "", "HF_TOKEN": ""}).hf_endpoint is None
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from praesto.agent.download import DownloadError
-from praesto.agent.download.objcreds import (
+from praesto.agent.download.origins.objstore.creds import (
     GCS_KEY_FILE,
     settings_from_env,
     settings_from_secret,

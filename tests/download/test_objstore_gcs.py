@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from praesto.agent.download import DownloadError, TemporaryDownloadError, download, plan
-from praesto.agent.download.objcreds import GCS_KEY_FILE
+from praesto.agent.download.origins.objstore.creds import GCS_KEY_FILE
 
 from praesto import names
 from testkit.gcs_emulator import SKIP_REASON, GCSEmulator, binary

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from praesto.agent.download import DownloadError, Options, download, plan
 from praesto.agent.download.digests import StoreDigest
-from praesto.agent.download.objplan import revision_of
+from praesto.agent.download.origins.objstore.plan import revision_of
 
 from praesto import names
 from praesto.spec import Source, parse_uri
@@ -159,9 +159,9 @@ def test_anonymous_refusal_waits_for_credentials() -> None:
 
 def test_half_a_key_names_the_missing_one(s3: S3) -> None:
     options = s3.options(
-        credentials={"AWS_ACCESS_KEY_ID": "AKIAONLYHALF", "AWS_ENDPOINT_URL": s3.server.endpoint}
+        credentials={"AWS_ACCESS_KEY_ID": "AKIAONLYHALF", "AWS_ENDPOINT_URL": s3.server.endpoint},
+        credentials_from="Secret ns/s3-creds",
     )
-    options.credentials_from = "Secret ns/s3-creds"
     with pytest.raises(DownloadError) as info:
         plan(_src(f"s3://{BUCKET}/llama/v1"), options)
     assert info.value.reason == "WaitingForCredentials"

@@ -22,7 +22,7 @@ import pytest
 from praesto.agent.copies import CacheRef, Copies
 from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download import Options, Plan, download, plan
-from praesto.agent.download.api import Archive, LastingDownloadError, RemoteFile
+from praesto.agent.download.api import Archive, EngineSettings, LastingDownloadError, RemoteFile
 from praesto.agent.download.download import check_size
 from praesto.agent.jobs import Job, check_request
 from praesto.agent.kube import KubeApi
@@ -158,7 +158,7 @@ def test_a_node_copy_reserves_storage_size_and_fails_naming_the_cause(
         def started(started_ref: CacheRef, planned: Plan) -> None:
             reserved.append(room.reservations.held[("team-a", "bomb")])
 
-        job = Job(ref, layout, cast(KubeApi, None), Options(ca_bundle=str(tls.ca_path), egress=LOOPBACK), room, started,
+        job = Job(ref, layout, cast(KubeApi, None), EngineSettings(ca_bundle=str(tls.ca_path), egress=LOOPBACK), room, started,
                   lambda *_: None, plan, download, CredentialPolicy())  # fmt: skip
         outcome = job.run()
     assert outcome.error is not None and outcome.error.reason == "SizeExceedsRequest", outcome

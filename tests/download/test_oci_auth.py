@@ -1,4 +1,4 @@
-"""Registry logins from a Docker config JSON, matched by host as Docker does (agent/download/ociauth.py)."""
+"""Registry logins from a Docker config JSON, matched by host as Docker does (agent/download/origins/oci/auth.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 from praesto.agent.download.api import LastingDownloadError
-from praesto.agent.download.ociauth import challenge_of, credential_for
+from praesto.agent.download.origins.oci.auth import challenge_of, credential_for
 
 from praesto import names
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from praesto.agent.download import LastingDownloadError, Options, plan
-from praesto.agent.download.ociauth import MAX_TOKEN_ANSWER_BYTES
-from praesto.agent.download.ociplan import MAX_MANIFEST_BYTES
+from praesto.agent.download.origins.oci.auth import MAX_TOKEN_ANSWER_BYTES
+from praesto.agent.download.origins.oci.plan import MAX_MANIFEST_BYTES
 
 from praesto.spec import Source, parse_uri
 from testkit.controlplane import wait_for

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from praesto.agent.budget.origin_budget import origin_host
 from praesto.agent.download import Options, download, plan
-from praesto.agent.download.api import DownloadCancelled, DownloadError, LastingDownloadError
+from praesto.agent.download.api import DownloadCancelled, DownloadError, EngineSettings, LastingDownloadError
 
 from praesto import names
 from praesto.spec import parse_uri
@@ -184,10 +184,12 @@ def test_a_mirror_serves_first_and_a_dead_mirror_falls_through(registry: Registr
         push_modelpack(mirror, "team/m", "1.0", [Layer("w.bin", WEIGHTS)], tmp_path / "on-mirror")
         digest = push_modelpack(registry, "team/m", "1.0", [Layer("w.bin", WEIGHTS)], tmp_path / "on-origin")
         mirrors = {registry.host: ["http://127.0.0.1:9", mirror.base_url]}  # port 9: nothing listens
+        # PRAESTO_OCI_MIRRORS as the process edge reads it (EngineSettings.from_environment)
         env = {names.ENV_OCI_MIRRORS: json.dumps(mirrors)}
-        planned = _fetch(registry, "team/m", digest, tmp_path / "model", store_env=env).plan  # type: ignore[attr-defined]
+        mirrored = EngineSettings.from_environment(env).oci_mirrors
+        planned = _fetch(registry, "team/m", digest, tmp_path / "model", oci_mirrors=mirrored).plan  # type: ignore[attr-defined]
         assert (
-            origin_host(planned, _options(store_env=env)) == mirror.host
+            origin_host(planned, _options(oci_mirrors=mirrored)) == mirror.host
         )  # the origin budget counts who serves
         assert tree_of(tmp_path / "model") == {"w.bin": WEIGHTS}
         assert mirror.blob_bytes() == len(WEIGHTS) and registry.blob_bytes() == 0

@@ -14,7 +14,7 @@ import pytest
 import zstandard
 from praesto.agent.download import unpack
 from praesto.agent.download.api import Archive, LastingDownloadError, Plan, RemoteFile
-from praesto.agent.download.ociplan import ARCHIVE_DIR
+from praesto.agent.download.origins.oci.plan import ARCHIVE_DIR
 from praesto.agent.download.unpack import ENTRY_BYTES, MAX_HEADER_BYTES, unpack_layers
 
 from praesto.spec import Source

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from praesto.agent.download import download, plan
-from praesto.agent.download.api import RemoteFile, Sink
+from praesto.agent.download.api import PartSources, RemoteFile, Sink
 from praesto.agent.download.digests import StoreDigest
 
 from praesto import names
@@ -56,7 +56,7 @@ def test_a_file_without_an_origin_digest_never_comes_from_a_peer(hub: LocalHub, 
     planned = dataclasses.replace(planned, files=tuple(undigested))
     peer = RecordingPeer()
     dest = tmp_path / "dest"
-    download(planned, dest, dataclasses.replace(options, peers=peer))
+    download(planned, dest, options, PartSources(peers=peer))
     assert tree_of(dest)["weights.bin"] == weights
     assert peer.asked == set()  # config.json has a git SHA-1 only: not enough either (item 11)
     manifest = json.loads((dest / names.MANIFEST_FILE).read_text())
@@ -85,7 +85,7 @@ def test_only_sha256_lets_a_peer_supply_a_file(hub: LocalHub, tmp_path: Path) ->
     planned = dataclasses.replace(planned, files=tuple(as_listed(f) for f in planned.files))
     peer = RecordingPeer()
     dest = tmp_path / "dest"
-    download(planned, dest, dataclasses.replace(options, peers=peer))
+    download(planned, dest, options, PartSources(peers=peer))
     assert tree_of(dest) == files
     assert peer.asked == {"lfs.bin", "store256.bin"}
 

@@ -22,11 +22,12 @@ from pathlib import Path
 
 import pytest
 from boto3.s3.transfer import TransferConfig
-from praesto.agent.download import DownloadError, Options, download, plan, storesums
-from praesto.agent.download.api import Plan, RemoteFile, Sink
+from praesto.agent.download import DownloadError, Options, download, plan
+from praesto.agent.download.api import PartSources, Plan, RemoteFile, Sink
 from praesto.agent.download.digests import ALGORITHMS, StoreDigest, from_base64
-from praesto.agent.download.objcreds import GCS_KEY_FILE
-from praesto.agent.download.storesums import _pick
+from praesto.agent.download.origins.objstore import storesums
+from praesto.agent.download.origins.objstore.creds import GCS_KEY_FILE
+from praesto.agent.download.origins.objstore.storesums import _pick
 
 from praesto import names
 from testkit import azurite, gcs_emulator
@@ -136,7 +137,7 @@ def fetch_twice(planned: Plan, options: Options, tmp_path: Path) -> tuple[Path, 
     """Download through a lying peer; return the published tree and what the peer was asked."""
     peer = LyingPeer()
     dest = tmp_path / "dest"
-    download(planned, dest, dataclasses.replace(options, peers=peer))
+    download(planned, dest, options, PartSources(peers=peer))
     return dest, peer
 
 

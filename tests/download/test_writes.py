@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from praesto.agent.download import download, plan
+from praesto.agent.download.api import WRITE_BUFFERED
 from praesto.agent.download.writes import (
     ALIGNMENT,
     DIRECT_FILESYSTEMS,
@@ -90,7 +91,7 @@ def test_a_download_on_a_local_disk_writes_its_large_files_direct(hub: LocalHub,
     assert tree_of(dest) == files
     assert result.bytes_written_direct == 5 * MiB  # five whole parts; the 123-byte last one: buffered
     buffered = download(
-        plan(source, options_for(hub)), tmp_path / "buffered", options_for(hub, direct_writes=False)
+        plan(source, options_for(hub)), tmp_path / "buffered", options_for(hub, write_mode=WRITE_BUFFERED)
     )
     assert tree_of(tmp_path / "buffered") == files
     assert buffered.bytes_written_direct == 0

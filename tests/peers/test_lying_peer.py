@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from praesto.agent.download import download, plan
+from praesto.agent.download import PartSources, download, plan
 from praesto.agent.peers.protocol import NOT_YET, WRITTEN_HEADER
 from praesto.agent.peers.source import PeerSource, Tuning
 
@@ -121,12 +121,11 @@ def test_a_peer_lying_in_any_way_is_dropped_and_the_origin_serves(
     address = f"127.0.0.1:{liar.server_port}"
     tuning = Tuning(min_seconds=0.5, timeout=1.0, stall_seconds=1.0, not_yet_pause=0.05, offer_seconds=0.05)
     source = PeerSource({address: SERVER}, peers.credentials(), "team-a", "m", planned.revision, tuning)
-    options.peers = source
     finished: list[object] = []
 
     def run() -> None:
         try:
-            finished.append(download(planned, tmp_path / "dest", options))
+            finished.append(download(planned, tmp_path / "dest", options, PartSources(peers=source)))
         except BaseException as error:  # shown by the assertion below
             finished.append(error)
 

@@ -9,7 +9,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from praesto.agent.download.xet import (
+from praesto.agent.download.origins.huggingface.xet import (
     FetchRange,
     XetFormatError,
     XorbFooter,
@@ -18,8 +18,8 @@ from praesto.agent.download.xet import (
     parse_footer,
     parse_reconstruction,
 )
-from praesto.agent.download.xet.hashing import from_hex
-from praesto.agent.download.xet.limits import MAX_CHUNK_SIZE, MAX_XORB_BYTES
+from praesto.agent.download.origins.huggingface.xet.hashing import from_hex
+from praesto.agent.download.origins.huggingface.xet.limits import MAX_CHUNK_SIZE, MAX_XORB_BYTES
 
 from tests.xet.conftest import Repo
 

@@ -18,12 +18,17 @@ af1a3ff9, hf_xet 1.6.0, and agrees on every file cited here), and the public pro
 description at https://huggingface.co/docs/xet/ (hashing, xorb, file-reconstruction, api).
 """
 
-from praesto.agent.download.xet.assemble import assemble_file, verify_chunks
-from praesto.agent.download.xet.chunks import Chunk, decode_range
-from praesto.agent.download.xet.errors import XetFormatError
-from praesto.agent.download.xet.footer import XorbFooter, parse_footer
-from praesto.agent.download.xet.hashing import chunk_hash, file_hash, xorb_hash
-from praesto.agent.download.xet.reconstruction import FetchRange, Reconstruction, Term, parse_reconstruction
+from praesto.agent.download.origins.huggingface.xet.assemble import assemble_file, verify_chunks
+from praesto.agent.download.origins.huggingface.xet.chunks import Chunk, decode_range
+from praesto.agent.download.origins.huggingface.xet.errors import XetFormatError
+from praesto.agent.download.origins.huggingface.xet.footer import XorbFooter, parse_footer
+from praesto.agent.download.origins.huggingface.xet.hashing import chunk_hash, file_hash, xorb_hash
+from praesto.agent.download.origins.huggingface.xet.reconstruction import (
+    FetchRange,
+    Reconstruction,
+    Term,
+    parse_reconstruction,
+)
 
 __all__ = [
     "Chunk",

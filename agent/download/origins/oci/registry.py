@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from praesto.agent.download.api import LastingDownloadError, Options
 from praesto.agent.download.http import Transport, origin
-from praesto.agent.download.ociauth import MAX_TOKEN_ANSWER_BYTES, Credential, RegistryAuth, credential_for
+from praesto.agent.download.origins.oci.auth import (
+    MAX_TOKEN_ANSWER_BYTES,
+    Credential,
+    RegistryAuth,
+    credential_for,
+)
 
 from praesto import names
 from praesto.ocireference import Reference
@@ -37,9 +41,9 @@ class Endpoint:
         return f"{self.base}/v2/{repository}/{kind}/{reference}"
 
 
-def mirrors_of(env: Mapping[str, str], host: str) -> list[str]:
-    """The mirrors configured for `host`; a malformed setting is refused, never ignored."""
-    text = env.get(names.ENV_OCI_MIRRORS, "")
+def mirrors_of(text: str, host: str) -> list[str]:
+    """The mirrors configured for `host` in `text`, PRAESTO_OCI_MIRRORS as the process edge read it
+    (`Options.oci_mirrors`); a malformed setting is refused, never ignored."""
     if not text:
         return []
     try:
@@ -65,7 +69,7 @@ def endpoints(ref: Reference, options: Options) -> list[Endpoint]:
             "serve the registry over HTTPS and trust its CA with the CA bundle (downloads.caBundle)",
         )
     scheme = "http" if options.plain_http else "https"
-    found = [Endpoint(m, True) for m in mirrors_of(options.store_env, ref.host)]
+    found = [Endpoint(m, True) for m in mirrors_of(options.oci_mirrors, ref.host)]
     return [*found, Endpoint(f"{scheme}://{ref.api_host}", False)]
 
 
@@ -117,5 +121,5 @@ def transport_for(endpoint: Endpoint, ref: Reference, options: Options) -> Regis
     where = options.credentials_from
     # Each host gets its own login only: a mirror is never handed the registry's.
     credential = credential_for(host if endpoint.mirror else ref.host, options.credentials, where)
-    mirror = endpoint.mirror and endpoint.base in mirrors_of(options.store_env, ref.host)  # as configured
+    mirror = endpoint.mirror and endpoint.base in mirrors_of(options.oci_mirrors, ref.host)  # as configured
     return RegistryTransport(endpoint.base, ref, credential, options, mirror=mirror)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import obstore
 from obstore.exceptions import NotFoundError, PreconditionError
+from praesto.agent.download.access import Access
 from praesto.agent.download.api import (
     DownloadCancelled,
     Options,
@@ -24,10 +24,15 @@ from praesto.agent.download.api import (
     Target,
     TemporaryDownloadError,
 )
-from praesto.agent.download.engine import Engine
 from praesto.agent.download.http import CHUNK, Transient
-from praesto.agent.download.objcreds import StoreConfig
-from praesto.agent.download.objplan import STORE_ERRORS, Store, config_for, open_store, translate
+from praesto.agent.download.origins.objstore.creds import StoreConfig
+from praesto.agent.download.origins.objstore.plan import (
+    STORE_ERRORS,
+    Store,
+    config_for,
+    open_store,
+    translate,
+)
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -90,14 +95,11 @@ class ObjectSource:
         """Connections belong to the store's pool; nothing per thread to close."""
 
 
-class ObjectEngine(Engine):
-    """The Hub engine with object keys instead of resolve URLs."""
-
-    def _resolve_url(self, f: RemoteFile) -> str:
-        return f.path
-
-
-def engine_for(plan: Plan, staging: Path, options: Options) -> Engine:
+def access_for(plan: Plan, options: Options) -> Access:
+    """The store's ranged reads of `plan`'s objects, each file located by its path in the plan."""
     cfg = config_for(plan.source, options)
-    source = ObjectSource(open_store(cfg), cfg, plan)
-    return ObjectEngine(plan, staging, plan.source.uri, options, transport=source)
+    return Access(plan.source.uri, ObjectSource(open_store(cfg), cfg, plan), _object_path)
+
+
+def _object_path(f: RemoteFile) -> str:
+    return f.path  # ObjectSource looks the file up by it: its key, ETag and version

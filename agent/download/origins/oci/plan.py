@@ -28,10 +28,16 @@ from praesto.agent.download.api import (
     RemoteFile,
     TemporaryDownloadError,
 )
-from praesto.agent.download.hfplan import RESERVED_PREFIX, check_repo_path
 from praesto.agent.download.http import Transient
-from praesto.agent.download.ocimedia import ACCEPT, INDEXES, MODELPACK_ARTIFACT, LayerMeaning, meaning
-from praesto.agent.download.ociregistry import Endpoint, RegistryTransport, endpoints, transport_for
+from praesto.agent.download.origins.oci.media import (
+    ACCEPT,
+    INDEXES,
+    MODELPACK_ARTIFACT,
+    LayerMeaning,
+    meaning,
+)
+from praesto.agent.download.origins.oci.registry import Endpoint, RegistryTransport, endpoints, transport_for
+from praesto.agent.download.repopath import RESERVED_PREFIX, check_repo_path
 
 from praesto import names
 from praesto.ocireference import DIGEST, Reference, reference_of

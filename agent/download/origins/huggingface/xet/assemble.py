@@ -10,14 +10,28 @@ checks the Hub's sha256 before publishing (issue 40 item 1): this is the first g
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
 
-from praesto.agent.download.xet.chunks import Chunk, decode_range
-from praesto.agent.download.xet.errors import XetFormatError
-from praesto.agent.download.xet.footer import XorbFooter
-from praesto.agent.download.xet.hashing import file_hash, from_hex, to_hex
-from praesto.agent.download.xet.reconstruction import FetchRange, Reconstruction
+from praesto.agent.download.origins.huggingface.xet.chunks import Chunk, decode_range
+from praesto.agent.download.origins.huggingface.xet.errors import XetFormatError
+from praesto.agent.download.origins.huggingface.xet.footer import XorbFooter
+from praesto.agent.download.origins.huggingface.xet.hashing import file_hash, from_hex, to_hex
+from praesto.agent.download.origins.huggingface.xet.reconstruction import FetchRange, Reconstruction, Term
 
 Fetch = Callable[[FetchRange], bytes]
+
+
+class Held(Protocol):
+    """A local store of chunks (the node's chunk store): what it holds of a term, and what was fetched."""
+
+    def chunks(self, term: Term) -> list[Chunk] | None:
+        """The term's chunks, each checked against its hash, or None to fetch them."""
+
+    def keep(self, source: FetchRange, raw: bytes, chunks: list[Chunk]) -> None:
+        """A fetched range, `raw` as served and `chunks` decoded from it (not yet verified by the file)."""
+
+    def used(self, term: Term, chunks: list[Chunk]) -> None:
+        """The term's chunks, held or fetched, in file order (what a verified file's index lists)."""
 
 
 def verify_chunks(chunks: list[Chunk], footer: XorbFooter) -> None:
@@ -36,10 +50,17 @@ def verify_chunks(chunks: list[Chunk], footer: XorbFooter) -> None:
 
 
 def iter_file(
-    recon: Reconstruction, fetch: Fetch, expected_hash: str, footers: Mapping[str, XorbFooter] | None = None
+    recon: Reconstruction,
+    fetch: Fetch,
+    expected_hash: str,
+    footers: Mapping[str, XorbFooter] | None = None,
+    held: Held | None = None,
 ) -> Iterator[bytes]:
     """The file's bytes term by term; raises before the last piece if anything fails to verify, so a
-    consumer that publishes only after exhausting the iterator publishes only verified files."""
+    consumer that publishes only after exhausting the iterator publishes only verified files.
+
+    `held`: a local store asked for each term's chunks before fetching, and given what was fetched;
+    its chunks count in the file's hash exactly like fetched ones."""
     footers = footers or {}
     if not recon.terms:  # an empty file: no chunks, and its Xet hash is 32 zero bytes
         if from_hex(expected_hash) != file_hash([]):
@@ -55,12 +76,19 @@ def iter_file(
                 f"which has {len(footer.chunk_hashes)}: outside the xorb"
             )
         source = recon.fetch_for(term)
-        if source not in decoded:
-            chunks = decode_range(fetch(source), source.start, source.end - source.start, term.xorb)
-            if footer is not None:
-                verify_chunks(chunks, footer)
-            decoded = {source: chunks}  # terms arrive in file order: keep only the current range
-        chunks = decoded[source][term.start - source.start : term.end - source.start]
+        local = held.chunks(term) if held is not None else None
+        if local is not None:
+            chunks = local
+        else:
+            if source not in decoded:
+                raw = fetch(source)
+                chunks = decode_range(raw, source.start, source.end - source.start, term.xorb)
+                if footer is not None:
+                    verify_chunks(chunks, footer)
+                if held is not None:
+                    held.keep(source, raw, chunks)
+                decoded = {source: chunks}  # terms arrive in file order: keep only the current range
+            chunks = decoded[source][term.start - source.start : term.end - source.start]
         size = sum(len(c.data) for c in chunks)
         if size != term.unpacked_length:
             raise XetFormatError(
@@ -68,6 +96,8 @@ def iter_file(
                 f"the reconstruction said {term.unpacked_length}"
             )
         leaves.extend((c.hash, len(c.data)) for c in chunks)
+        if held is not None:
+            held.used(term, chunks)
         pieces = [c.data for c in chunks]
         if term is recon.terms[-1]:
             got = file_hash(leaves)

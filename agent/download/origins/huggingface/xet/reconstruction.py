@@ -17,14 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from praesto.agent.download.xet.errors import XetFormatError
-from praesto.agent.download.xet.hashing import from_hex
-from praesto.agent.download.xet.limits import (
+from praesto.agent.download.origins.huggingface.xet.errors import XetFormatError
+from praesto.agent.download.origins.huggingface.xet.hashing import from_hex
+from praesto.agent.download.origins.huggingface.xet.limits import (
     CHUNK_HEADER_SIZE,
     MAX_CHUNK_SIZE,
     MAX_COMPRESSED_CHUNK_SIZE,
-    MAX_XORB_BYTES,
     MAX_XORB_CHUNKS,
+    MAX_XORB_STORED_BYTES,
 )
 
 
@@ -100,7 +100,7 @@ def _fetch(xorb: str, chunks: Any, byte_range: Any, url: Any, what: str) -> Fetc
         _int(byte_range.get("end"), f"{what} bytes.end"),
     )
     most = (end - start) * (CHUNK_HEADER_SIZE + MAX_COMPRESSED_CHUNK_SIZE)
-    if not first <= last < MAX_XORB_BYTES or last - first + 1 > most:
+    if not first <= last < MAX_XORB_STORED_BYTES or last - first + 1 > most:
         raise XetFormatError(
             f"reconstruction: {what} bytes {first}-{last} are outside a xorb or longer than "
             f"{end - start} chunks can be ({most} bytes)"

@@ -21,6 +21,7 @@ retries are the engine's (xet-core #883, #850: Xet downloads that stall).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -29,12 +30,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.client import HTTPResponse
 
-from praesto.agent.download.api import DownloadError, Options, RemoteFile, Target
+from praesto.agent.download.api import ByteSource, DownloadError, Options, OriginThrottle, RemoteFile, Target
 from praesto.agent.download.egress import REASON_EGRESS_REFUSED, EgressRefused
 from praesto.agent.download.http import Expired, Redirect, Transient, Transport, redact
-from praesto.agent.download.xet import FetchRange, Reconstruction, XetFormatError, parse_reconstruction
-from praesto.agent.download.xet.assemble import iter_file
-from praesto.agent.download.xet.limits import MAX_RECONSTRUCTION_JSON_BYTES
+from praesto.agent.download.origins.huggingface.xet import (
+    FetchRange,
+    Reconstruction,
+    XetFormatError,
+    parse_reconstruction,
+)
+from praesto.agent.download.origins.huggingface.xet.assemble import iter_file
+from praesto.agent.download.origins.huggingface.xet.limits import MAX_RECONSTRUCTION_JSON_BYTES
+from praesto.agent.download.origins.huggingface.xetstore import ChunkStore, cas_key
 
 log = logging.getLogger("praesto.download")
 
@@ -97,7 +104,10 @@ class XetOrigin:
     (http.Transport), so `close()` runs on each fetch thread as it ends.
     """
 
-    def __init__(self, endpoint: str, repo: str, revision: str, options: Options) -> None:
+    def __init__(
+        self, endpoint: str, repo: str, revision: str, options: Options, chunks: ChunkStore | None = None
+    ) -> None:
+        self.chunks = chunks  # the node's chunk store (xetstore.py): chunks on the node are read there
         self.token_url = f"{endpoint}/api/models/{repo}/xet-read-token/{revision}"
         stall = options.xet_stall_seconds
         egress = options.egress.trusting(endpoint)  # the Hub as configured; the CAS it names is checked
@@ -109,14 +119,30 @@ class XetOrigin:
         }
         self.api = Transport(endpoint, options.token, **common)  # type: ignore[arg-type]
         ranges = Transport(endpoint, None, **common)  # type: ignore[arg-type]
-        self.ranges = options.origin.wrap(ranges) if options.origin is not None else ranges
+        self.ranges: ByteSource = ranges  # the origin budget wraps them (`behind`), never the token requests
         self._token: CasToken | None = None
         self._lock = threading.Lock()
         self.tokens_fetched = 0
 
+    def behind(self, throttle: OriginThrottle) -> XetOrigin:
+        """This origin with its CAS range requests behind the cluster's origin budget (a copy, made
+        before the download starts: nothing is changed once the engine runs)."""
+        gated = copy.copy(self)
+        gated.ranges = throttle.wrap(self.ranges)
+        return gated
+
     def close(self) -> None:
         self.api.close()
         self.ranges.close()
+        if self.chunks is not None and (self.chunks.counters.chunks_read or self.chunks.counters.dropped):
+            c = self.chunks.counters
+            log.info("xet chunk store: %d chunks (%d bytes) read on the node, %d kept, %d dropped as bad",
+                     c.chunks_read, c.bytes_read, c.chunks_written, c.dropped)  # fmt: skip
+
+    def forget_chunks(self, file: RemoteFile) -> None:
+        """`file` passed Xet's hashes but not the Hub's sha256: the chunk store must not index it."""
+        if self.chunks is not None and self._token is not None and file.sha256:
+            self.chunks.forget(cas_key(self._token.cas_url), file.sha256)
 
     # ---- token ---------------------------------------------------------------------------
     def token(self, stale: CasToken | None = None) -> CasToken:
@@ -209,7 +235,12 @@ class XetOrigin:
         `wire(n)`: n bytes of xorb ranges arrived from the origin."""
         assert file.xet_hash is not None
         recon = self.reconstruction(file)
+        held = self.chunks.file(self.token().cas_url) if self.chunks is not None else None
         try:
-            yield from iter_file(recon, lambda source: self.fetch_range(source, cancel, wire), file.xet_hash)
+            yield from iter_file(
+                recon, lambda source: self.fetch_range(source, cancel, wire), file.xet_hash, held=held
+            )
         except XetFormatError as error:
             raise XetFallback(CAUSE_FORMAT, f"{file.path}: {error}") from None
+        if held is not None and file.sha256:  # every chunk verified by the file's Xet hash
+            held.verified(file.sha256)

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import lz4.frame
-from praesto.agent.download.xet.errors import XetFormatError
-from praesto.agent.download.xet.hashing import chunk_hash
-from praesto.agent.download.xet.limits import (
+from praesto.agent.download.origins.huggingface.xet.errors import XetFormatError
+from praesto.agent.download.origins.huggingface.xet.hashing import chunk_hash
+from praesto.agent.download.origins.huggingface.xet.limits import (
     CHUNK_HEADER_SIZE,
     CHUNK_HEADER_VERSION,
     MAX_CHUNK_SIZE,

@@ -22,7 +22,6 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils._paths import filter_repo_objects
-from praesto.agent.download import hubclient
 from praesto.agent.download.api import (
     SUMMARY,
     DownloadError,
@@ -34,6 +33,8 @@ from praesto.agent.download.api import (
     check_file_count,
 )
 from praesto.agent.download.egress import REASON_EGRESS_REFUSED, EgressRefused
+from praesto.agent.download.origins.huggingface import hubclient
+from praesto.agent.download.repopath import check_repo_path
 
 from praesto.spec import Source
 
@@ -50,33 +51,12 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 # (utils/_headers.py `_http_user_agent`).
 constants.HF_HUB_DISABLE_TELEMETRY = True
 hubclient.install()  # its connections under the egress rule of the plan on each thread (hubclient.py)
-RESERVED_PREFIX = ".praesto"  # marker files and staging live at the top of a cache
 FEWER_HUB_FILES = "select fewer with spec.source.huggingface.allowPatterns or ignorePatterns"
 
 
 def endpoint_of(options: Options) -> str:
     """The Hub to ask: Options.endpoint (the process edge fills it from --endpoint or HF_ENDPOINT)."""
     return (options.endpoint or DEFAULT_ENDPOINT).rstrip("/")
-
-
-def check_repo_path(path: str) -> str:
-    """Refuse names that could escape the destination or spoof our markers."""
-    parts = path.split("/")
-    bad = (
-        not path
-        or path.startswith("/")
-        or "\\" in path
-        or "\x00" in path
-        or any(p in ("", ".", "..") for p in parts)
-        or parts[0].startswith(RESERVED_PREFIX)
-    )
-    if bad:
-        raise LastingDownloadError(
-            "InvalidRepoFile",
-            f"repo file {path!r} would escape the destination or replace a Praesto marker; "
-            "remove or rename it in the repo (plain relative names only)",
-        )
-    return path
 
 
 def plan(source: Source, options: Options) -> Plan:

@@ -14,6 +14,11 @@ MAX_COMPRESSED_CHUNK_SIZE = 2 * MAX_CHUNK_SIZE
 MAX_XORB_BYTES = 64 * 1024 * 1024
 MAX_XORB_CHUNKS = 8 * 1024
 CHUNK_HEADER_SIZE = 8
+# MAX_XORB_BYTES bounds a xorb's chunk data, not its serialized form (deduplication/src/
+# data_aggregator.rs `num_bytes`: the chunks' bytes, cut at MAX_XORB_BYTES); on the wire each chunk
+# also has its header, and an incompressible chunk is stored plain, so its byte ranges reach past
+# 64 MiB by up to a header per chunk (hf_xet 1.8.0 writes 67,117,351 bytes for 64 MiB of random data).
+MAX_XORB_STORED_BYTES = MAX_XORB_BYTES + MAX_XORB_CHUNKS * CHUNK_HEADER_SIZE
 CHUNK_HEADER_VERSION = 0
 # The reconstruction answer is JSON listing terms of at most one xorb's chunks each: a file of
 # size S needs about S / 64 KiB chunks, and a term covers >= 1 of them. 64 MiB of JSON bounds a

@@ -36,7 +36,7 @@ from praesto.agent.download.api import RemoteFile
 from praesto.agent.download.digests import StoreDigest, from_base64
 from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.download.http import Transient, Transport, redact
-from praesto.agent.download.objcreds import StoreConfig
+from praesto.agent.download.origins.objstore.creds import StoreConfig
 
 log = logging.getLogger("praesto.download")
 CONCURRENCY = 16

@@ -15,7 +15,7 @@ runs), not a hand-written one.
 from __future__ import annotations
 
 import blake3
-from praesto.agent.download.xet.errors import XetFormatError
+from praesto.agent.download.origins.huggingface.xet.errors import XetFormatError
 
 DATA_KEY = bytes(
     [102, 151, 245, 119, 91, 149, 80, 222, 49, 53, 203, 172, 165, 151, 24, 28,

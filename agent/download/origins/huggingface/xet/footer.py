@@ -15,9 +15,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from praesto.agent.download.xet.errors import XetFormatError
-from praesto.agent.download.xet.hashing import to_hex, xorb_hash
-from praesto.agent.download.xet.limits import MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS
+from praesto.agent.download.origins.huggingface.xet.errors import XetFormatError
+from praesto.agent.download.origins.huggingface.xet.hashing import to_hex, xorb_hash
+from praesto.agent.download.origins.huggingface.xet.limits import (
+    MAX_CHUNK_SIZE,
+    MAX_XORB_CHUNKS,
+    MAX_XORB_STORED_BYTES,
+)
 
 IDENT = b"XETBLOB"
 IDENT_HASHES = b"XBLBHSH"
@@ -87,8 +91,8 @@ def parse_footer(tail: bytes, expected_xorb: bytes) -> XorbFooter:
     stored_sizes = [stored[i] - (stored[i - 1] if i else 0) for i in range(n)]
     if any(not 0 < s <= MAX_CHUNK_SIZE for s in sizes) or any(s <= 0 for s in stored_sizes):
         raise XetFormatError("xorb footer's chunk boundaries are not increasing within the format's sizes")
-    if stored[-1] > MAX_XORB_BYTES:
-        raise XetFormatError(f"xorb footer claims {stored[-1]} bytes of chunks, over {MAX_XORB_BYTES}")
+    if stored[-1] > MAX_XORB_STORED_BYTES:
+        raise XetFormatError(f"xorb footer claims {stored[-1]} bytes of chunks, over {MAX_XORB_STORED_BYTES}")
     computed = xorb_hash(list(zip(hashes, sizes, strict=True)))
     if computed != stated or stated != expected_xorb:
         raise XetFormatError(

@@ -43,9 +43,9 @@ from praesto.agent.download.api import (
 )
 from praesto.agent.download.digests import StoreDigest
 from praesto.agent.download.egress import REASON_EGRESS_REFUSED, EgressRefused
-from praesto.agent.download.hfplan import check_repo_path
-from praesto.agent.download.objcreds import StoreConfig, store_config
-from praesto.agent.download.storesums import with_store_digests
+from praesto.agent.download.origins.objstore.creds import StoreConfig, store_config
+from praesto.agent.download.origins.objstore.storesums import with_store_digests
+from praesto.agent.download.repopath import check_repo_path
 
 from praesto.spec import Source
 

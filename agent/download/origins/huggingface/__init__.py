@@ -1,0 +1,57 @@
+"""Hugging Face Hub models (`hf://ORG/NAME[:REV]`): the Hub's API plans, `resolve/` serves bytes.
+
+plan.py resolves the revision and lists files through `huggingface_hub` (hubclient.py keeps its
+connections under the egress rule); bytes come over `resolve/` URLs at the Hub endpoint
+(`--endpoint`, HF_ENDPOINT: a mirror) with the token to the Hub only; with `Options.xet`, files the
+Hub stores in Xet come whole through the Xet CAS (xetfetch.py, xetpath.py, the format core xet/).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote, urlsplit
+
+from praesto.agent.download.access import Access
+from praesto.agent.download.api import Options, Plan, RemoteFile
+from praesto.agent.download.origins.base import TOKEN, CredentialShape, http_transport
+from praesto.agent.download.origins.huggingface import plan as hub_plan
+from praesto.agent.download.origins.huggingface.plan import endpoint_of
+from praesto.agent.download.origins.huggingface.xetfetch import XetOrigin
+from praesto.agent.download.origins.huggingface.xetpath import XetRoute
+from praesto.agent.download.origins.huggingface.xetstore import ChunkStore
+
+from praesto import store
+from praesto.spec import Source
+
+
+class HuggingFace:
+    """The Hub as an `Origin` (origins/base.py)."""
+
+    # the cache's token.secretRef key (HF_TOKEN, then token); the chart's credentials Secret: HF_TOKEN
+    credential = CredentialShape(TOKEN, cluster_key="HF_TOKEN")
+
+    def plan(self, source: Source, options: Options) -> Plan:
+        return hub_plan.plan(source, options)
+
+    def open(self, plan: Plan, options: Options) -> Access:
+        endpoint = endpoint_of(options)
+        base = f"{endpoint}/{plan.source.location}/resolve/{plan.revision}"
+
+        def locate(f: RemoteFile) -> str:
+            return f"{base}/{quote(f.path)}"
+
+        xet = options.xet and any(f.xet_hash for f in plan.files)
+        chunks = ChunkStore(store.xet_chunks_beside(options.blobs_dir)) if options.blobs_dir else None
+        repo, revision = plan.source.location, plan.revision
+        route = XetRoute(XetOrigin(endpoint, repo, revision, options, chunks)) if xet else None
+        # the Hub the platform configured is trusted as it is; where it redirects is checked
+        return Access(endpoint, http_transport(endpoint, options.token, options), locate, route)
+
+    def host(self, plan: Plan, options: Options) -> str:
+        return urlsplit(endpoint_of(options)).netloc
+
+
+def origin() -> HuggingFace:
+    return HuggingFace()
+
+
+__all__ = ["HuggingFace", "origin"]
