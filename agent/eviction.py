@@ -1,8 +1,9 @@
-"""Removing caches from the store: deletion, eviction and blob garbage collection.
+"""Removing caches from the store: deletion, eviction and blob (and Xet chunk) garbage collection.
 
 The agent may only ever remove `<base>/<ns>/<name>` and its own staging,
-progress and request files; every path is rebuilt from validated DNS labels
-and checked to sit where the layout says before anything is deleted.
+progress and request files; every path comes from the layout's owner (praesto/store.py),
+is rebuilt from validated DNS labels and is reached without following a symlink
+(praesto.csi.storefs's walk) before anything is deleted.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
-from praesto.agent.download.publish import ORIGIN_INDEX, SHARING, recall_origin
+from praesto.agent.download.publish import recall_origin
+from praesto.csi import storefs
 
 from praesto import names, store
 from praesto.store import StoreLayout
@@ -26,9 +28,13 @@ def _checked(layout: StoreLayout, namespace: str, name: str) -> Path:
     if not (names.is_dns_label(namespace) and names.is_dns_label(name)):
         raise UnsafePath(f"{namespace}/{name}: namespace and cache name must be DNS labels")
     path = layout.cache_dir(namespace, name)
-    parent = path.parent
-    if parent.is_symlink() or path.is_symlink():
-        raise UnsafePath(f"{path} or its namespace directory is a symlink; refusing to delete through it")
+    try:
+        with storefs.store_dir(layout.base, (namespace, name)):
+            pass
+    except OSError as err:  # ELOOP or ENOTDIR: a part is a symlink or not a directory
+        raise UnsafePath(
+            f"{path} or its namespace directory is a symlink or not a directory; refusing to delete through it"
+        ) from err
     return path
 
 
@@ -102,7 +108,7 @@ def remove_all(layout: StoreLayout, namespace: str, name: str) -> None:
     store.clear_progress(layout, namespace, name)
     store.clear_hydration_request(layout, namespace, name)
     # the cache's records: its use stamp, where its bytes came from, its last scrub
-    for record in (layout.used_dir / store.cache_key(namespace, name), layout.copy_record(namespace, name),
+    for record in (layout.used_stamp(namespace, name), layout.copy_record(namespace, name),
                    layout.scrub_record(namespace, name)):  # fmt: skip
         with contextlib.suppress(FileNotFoundError):
             record.unlink()
@@ -118,20 +124,17 @@ def drop_unowned_requests(layout: StoreLayout, owned: set[tuple[str, str]]) -> i
     request nobody will ever answer; called after a relist, when `owned` is the whole truth.
     Malformed requests go too. Returns how many were removed.
     """
-    if not layout.requests_dir.is_dir():
-        return 0
     dropped = 0
-    for path in layout.requests_dir.glob("*.json"):
-        data = store.read_json(path) if not path.is_symlink() else None
-        ns, name = (data or {}).get("namespace"), (data or {}).get("name")
-        valid = (
-            isinstance(ns, str) and isinstance(name, str) and path.name == store.cache_key(ns, name) + ".json"
-        )
-        if valid and (ns, name) in owned:
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-            dropped += 1
+    try:
+        with storefs.store_dir(layout.base, (store.INTERNAL_DIR, store.REQUESTS)) as fd:
+            if fd is None:
+                return 0
+            for file_name in storefs.record_names(fd):
+                owner = store.request_owner(file_name, storefs.read_json_at(fd, file_name))
+                if owner is None or owner not in owned:
+                    dropped += storefs.unlink_at(fd, file_name)
+    except OSError:  # the driver's directory is a symlink or not one: nothing of the driver's to drop
+        return dropped
     return dropped
 
 
@@ -143,14 +146,14 @@ def gc_blobs(layout: StoreLayout) -> int:
     for entry in os.scandir(layout.blobs_dir):
         try:
             st = entry.stat(follow_symlinks=False)
-            if entry.name.startswith(SHARING):  # a share a crash interrupted: not a blob
+            if entry.name.startswith(store.BLOB_SHARING_PREFIX):  # a share a crash interrupted: not a blob
                 os.unlink(entry.path)
             elif entry.is_file(follow_symlinks=False) and st.st_nlink == 1:
                 os.unlink(entry.path)
                 freed += st.st_size
         except FileNotFoundError:
             continue
-    index = layout.blobs_dir / ORIGIN_INDEX  # origin keys of small files: drop those whose blob went
+    index = layout.blob_origin_index  # origin keys of small files: drop those whose blob went
     if index.is_dir():
         for entry in os.scandir(index):
             blob = recall_origin(layout.blobs_dir, entry.name)
@@ -159,7 +162,20 @@ def gc_blobs(layout: StoreLayout) -> int:
                     os.unlink(entry.path)
         with contextlib.suppress(OSError):  # only when empty
             index.rmdir()
-    return freed
+    # the Xet chunk store: indexes of files no blob holds any more, then chunks no index names
+    # (imported here: the Hugging Face origin's package loads huggingface_hub, which reads its own
+    # environment on import; the agent's settings must not, tests/test_settings_inventory.py)
+    from praesto.agent.download.origins.huggingface import xetstore
+
+    return freed + xetstore.collect(layout.xet_chunks_dir, layout.blobs_dir)
+
+
+def clear_xet_chunks(layout: StoreLayout) -> int:
+    """Disk pressure: the whole Xet chunk store gives its room back (bytes a download can fetch
+    again) before any copy is evicted; bytes freed."""
+    from praesto.agent.download.origins.huggingface import xetstore  # lazily: see gc_blobs
+
+    return xetstore.clear(layout.xet_chunks_dir)
 
 
 def cache_size(layout: StoreLayout, namespace: str, name: str) -> int:

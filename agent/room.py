@@ -3,7 +3,8 @@
 `DiskRoom` owns the reservations (reservations.py) and decides, under the one
 store lock (`Copies.lock`), whether a planned download fits above the reserve,
 evicting least recently used unused copies first (namespaces over their quota
-give first: capacity.py). It reads only the disk and the copies the agent knows
+give first: capacity.py); the Xet chunk store, bytes a download can fetch again,
+is emptied before any copy goes. It reads only the disk and the copies the agent knows
 (`Copies`); what an eviction means for a copy's status is the caller's, told
 through `on_evicted` - so it runs, and is tested, without an API server.
 """
@@ -78,6 +79,10 @@ class DiskRoom:
             in_flight = self.reservations.outstanding(written, excluding=key)
             candidates = self.candidates(ref)
             chosen = capacity.choose_evictions(needed, _minus(disk, in_flight), reserve, candidates)
+            if (chosen is None or chosen) and eviction.clear_xet_chunks(self.layout):
+                # short of room: the Xet chunk store gives its bytes back before any copy goes
+                disk = capacity.disk_usage(base)
+                chosen = capacity.choose_evictions(needed, _minus(disk, in_flight), reserve, candidates)
             if chosen is None:
                 evictable = sum(c.size for c in candidates)
                 raise dlapi.LastingDownloadError(

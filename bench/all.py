@@ -22,6 +22,7 @@ BENCHMARKS: tuple[tuple[str, ...], ...] = (
     ("bench.download_bench",),  # page cache warm for every contender
     ("bench.download_bench", "--cold", "--no-hf", "--scenarios", "uncapped"),  # cp: the disk's limit
     ("bench.reuse_bench",),
+    ("bench.xet_bench",),  # issue 40 item 4 (a)-(c) through Xet and the chunk store
     ("bench.agent_scale_bench",),
     ("bench.objstore_bench",),
     ("bench.p2p_bench",),
