@@ -2,4 +2,5 @@
 
 from praesto.hooks.orphans.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # imported (the wheel's import check), it starts nothing
+    raise SystemExit(main())
