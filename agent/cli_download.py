@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
@@ -27,7 +28,7 @@ from praesto.agent.download import (
     download,
     plan,
 )
-from praesto.agent.download.api import SUMMARY_RECORD, WRITE_BUFFERED, WRITE_DIRECT, EngineSettings
+from praesto.agent.download.api import SUMMARY_RECORD, WRITE_BUFFERED, WRITE_DIRECT
 from praesto.agent.download.destination import destination_problem
 from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.download.origins import origin_for
@@ -209,8 +210,8 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     # this process's download settings, once, from its flags over its environment
-    section = EngineSettings.from_environment(
-        settings.store_env,  # the proxies, OCI mirrors and object-store variables, read once
+    section = replace(
+        settings.environment,  # the proxies, OCI mirrors and object-store variables, read once
         endpoint=args.endpoint or settings.hf_endpoint,
         modelscope_endpoint=settings.modelscope_endpoint,
         ca_bundle=settings.ca_bundle,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -148,9 +148,10 @@ class AgentSettings:
     """PRAESTO_NAMESPACE_QUOTAS (chart namespaceQuota): who gives room first when the disk is full."""
     scrub: ScrubSettings = field(default_factory=lambda: ScrubSettings())
     """The at-rest scrub (agent/scrub/)."""
-    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
-    """The environment as the process started: what downloads take from it (the proxies, the OCI
-    mirrors, the object-store clients' variables) is read once into `downloads`."""
+    environment: EngineSettings = field(default_factory=EngineSettings, repr=False)
+    """What downloads take from the environment as the process started (EngineSettings.from_environment:
+    the proxies, the OCI mirrors, the object-store clients' variables), read once; `downloads` adds
+    the flags to it."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, env: Mapping[str, str]) -> AgentSettings:
@@ -191,15 +192,15 @@ class AgentSettings:
             scrub=ScrubSettings(
                 _duration(args.scrub_interval), int(parse_quantity(args.scrub_bytes_per_second))
             ),
-            store_env=dict(env),
+            environment=EngineSettings.from_environment(env),
         )
 
     @cached_property
     def downloads(self) -> EngineSettings:
         """Every download's settings section (download/api.py), built once from these and passed
         whole to the job runner (agent/jobs.py), which adds each download's request to it."""
-        return EngineSettings.from_environment(
-            self.store_env,  # the proxies, OCI mirrors and object-store variables, read here once
+        return replace(
+            self.environment,  # the proxies, OCI mirrors and object-store variables, read at start
             endpoint=self.hf_endpoint,
             modelscope_endpoint=self.modelscope_endpoint,
             ca_bundle=self.ca_bundle,

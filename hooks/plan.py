@@ -21,10 +21,10 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from praesto.agent.download import DownloadError, Options, Plan, TemporaryDownloadError, plan
-from praesto.agent.download.api import EngineSettings
 from praesto.agent.download.download import check_size
 from praesto.agent.download.egress import EgressPolicy
 from praesto.agent.download.origins import origin_for
@@ -57,8 +57,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def options_for(args: argparse.Namespace, env: Mapping[str, str], scheme: str) -> Options:
     """What the planner needs, from this machine's environment as `praesto-agent download` reads it."""
     settings = DownloadSettings.from_env(env)
-    section = EngineSettings.from_environment(
-        settings.store_env,  # the proxies, OCI mirrors and object-store variables, read once
+    section = replace(
+        settings.environment,  # the proxies, OCI mirrors and object-store variables, read once
         endpoint=args.endpoint or settings.hf_endpoint,
         modelscope_endpoint=settings.modelscope_endpoint,
         ca_bundle=settings.ca_bundle,

@@ -29,6 +29,25 @@ IDENTITY_ENV = (
     "AZURE_FEDERATED_TOKEN_FILE",
     ENV_IDENTITY,
 )
+# Every variable origins/objstore/creds.py store_config (and its client_options) reads from a process
+# environment: the identity above, the region and account defaults, the CA files and the proxies. The
+# edge keeps only these (download/api.py StoreEnvironment.of), so nothing below it holds the whole
+# environment; tests/download/test_store_environment.py checks creds.py reads no other name.
+STORE_ENV = (
+    *IDENTITY_ENV,
+    "AWS_REGION",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_CLIENT_ID",
+    "AZURE_TENANT_ID",
+    "PRAESTO_CA_BUNDLE",  # names.ENV_CA_BUNDLE
+    "SSL_CERT_FILE",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "NO_PROXY",
+    "no_proxy",
+)
 # Characters that end a whole segment of a source URI: a path separator, or the
 # revision separator of hf://org/name:revision. A prefix matches only up to one of them.
 SEGMENT_ENDS = ("/", ":")

@@ -22,6 +22,7 @@ from typing import Any
 
 from praesto.agent import logs
 from praesto.agent.credentials import CredentialPolicy
+from praesto.agent.download.api import EngineSettings
 from praesto.agent.kube import KubeApi
 from praesto.agent.metrics import AgentMetrics
 from praesto.agent.node_agent import Agent
@@ -80,7 +81,8 @@ class Env:
             concurrency=4,
             reserve="0",
             scrub=scrub,
-            store_env=dict(os.environ),  # as praesto-agent run takes it at start (agent/settings.py)
+            # as praesto-agent run takes it at start (agent/settings.py)
+            environment=EngineSettings.from_environment(os.environ),
             egress=LOOPBACK,  # the hub, registries and stores of these tests listen on loopback
         )
         settings = replace(settings, **overrides)

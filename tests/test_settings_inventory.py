@@ -52,7 +52,7 @@ SETTINGS_MODULES = {
 SETTINGS_TREES = {"agent/settings.py": ["MetricsSettings", "StartupTaintSettings", "ScrubSettings", "AgentSettings"],
                   "csi/settings.py": ["CsiSettings"]}  # fmt: skip
 # Variables the chart sets for libraries and read from the environment the edge handed in (the proxies:
-# download/proxies.py, from Options.store_env), not by name in a settings object: urllib/httpx/obstore honour the
+# download/proxies.py, read once into EngineSettings.proxies), not by name in a settings object: urllib/httpx/obstore honour the
 # proxies, OpenSSL and requests the CA files, and the Job's HOME/HF_HOME keep huggingface_hub's
 # caches in the writable /tmp.
 LIBRARY_ENV = {
@@ -206,9 +206,9 @@ def csi_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
 
 
 # Names read below the settings objects, from the environment the edge handed in (not os.environ).
-# Read from Options.store_env (the environment each process takes at its edge) by
-# objcreds.store_config, with the store clients' own variables.
-DOWNLOAD_AT_USE = {"PRAESTO_WORKLOAD_IDENTITY", "PRAESTO_OCI_MIRRORS"}  # and ociregistry.mirrors_of
+# Read from EngineSettings.store_environment (filtered from the environment each process takes at its edge) by
+# origins/objstore/creds.py store_config, with the store clients' own variables.
+DOWNLOAD_AT_USE = {"PRAESTO_WORKLOAD_IDENTITY", "PRAESTO_OCI_MIRRORS"}  # and origins/oci/registry.py mirrors_of
 AGENT_AT_USE = DOWNLOAD_AT_USE
 DOWNLOADER_AT_USE = DOWNLOAD_AT_USE
 

@@ -24,7 +24,7 @@ from praesto.agent.download.digests import ALGORITHMS, RunningDigest, StoreDiges
 from praesto.agent.download.egress import REASON_EGRESS_REFUSED, EgressPolicy
 from praesto.agent.download.proxies import proxies_from_env
 
-from praesto import names
+from praesto import credscope, names
 from praesto.quantity import format_bytes
 from praesto.spec import Source
 from praesto.store import RequiredSignature
@@ -342,6 +342,23 @@ WRITE_MODES = (WRITE_DIRECT, WRITE_BUFFERED)
 
 
 @dataclass(frozen=True)
+class StoreEnvironment:
+    """The object-store clients' variables (credscope.STORE_ENV) as the process started, kept by its
+    edge (`of`) so that nothing below it holds the whole environment. Values may be secrets: never
+    repr()ed."""
+
+    pairs: frozenset[tuple[str, str]] = field(default=frozenset(), repr=False)
+
+    @classmethod
+    def of(cls, env: Mapping[str, str]) -> StoreEnvironment:
+        """Only the names store_config reads, as set in `env` (set but empty counts as set)."""
+        return cls(frozenset((name, value) for name, value in env.items() if name in credscope.STORE_ENV))
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.pairs)
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     """A process's download settings: built once at its edge (`AgentSettings.downloads`, the download
     CLI) and passed whole, never copied field by field nor changed after (kopf's `OperatorSettings`
@@ -359,9 +376,9 @@ class EngineSettings:
     proxies: Mapping[str, str] = field(default_factory=dict)
     # ... PRAESTO_OCI_MIRRORS (chart downloads.oci.mirrors) as set; origins/oci/registry.py reads it ...
     oci_mirrors: str = ""
-    # ... and the object-store clients' own variables (workload identity, region: origins/objstore/
-    # creds.py store_config reads what it knows); empty: none of them.
-    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # ... and the object-store clients' own variables (workload identity, region, CA, proxies: only
+    # the names origins/objstore/creds.py store_config reads); empty: none of them.
+    store_environment: StoreEnvironment = field(default_factory=lambda: StoreEnvironment(), repr=False)
     max_files: int = MAX_FILES  # refuse a plan of more files (check_file_count); lowered only by tests
     concurrency: int = 32  # parallel connections: CDNs cap each one (see bench/download_bench.py)
     # Tuning (defaults measured by bench/download_bench.py); rarely worth changing.
@@ -389,8 +406,10 @@ class EngineSettings:
     def from_environment(cls, env: Mapping[str, str], **settings: Any) -> EngineSettings:
         """The section with what downloads take from `env`, the environment the process started
         with (its edge's copy): the proxies, the OCI mirrors and the object-store clients' variables."""
+        env = dict(env)  # one copy, as the process started (the chart's inventory counts named reads of it)
         mirrors = env.get(names.ENV_OCI_MIRRORS, "")
-        return cls(proxies=proxies_from_env(env), oci_mirrors=mirrors, store_env=dict(env), **settings)
+        store = StoreEnvironment.of(env)
+        return cls(proxies=proxies_from_env(env), oci_mirrors=mirrors, store_environment=store, **settings)
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,17 @@
 """The settings of `praesto-agent download` from its environment: read once, at the process edge.
 
 The PVC-mode Job sets these variables (hooks/pvc_job.py); a user may too. Everything below the
-CLI gets the values through `Options`, never from the environment; the store clients' own
-variables (AWS_*, GOOGLE_*, AZURE_*, proxies) reach origins/objstore/creds.py store_config as `store_env`, the
-environment this process started with.
+CLI gets the values through `Options`, never from the environment; what downloads take from the
+environment this process started with (the proxies, the OCI mirrors, the store clients' own variables
+that origins/objstore/creds.py store_config reads) is read here once, as `environment`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from praesto.agent.download.api import EngineSettings
 
 from praesto import kinds, names
 
@@ -26,9 +28,9 @@ class DownloadSettings:
     ca_bundle: str | None = None
     # PRAESTO_TERMINATION_LOG: where a finished download writes its result for the sync hook
     termination_log: str | None = None
-    # The whole environment as the process started, for the store clients' settings (workload
-    # identity, endpoints, proxies, CA: origins/objstore/creds.py store_config reads what it knows from it).
-    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # What downloads take from the environment as the process started (EngineSettings.from_environment:
+    # the proxies, the OCI mirrors, the object-store clients' variables); the CLI adds its flags to it.
+    environment: EngineSettings = field(default_factory=EngineSettings, repr=False)
     # PRAESTO_EGRESS_ALLOWED_CIDRS: internal networks the source may reach (download/egress.py);
     # --egress-allowed-cidrs wins; unset: every loopback, link-local, metadata and private address refused
     egress_allowed_cidrs: str = ""
@@ -53,7 +55,7 @@ class DownloadSettings:
             egress_allowed_cidrs=env.get(names.ENV_EGRESS_ALLOWED_CIDRS) or "",
             xet=env.get(names.ENV_XET) == "true",
             termination_log=env.get(names.ENV_TERMINATION_LOG) or None,
-            store_env=dict(env),
+            environment=EngineSettings.from_environment(env),
         )
 
     def token_for(self, scheme: str) -> str | None:

@@ -1,5 +1,5 @@
 """The agent's downloads use the proxies of the environment praesto-agent run started with
-(AgentSettings.store_env -> AgentSettings.downloads.proxies), not the process environment at the point of use:
+(AgentSettings.environment -> AgentSettings.downloads.proxies), not the process environment at the point of use:
 every byte request of a download tunnels through HTTP_PROXY (#23 item 3). Once, JobRunner built
 each download's Options without that environment, so an agent behind a proxy fetched directly."""
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from praesto.agent.download.api import EngineSettings
 
 from praesto import names
 from testkit.agent_harness import Env, env_context
@@ -25,6 +26,6 @@ def test_byte_fetches_go_through_the_proxy_the_agent_started_with(env: Env) -> N
     env.add_model("proxied", **{"config.json": b"{}", "model.safetensors": b"w" * 300_000})
     env.create_mcn("proxied")
     with connect_proxy() as (proxy, tunnels):
-        env.start(store_env={"HTTP_PROXY": proxy})
+        env.start(environment=EngineSettings.from_environment({"HTTP_PROXY": proxy}))
         env.wait_phase("proxied", names.PHASE_READY)
     assert env.hub.endpoint.removeprefix("http://") in tunnels

@@ -13,6 +13,7 @@ import pytest
 from praesto.agent import cli
 from praesto.agent.budget.origin_budget import BudgetConfig
 from praesto.agent.credentials import CredentialPolicy
+from praesto.agent.download.api import EngineSettings, StoreEnvironment
 from praesto.agent.peers.auth import Pod
 from praesto.agent.peers.limits import Limits
 from praesto.agent.settings import AgentSettings, MetricsSettings, SettingsError, StartupTaintSettings
@@ -74,7 +75,7 @@ def settings(env: dict[str, str], *flags: str) -> AgentSettings:
 
 def test_the_defaults_are_the_fields_own() -> None:
     assert settings({}, "--node-name=n") == AgentSettings(node_name="n")
-    assert settings({"NODE_NAME": "n"}) == AgentSettings(node_name="n", store_env={"NODE_NAME": "n"})
+    assert settings({"NODE_NAME": "n"}) == AgentSettings(node_name="n")  # no download variable: nothing kept
 
 
 def test_every_variable_reaches_its_field() -> None:
@@ -97,7 +98,7 @@ def test_every_variable_reaches_its_field() -> None:
             credscope.CredentialScope(("team-a",), ("s3://models/",)), ("praesto-system", "cloud-creds")
         ),
         quotas=quota.Quotas(100 << 30, {"team-a": 1 << 40}),
-        store_env=ENV,
+        environment=EngineSettings.from_environment(ENV),
     )
     assert got.peers is not None
     assert (got.peers.address, got.peers.bind) == ("[fd00::7]:9200", ("::", 9200))
@@ -105,8 +106,8 @@ def test_every_variable_reaches_its_field() -> None:
     assert got.peers.service_account == "praesto-system/praesto-node-agent"
     assert got.peers.limits == Limits(3, 200 << 20, 64, 5, 20.0, 4.5, 1 << 20)
     downloads = got.downloads  # the section every download takes whole (agent/jobs.py)
-    assert (downloads.endpoint, downloads.concurrency, downloads.ca_bundle, downloads.store_env) == (
-        "https://hf-mirror.example.com", 4, "/etc/praesto/ca/ca.crt", ENV,
+    assert (downloads.endpoint, downloads.concurrency, downloads.ca_bundle, downloads.store_environment) == (
+        "https://hf-mirror.example.com", 4, "/etc/praesto/ca/ca.crt", StoreEnvironment.of(ENV),
     )  # fmt: skip
     assert downloads is got.downloads  # built once
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from praesto.agent.download.api import EngineSettings
 from praesto.agent.download.http import Transient, Transport
 from praesto.agent.download.settings import DownloadSettings
 
@@ -31,7 +32,7 @@ def test_settings_read_the_variables_the_job_sets() -> None:
         tokens={"hf": "hf_secret_value"},
         ca_bundle="/etc/praesto/ca/ca.crt",
         termination_log="/dev/termination-log",
-        store_env=env,
+        environment=EngineSettings.from_environment(env),
     )
     assert settings.token_for("hf") == "hf_secret_value" and settings.token_for("ms") is None
     assert "hf_secret_value" not in repr(settings) and "arn:aws" not in repr(settings)

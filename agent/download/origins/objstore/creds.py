@@ -171,6 +171,7 @@ ENDPOINT_KEYS = (
     "AZURE_STORAGE_ENDPOINT",
 )
 IDENTITY_ENV = credscope.IDENTITY_ENV
+STORE_ENV = credscope.STORE_ENV  # every name `env` below is read for (the edge keeps only these)
 
 
 def store_config(

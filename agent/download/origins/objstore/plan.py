@@ -77,7 +77,7 @@ def config_for(source: Source, options: Options) -> StoreConfig:
         source.scheme,
         bucket,
         options.credentials or {},
-        options.store_env,
+        options.store_environment.as_dict(),
         options.credentials_from,
         identity_allowed=options.identity_allowed,
     )
