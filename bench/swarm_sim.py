@@ -1,5 +1,7 @@
 """Swarm versus star at N = 16 ... 1024 nodes: a discrete-event simulation, no network.
 
+(Just over 400 lines: the simulation and its report are one model read top to bottom.)
+
     python -m bench.swarm_sim [--model-gib 2] [--part-mib 16] [--origin-mbps 50] [--origin-conns 8]
                               [--upload-gbps 10] [--download-gbps 10] [--nodes 16,64,256,1024] [--field]
 

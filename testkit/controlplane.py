@@ -15,6 +15,9 @@ kubelet-less Nodes unreachable) is left off there; the node tier
 Identities: `admin` (system:masters) sets up fixtures; everything under test
 authenticates with a ServiceAccount token from the TokenRequest API
 (`token_kubeconfig`), so RBAC decides every call it makes.
+
+A little over 400 lines: each component's flags are spelled out in full, as an operator would
+read them, rather than generated.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ Tests create repos (branches, tags, private, gated), then inject faults (corrupt
 dropped connections, 5xx/429 with Retry-After, a per-connection rate) and read the byte
 counters to see what a client actually fetched. `responses` cannot intercept httpx2, hence
 a real server.
+
+Near 500 lines: the Hub's endpoints share one repository model and one fault table, and the
+ModelScope and Xet doubles (modelscope_hub.py, hub_xet.py) build on it; the CDN and the fault
+injection are what make it long, and each is a few small methods on the same state.
 """
 
 from __future__ import annotations

@@ -27,6 +27,11 @@ Crash-safety protocol (what a hard kill leaves at each step, and what resume doe
    renamed to the destination, `.praesto-complete` written and fsync'd last.
    Kill before the marker: nothing without it is ever mounted, and the next run
    publishes again.
+
+Over 400 lines on purpose: the crash-safety protocol above is one sequence of steps over shared
+state (the queue, the journal, the staging files); split across modules, each step's invariant
+would be read away from the steps it protects. What could stand alone already does (hashing,
+checkpoints, concurrency, writes, arrivals, publish).
 """
 
 from __future__ import annotations

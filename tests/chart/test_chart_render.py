@@ -3,6 +3,7 @@
 Built-in kinds are validated strictly (unknown fields rejected) against the
 Kubernetes 1.37 OpenAPI schemas; Metacontroller kinds against Metacontroller's
 CRD schema (tests/chart/data); cert-manager kinds are checked in test_chart_tls.
+(Over 400 lines: one test per rendered object kind, sharing the render fixtures.)
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """Where a tenant's input may send the node (issue 37 item 3): one egress rule, every path.
 
+(Over 400 lines: every path is tried against the same tripwire, so they stay side by side.)
+
 Each path a tenant's input reaches a connection through is tried against an address the rule
 refuses: a Hub redirect (the engine's byte transport), the Hub metadata client's redirects
 (huggingface_hub over httpx2), a DNS name that resolves inside the cluster, an object store's
