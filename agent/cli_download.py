@@ -20,19 +20,13 @@ from pathlib import Path
 from types import FrameType
 
 from praesto.agent import job_progress
-from praesto.agent.download import (
-    DownloadCancelled,
-    DownloadError,
-    Options,
-    TemporaryDownloadError,
-    download,
-    plan,
-)
+from praesto.agent.download import DownloadCancelled, DownloadError, Options, TemporaryDownloadError
 from praesto.agent.download.api import SUMMARY_RECORD, WRITE_BUFFERED, WRITE_DIRECT
 from praesto.agent.download.destination import destination_problem
 from praesto.agent.download.egress import EgressPolicy
+from praesto.agent.download.fetch import download, plan
+from praesto.agent.download.origin import REGISTRY_LOGIN, SETTINGS
 from praesto.agent.download.origins import origin_for
-from praesto.agent.download.origins.base import REGISTRY_LOGIN, SETTINGS
 from praesto.agent.download.settings import DownloadSettings
 from praesto.agent.download.signature import policy_from_files
 
@@ -157,7 +151,7 @@ def run_download(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except ValueError as error:
         say(f"error: --egress-allowed-cidrs ({names.ENV_EGRESS_ALLOWED_CIDRS}): {error}", None)
         return EXIT_USAGE
-    shape = origin_for(source.scheme).credential  # what this kind's credential is (origins/base.py)
+    shape = origin_for(source.scheme).credential  # what this kind's credential is (download/origin.py)
     credentials = shape.from_env(env, credentials_dir) if shape.form == SETTINGS and shape.from_env else None
     if shape.form == REGISTRY_LOGIN:
         try:

@@ -18,8 +18,8 @@ from typing import Protocol
 from praesto.agent.broker_client import Broker
 from praesto.agent.copies import CacheRef
 from praesto.agent.download.api import SignaturePolicy
+from praesto.agent.download.origin import REGISTRY_LOGIN, TOKEN
 from praesto.agent.download.origins import origin_for
-from praesto.agent.download.origins.base import REGISTRY_LOGIN, TOKEN
 from praesto.agent.kube import KubeApi, SecretUnavailable
 from praesto.agent.trust_material import Material, Unreadable
 
@@ -34,7 +34,7 @@ CLUSTER_CREDENTIALS_NAMESPACES_ENV = credscope.ENV_NAMESPACES
 CLUSTER_CREDENTIALS_SOURCES_ENV = credscope.ENV_SOURCES
 
 # (token, client settings or registry login, where they came from for messages): the kind's
-# CredentialShape (origins/base.py) says which
+# CredentialShape (download/origin.py) says which
 Credentials = tuple[str | None, dict[str, str] | None, str]
 
 
@@ -91,7 +91,7 @@ class CredentialPolicy:
         own through `tenant_secrets`, the chart's with the agent's identity (its credentials Role)."""
         source, secret_ref = ref.source, ref.source.secret_ref
         tenant = self.tenant_secrets(kube, ref)
-        shape = origin_for(source.scheme).credential  # what this kind's credential is (origins/base.py)
+        shape = origin_for(source.scheme).credential  # what this kind's credential is (download/origin.py)
         if secret_ref is not None and shape.form == TOKEN:
             return tenant.read_token(ref.namespace, secret_ref.name, secret_ref.key or shape.key), None, ""
         if secret_ref is not None and shape.form == REGISTRY_LOGIN:  # a kubernetes.io/dockerconfigjson Secret

@@ -54,7 +54,7 @@ class Agent:
         credentials: CredentialPolicy | None = None,
         tuning: LoopTuning | None = None,
     ):
-        from praesto.agent.download import download, plan  # the real downloader unless a caller injects one
+        from praesto.agent.download.fetch import download, plan  # the real one unless a caller injects one
 
         # `praesto-agent run`'s settings, whole (agent/settings.py); the loop's timing (tests shorten it)
         self.settings, self.tuning, self.kube = settings, tuning or LoopTuning(), kube

@@ -45,7 +45,8 @@ from pathlib import Path
 
 from praesto.agent.budget.leases import LeaseApi
 from praesto.agent.budget.origin_budget import BudgetConfig, OriginBudget
-from praesto.agent.download import Options, plan
+from praesto.agent.download import Options
+from praesto.agent.download.fetch import plan
 from praesto.agent.download.publish import TREE, publish
 from praesto.agent.kube import Door, KubeApi
 from praesto.agent.metrics import AgentMetrics

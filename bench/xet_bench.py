@@ -40,8 +40,8 @@ from pathlib import Path
 from socketserver import BaseServer
 from typing import Any
 
-from praesto.agent.download import download, plan
 from praesto.agent.download.api import Options
+from praesto.agent.download.fetch import download, plan
 
 from bench.common import ROUNDS, interleaved, print_table
 from praesto import store

@@ -1,7 +1,7 @@
 """`praesto plan`: will it fit? A ModelCache's source listed as the node agent lists it, before
 anything is fetched.
 
-Each ModelCache in the file is planned by the agent's own planner (`praesto.agent.download.plan`:
+Each ModelCache in the file is planned by the agent's own planner (`praesto.agent.download.fetch.plan`:
 the same revision resolution, listing, allow/ignore patterns and file sizes the agent and the
 PVC-mode Job use), and the total is held against spec.storage.size by the downloader's own rule
 (`check_size`). A source larger than storage.size is a cache that fails for good with
@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from praesto.agent.download import DownloadError, Options, Plan, TemporaryDownloadError, plan
-from praesto.agent.download.download import check_size
+from praesto.agent.download import DownloadError, Options, Plan, TemporaryDownloadError
 from praesto.agent.download.egress import EgressPolicy
+from praesto.agent.download.fetch import check_size, plan
 from praesto.agent.download.origins import origin_for
 from praesto.agent.download.settings import DownloadSettings
 from praesto.hooks.render import RenderError, load_modelcaches

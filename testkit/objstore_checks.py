@@ -11,7 +11,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from praesto.agent.download import Options, Plan, download, plan
+from praesto.agent.download import Options, Plan
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.download.origins.objstore.plan import revision_of
 
 from praesto import names

@@ -208,7 +208,10 @@ def csi_inventory(monkeypatch: pytest.MonkeyPatch) -> set[str]:
 # Names read below the settings objects, from the environment the edge handed in (not os.environ).
 # Read from EngineSettings.store_environment (filtered from the environment each process takes at its edge) by
 # origins/objstore/creds.py store_config, with the store clients' own variables.
-DOWNLOAD_AT_USE = {"PRAESTO_WORKLOAD_IDENTITY", "PRAESTO_OCI_MIRRORS"}  # and origins/oci/registry.py mirrors_of
+DOWNLOAD_AT_USE = {
+    "PRAESTO_WORKLOAD_IDENTITY",
+    "PRAESTO_OCI_MIRRORS",
+}  # and origins/oci/registry.py mirrors_of
 AGENT_AT_USE = DOWNLOAD_AT_USE
 DOWNLOADER_AT_USE = DOWNLOAD_AT_USE
 

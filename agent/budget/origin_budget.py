@@ -70,7 +70,7 @@ class BudgetConfig:
 
 
 def origin_host(plan: Plan, options: Options) -> str:
-    """What `perHost` and Retry-After count by: the origin's own answer (origins/base.py `host`):
+    """What `perHost` and Retry-After count by: the origin's own answer (download/origin.py `host`):
     the Hub endpoint's host, the registry's, or an object store's bucket at its endpoint."""
     return origin_for(plan.source.scheme).host(plan, options)
 

@@ -1,8 +1,10 @@
 """Downloader shared by the agent, the PVC-mode Job and users.
 
-`plan(source, options)` resolves a source (hf://, s3://, gs://, az://) to a revision and its files (no bytes yet, so
-capacity can be checked first); `download(plan, dest, options, sources)` fetches, verifies and
-publishes atomically. Failures are `DownloadError` with a reason from `REASONS`; its kind (`TemporaryDownloadError`,
+The download core: the types every part shares (api.py), the engine, transports, publication.
+`plan(source, options)` and `download(plan, dest, options, sources)` live in
+`praesto.agent.download.fetch`, which joins this core and the origins (one package per kind):
+plan resolves a source to a revision and its files (no bytes yet, so capacity can be checked
+first); download fetches, verifies and publishes atomically. Failures are `DownloadError` with a reason from `REASONS`; its kind (`TemporaryDownloadError`,
 `LastingDownloadError`) is the retry policy.
 """
 
@@ -20,7 +22,6 @@ from praesto.agent.download.api import (
     Result,
     TemporaryDownloadError,
 )
-from praesto.agent.download.download import download, plan
 
 __all__ = [
     "REASONS",
@@ -35,6 +36,4 @@ __all__ = [
     "RemoteFile",
     "Result",
     "TemporaryDownloadError",
-    "download",
-    "plan",
 ]

@@ -1,4 +1,4 @@
-"""How one download reaches its plan's bytes: what an origin (origins/base.py) hands the engine.
+"""How one download reaches its plan's bytes: what an origin (download/origin.py) hands the engine.
 
 Here, in the download core, so the engine reads it without knowing any origin or kind.
 """

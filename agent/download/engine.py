@@ -110,7 +110,7 @@ class Engine:
     def __init__(
         self, plan: Plan, staging: Path, access: Access, options: Options, sources: PartSources = NO_SOURCES
     ) -> None:
-        """`access`: how the plan's origin serves its bytes (the origin's `open`, origins/base.py);
+        """`access`: how the plan's origin serves its bytes (the origin's `open`, download/origin.py);
         `sources`: peers and arrivals beside it (the origin budget already wraps `access.transport`).
         All fixed here: nothing changes them while the engine runs."""
         self.plan = plan

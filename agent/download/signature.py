@@ -16,7 +16,7 @@ bookkeeping at the top of the tree (`.praesto*`, a prefix no source file may hav
 
 The hashing configuration (files or shards, sha256/blake2/blake3) is the one the signer used, read
 from the payload as `verifying.Config._guess_hashing_config` does, so any model the library signs
-verifies here. The check runs on the staged tree before publication (download.py): a model that
+verifies here. The check runs on the staged tree before publication (fetch/): a model that
 fails it is never renamed into place and no complete marker is written.
 
 A verified model publishes exactly the files the signature covers (the payload's resources) and

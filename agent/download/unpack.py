@@ -20,7 +20,7 @@ what staging already holds (every fetched file and layer: `Plan.disk_bytes`, the
 checks, the node's room and the quota count). A member is refused before its first byte when its
 header's size would cross the bound, and its bytes are counted again as they are written, so
 neither a lying claim nor a lying header takes more than the bound: SizeExceedsRequest, lasting,
-and download.py removes staging. Entries are bounded too (one inode each, and tarfile keeps every
+and fetch/ removes staging. Entries are bounded too (one inode each, and tarfile keeps every
 header in memory): at most one per ENTRY_BYTES of the bound, and MAX_ENTRIES at all; and a pax or
 GNU long-name record, which tarfile reads whole into memory, at most MAX_HEADER_BYTES.
 """
@@ -189,7 +189,7 @@ def _unpack(
                         out.append(_write(source, tree, name, member.size, digest, where))
                     except OSError as error:
                         if error.errno not in CLASHES:
-                            raise  # the disk's (download.py: ENOSPC is InsufficientDiskSpace)
+                            raise  # the disk's (fetch/: ENOSPC is InsufficientDiskSpace)
                         raise _refused(where, name, f"cannot be written ({error.strerror})") from None
                     taken.add(name)
     except DECODE_ERRORS as error:

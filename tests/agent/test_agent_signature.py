@@ -141,7 +141,8 @@ def test_an_unsigned_prebaked_copy_does_not_stand_in_for_a_cache_that_verifies(
     """A copy pre-baked by `praesto-agent download` without --signature-* (no cache UID, no signature
     record) would be adopted by a cache of its source; with spec.verification it is discarded and
     the model downloaded again, verified (store.copy_mismatch)."""
-    from praesto.agent.download import Options, download, plan
+    from praesto.agent.download import Options
+    from praesto.agent.download.fetch import download, plan
 
     from praesto.spec import parse_uri
 

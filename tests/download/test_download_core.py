@@ -9,9 +9,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from praesto.agent.download import DownloadCancelled, DownloadError, Options, download, plan
+from praesto.agent.download import DownloadCancelled, DownloadError, Options
 from praesto.agent.download.api import PartSources, Result
 from praesto.agent.download.arrivals import Arrivals
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.download.publish import SHARING, add_to_blobs
 from praesto.agent.eviction import gc_blobs
 

@@ -15,7 +15,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from praesto.agent.download import download, plan
 from praesto.agent.download.api import LastingDownloadError, PartSources, RemoteFile, Sink, Target
 from praesto.agent.download.concurrency import (
     RATE_WINDOW,
@@ -25,6 +24,7 @@ from praesto.agent.download.concurrency import (
     usable_cpus,
 )
 from praesto.agent.download.engine import Engine
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.download.http import MAX_REDIRECTS, Redirect
 from praesto.agent.download.origins import origin_for
 from praesto.agent.download.publish import publish, staging_for

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from praesto.agent.download import DownloadError, LastingDownloadError, Options, download, plan
+from praesto.agent.download import DownloadError, LastingDownloadError, Options
 from praesto.agent.download.api import Target
 from praesto.agent.download.egress import (
     ALLOWED_SETTING,
@@ -34,6 +34,7 @@ from praesto.agent.download.egress import (
     parse_allowed,
     refusal,
 )
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.download.http import Redirect, Transport
 
 from praesto.spec import Source

@@ -13,8 +13,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from praesto.agent.download import LastingDownloadError, Options, plan, unpack
+from praesto.agent.download import LastingDownloadError, Options, unpack
 from praesto.agent.download.api import MAX_FILES
+from praesto.agent.download.fetch import plan
 
 from praesto.spec import MAX_PATTERN_CHARS, MAX_PATTERNS, Source, parse_uri
 from testkit.egress import LOOPBACK

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from praesto.agent.download import DownloadError, plan
+from praesto.agent.download import DownloadError
+from praesto.agent.download.fetch import plan
 
 from praesto import names
 from testkit.azurite import ACCOUNT_KEY, Azurite, skip_reason

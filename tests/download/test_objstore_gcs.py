@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from praesto.agent.download import DownloadError, TemporaryDownloadError, download, plan
+from praesto.agent.download import DownloadError, TemporaryDownloadError
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.download.origins.objstore.creds import GCS_KEY_FILE
 
 from praesto import names

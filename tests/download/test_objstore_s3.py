@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from praesto.agent.download import DownloadError, Options, download, plan
+from praesto.agent.download import DownloadError, Options
 from praesto.agent.download.digests import StoreDigest
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.download.origins.objstore.plan import revision_of
 
 from praesto import names

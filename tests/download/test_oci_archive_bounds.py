@@ -21,9 +21,9 @@ from typing import Any, cast
 import pytest
 from praesto.agent.copies import CacheRef, Copies
 from praesto.agent.credentials import CredentialPolicy
-from praesto.agent.download import Options, Plan, download, plan
+from praesto.agent.download import Options, Plan
 from praesto.agent.download.api import Archive, EngineSettings, LastingDownloadError, RemoteFile
-from praesto.agent.download.download import check_size
+from praesto.agent.download.fetch import check_size, download, plan
 from praesto.agent.jobs import Job, check_request
 from praesto.agent.kube import KubeApi
 from praesto.agent.room import DiskRoom
@@ -38,7 +38,7 @@ from tests.download.test_oci_registry import binaries, registry  # noqa: F401  (
 
 BOUND = 1 << 20  # storage.size 1Mi
 SHARD = 256 << 10
-download_module = importlib.import_module("praesto.agent.download.download")
+download_module = importlib.import_module("praesto.agent.download.fetch")
 
 
 def _source(registry: Registry, repository: str, tag: str) -> Source:  # noqa: F811
@@ -49,7 +49,7 @@ def _source(registry: Registry, repository: str, tag: str) -> Source:  # noqa: F
 
 @pytest.fixture
 def landed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Bytes the staged tree held when each unpack ended, before download.py removes staging: the
+    """Bytes the staged tree held when each unpack ended, before fetch/ removes staging: the
     real unpack_layers, measured as it returns or raises."""
     sizes: list[int] = []
     real: Callable[..., Plan] = download_module.unpack_layers

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from praesto.agent.download import LastingDownloadError, Options, plan
+from praesto.agent.download import LastingDownloadError, Options
+from praesto.agent.download.fetch import plan
 from praesto.agent.download.origins.oci.auth import MAX_TOKEN_ANSWER_BYTES
 from praesto.agent.download.origins.oci.plan import MAX_MANIFEST_BYTES
 

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 from praesto.agent.budget.origin_budget import origin_host
-from praesto.agent.download import Options, download, plan
+from praesto.agent.download import Options
 from praesto.agent.download.api import DownloadCancelled, DownloadError, EngineSettings, LastingDownloadError
+from praesto.agent.download.fetch import download, plan
 
 from praesto import names
 from praesto.spec import parse_uri

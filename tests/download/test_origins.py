@@ -10,8 +10,8 @@ import ast
 from pathlib import Path
 
 import pytest
+from praesto.agent.download.origin import CREDENTIAL_FORMS, SETTINGS, CredentialShape
 from praesto.agent.download.origins import ORIGINS, origin_for
-from praesto.agent.download.origins.base import CREDENTIAL_FORMS, SETTINGS, CredentialShape
 
 from praesto.spec import URI_SCHEMES
 
@@ -36,7 +36,8 @@ def test_a_settings_shape_says_how_to_read_both_inputs() -> None:
 
 
 def test_the_download_core_imports_no_origin() -> None:
-    """engine.py, download.py and the rest of the core reach kinds only through the table."""
+    """engine.py and the rest of the core import no origin: only praesto.agent.download.fetch joins
+    the core and the origins (tests/test_import_graph.py: no package cycle, every import counted)."""
     for path in sorted(DOWNLOAD.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom) and node.module:

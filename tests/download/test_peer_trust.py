@@ -15,9 +15,9 @@ import os
 import threading
 from pathlib import Path
 
-from praesto.agent.download import download, plan
 from praesto.agent.download.api import PartSources, RemoteFile, Sink
 from praesto.agent.download.digests import StoreDigest
+from praesto.agent.download.fetch import download, plan
 
 from praesto import names
 from praesto.spec import Source

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 from boto3.s3.transfer import TransferConfig
-from praesto.agent.download import DownloadError, Options, download, plan
+from praesto.agent.download import DownloadError, Options
 from praesto.agent.download.api import PartSources, Plan, RemoteFile, Sink
 from praesto.agent.download.digests import ALGORITHMS, StoreDigest, from_base64
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.download.origins.objstore import storesums
 from praesto.agent.download.origins.objstore.creds import GCS_KEY_FILE
 from praesto.agent.download.origins.objstore.storesums import _pick

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-from praesto.agent.download import download, plan
 from praesto.agent.download.api import WRITE_BUFFERED
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.download.writes import (
     ALIGNMENT,
     DIRECT_FILESYSTEMS,

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from praesto.agent.download import download, plan
 from praesto.agent.download.api import LastingDownloadError, Options
 from praesto.agent.download.egress import REASON_EGRESS_REFUSED, EgressPolicy
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.download.origins.modelscope import plan as ms_plan
 
 from praesto.spec import parse_uri

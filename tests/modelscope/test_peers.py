@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from praesto.agent.download import download, plan
 from praesto.agent.download.api import Options, PartSources, RemoteFile, Sink
+from praesto.agent.download.fetch import download, plan
 
 from praesto.spec import Source
 from testkit.egress import LOOPBACK

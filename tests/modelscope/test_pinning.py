@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from praesto.agent.download import download, plan
 from praesto.agent.download.api import LastingDownloadError, Options, Plan
+from praesto.agent.download.fetch import download, plan
 
 from praesto.spec import parse_uri
 from testkit.egress import LOOPBACK

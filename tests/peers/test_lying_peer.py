@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from praesto.agent.download import PartSources, download, plan
+from praesto.agent.download import PartSources
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.peers.protocol import NOT_YET, WRITTEN_HEADER
 from praesto.agent.peers.source import PeerSource, Tuning
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 from praesto.agent import eviction
-from praesto.agent.download import download, plan
 from praesto.agent.download.api import Options, Result
 from praesto.agent.download.crashpoints import ENV as CRASH_ENV
 from praesto.agent.download.crashpoints import XET_CHUNKS_WRITTEN
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.download.origins.huggingface import xetstore
 from praesto.agent.download.origins.huggingface.xet import XetFormatError, parse_reconstruction
 from praesto.agent.download.origins.huggingface.xet.limits import MAX_XORB_STORED_BYTES

@@ -19,8 +19,8 @@ import httpx2
 import pytest
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils._xet import parse_xet_connection_info_from_headers
-from praesto.agent.download import download, plan
 from praesto.agent.download.api import Options, Result
+from praesto.agent.download.fetch import download, plan
 from praesto.agent.download.origins.huggingface.xetfetch import (
     CAUSE_CAS,
     CAUSE_CHECKSUM,

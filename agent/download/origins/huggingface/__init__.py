@@ -12,7 +12,7 @@ from urllib.parse import quote, urlsplit
 
 from praesto.agent.download.access import Access
 from praesto.agent.download.api import Options, Plan, RemoteFile
-from praesto.agent.download.origins.base import TOKEN, CredentialShape, http_transport
+from praesto.agent.download.origin import TOKEN, CredentialShape, http_transport
 from praesto.agent.download.origins.huggingface import plan as hub_plan
 from praesto.agent.download.origins.huggingface.plan import endpoint_of
 from praesto.agent.download.origins.huggingface.xetfetch import XetOrigin
@@ -24,7 +24,7 @@ from praesto.spec import Source
 
 
 class HuggingFace:
-    """The Hub as an `Origin` (origins/base.py)."""
+    """The Hub as an `Origin` (download/origin.py)."""
 
     # the cache's token.secretRef key (HF_TOKEN, then token); the chart's credentials Secret: HF_TOKEN
     credential = CredentialShape(TOKEN, cluster_key="HF_TOKEN")

@@ -64,7 +64,7 @@ def plan(source: Source, options: Options) -> Plan:
     if source.scheme != "hf":
         raise LastingDownloadError(
             "SourceUnavailable",
-            f"{source.uri}: not a Hugging Face source; praesto.agent.download.plan() plans object stores",
+            f"{source.uri}: not a Hugging Face source; praesto.agent.download.fetch.plan() plans object stores",
         )
     endpoint = endpoint_of(options)
     revision = source.revision or "main"

@@ -71,7 +71,7 @@ class XetRoute:
         fall_back(engine, job, CAUSE_CHECKSUM, why, 0)
 
     def behind(self, throttle: OriginThrottle) -> XetRoute:
-        """This route with its CAS range requests behind the origin budget (download.py, before the run)."""
+        """This route with its CAS range requests behind the origin budget (fetch/, before the run)."""
         return XetRoute(self.xet.behind(throttle))
 
     def close(self) -> None:

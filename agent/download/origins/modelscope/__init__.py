@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from praesto.agent.download.access import Access
 from praesto.agent.download.api import Options, Plan, RemoteFile
-from praesto.agent.download.origins.base import TOKEN, CredentialShape, http_transport
+from praesto.agent.download.origin import TOKEN, CredentialShape, http_transport
 from praesto.agent.download.origins.modelscope import plan as ms_plan
 from praesto.agent.download.origins.modelscope.hubapi import ENV_TOKEN, endpoint_of, file_url
 
@@ -21,7 +21,7 @@ from praesto.spec import Source
 
 
 class ModelScope:
-    """The ModelScope hub as an `Origin` (origins/base.py)."""
+    """The ModelScope hub as an `Origin` (download/origin.py)."""
 
     # the cache's token.secretRef key (MODELSCOPE_API_TOKEN, the client's own variable);
     # the chart's credentials Secret: the same key

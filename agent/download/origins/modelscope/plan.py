@@ -24,7 +24,7 @@ from praesto.agent.download.api import (
     check_file_count,
 )
 from praesto.agent.download.http import Transport
-from praesto.agent.download.origins.base import http_transport
+from praesto.agent.download.origin import http_transport
 from praesto.agent.download.origins.modelscope.hubapi import (
     DEFAULT_REVISION,
     LISTING_LIMIT,

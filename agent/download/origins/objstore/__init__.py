@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from praesto.agent.download.access import Access
 from praesto.agent.download.api import DownloadError, Options, Plan
-from praesto.agent.download.origins.base import SETTINGS, CredentialShape
+from praesto.agent.download.origin import SETTINGS, CredentialShape
 from praesto.agent.download.origins.objstore import plan as store_plan
 from praesto.agent.download.origins.objstore.creds import settings_from_env, settings_from_secret
 from praesto.agent.download.origins.objstore.fetch import access_for
@@ -21,7 +21,7 @@ from praesto.spec import Source
 
 
 class ObjectStore:
-    """S3, GCS and Azure Blob as an `Origin` (origins/base.py)."""
+    """S3, GCS and Azure Blob as an `Origin` (download/origin.py)."""
 
     credential = CredentialShape(SETTINGS, from_secret=settings_from_secret, from_env=settings_from_env)
 

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from praesto.agent.download.access import Access
 from praesto.agent.download.api import Options, Plan
-from praesto.agent.download.origins.base import REGISTRY_LOGIN, CredentialShape
+from praesto.agent.download.origin import REGISTRY_LOGIN, CredentialShape
 from praesto.agent.download.origins.oci import plan as registry_plan
 from praesto.agent.download.origins.oci.fetch import access_for, blob_base
 
@@ -21,7 +21,7 @@ from praesto.spec import Source
 
 
 class Oci:
-    """A registry as an `Origin` (origins/base.py)."""
+    """A registry as an `Origin` (download/origin.py)."""
 
     # a kubernetes.io/dockerconfigjson Secret (kubectl create secret docker-registry)
     credential = CredentialShape(

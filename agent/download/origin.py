@@ -1,22 +1,22 @@
 """What the download engine needs from one source kind: the `Origin` protocol (issue 39 item 1).
 
 A kind (Hugging Face, object stores, OCI registries, ModelScope, ...) lives in one package under
-`praesto.agent.download.origins`, and the table in this package's `__init__.py` maps each URI
-scheme to it. Nothing else in the agent names a kind: the engine (engine.py), the dispatcher
-(download.py), the credential policy (agent/credentials.py), the download CLI and the origin
+`praesto.agent.download.origins`, whose `__init__.py` is the table mapping each URI scheme to it.
+This protocol sits in the download core, beside access.py, so the kinds build on the core alone:
+the table imports the kinds, the kinds import the core, and nothing points back. Nothing else in the agent names a kind: the engine (engine.py), the dispatcher
+(fetch/), the credential policy (agent/credentials.py), the download CLI and the origin
 budget ask an `Origin` through that table. An origin package exposes `origin() -> Origin`.
 
 What an origin answers, and who asks:
 
 * `plan(source, options) -> Plan`: the exact revision and every file with its size and the digest
   the origin publishes before a byte is fetched (`RemoteFile.sha256`, else `git_sha1`/`digest`);
-  no bytes yet, so capacity is checked first (download.plan). Raise `LastingDownloadError` /
+  no bytes yet, so capacity is checked first (fetch.plan). Raise `LastingDownloadError` /
   `TemporaryDownloadError` with a reason from `api.REASONS`.
 * `open(plan, options) -> Access`: how one download reaches its files' bytes: the byte source that
   serves ranges (`ByteSource`: its connections, headers and credential, under the egress rule),
   the URL (or key) each file's bytes are at, and optionally a whole-file route (Xet). `Access`
-  and `WholeFileRoute` live in the download core (access.py, re-exported here): the engine reads
-  them without importing this package. The engine
+  and `WholeFileRoute` live in access.py (re-exported here). The engine
   fetches ranges, resumes, dedups, asks peers and verifies; the origin budget wraps the byte
   source; the origin never sees staging.
 * `host(plan, options) -> str`: what the cluster-wide origin budget's `perHost` and Retry-After

@@ -1,5 +1,8 @@
-"""`download()`: plan in, verified and atomically published directory out.
+"""`plan()` and `download()`: a source in, a verified and atomically published directory out.
 
+The one package that joins the download core (praesto.agent.download: api, engine, publish, ...)
+and the origins (praesto.agent.download.origins: one package per source kind), both imported
+statically: the core knows no kind and no origin imports this package, so nothing cycles.
 Staging, resume and dedup are in engine.py, publication in publish.py; this module
 only decides what happens to staging on each kind of failure: kept for resume on
 cancel and transient errors, removed when the disk is full (space given back). What a source
@@ -9,7 +12,6 @@ kind plans and where its bytes are is its origin's (origins/: one table, one pac
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import shutil
 import time
@@ -31,6 +33,7 @@ from praesto.agent.download.api import (
     TemporaryDownloadError,
 )
 from praesto.agent.download.engine import NO_SPACE, Engine
+from praesto.agent.download.origins import origin_for
 from praesto.agent.download.publish import TREE, is_published, publish, staging_for
 from praesto.agent.download.signature import verify_tree
 from praesto.agent.download.unpack import unpack_layers
@@ -42,19 +45,9 @@ from praesto.spec import Source
 log = logging.getLogger("praesto.download")
 
 
-ORIGINS_TABLE = "praesto.agent.download.origins"
-
-
-def _origins() -> Any:
-    """The origins table (origins/__init__.py), named by string: the origins build on this package
-    (api, http, access), so a static import back would be a package cycle; the table is the only
-    way this package reaches a kind."""
-    return importlib.import_module(ORIGINS_TABLE)
-
-
 def plan(source: Source, options: Options) -> Plan:
     """Resolve a source (hf://, s3://, gs://, az://, oci://, ...) to an exact revision and its files."""
-    planned: Plan = _origins().origin_for(source.scheme).plan(source, options)
+    planned: Plan = origin_for(source.scheme).plan(source, options)
     return planned
 
 
@@ -126,7 +119,7 @@ def download(plan: Plan, dest: Path, options: Options, sources: PartSources = NO
         log.info("already complete dest=%s commit=%s", dest, plan.revision, extra=SUMMARY)
         return Result(plan, seconds=time.monotonic() - started)
     staging, pvc = staging_for(dest, options)
-    access: Access = _origins().origin_for(plan.source.scheme).open(plan, options)
+    access: Access = origin_for(plan.source.scheme).open(plan, options)
     if sources.throttle is not None:  # the cluster-wide origin budget gates origin bytes, never peers
         access = access.behind(sources.throttle)
     engine = Engine(plan, staging, access, options, sources)
