@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 from praesto.agent import job_progress
 
 from praesto import jobprogress, names, progress
+from praesto.kubeerrors import Forbidden
 from testkit.controlplane import wait_for
 from testkit.helm_chart import RELEASE
 from testkit.metacontroller import CompositeController, gone
@@ -111,9 +112,7 @@ def test_the_pods_report_reaches_the_modelcache_status(
     def written() -> bool:  # the RoleBinding may trail the Job by a sync: the downloader retries too
         try:
             patch(value)
-        except ApiException as err:
-            if err.status != 403:
-                raise
+        except Forbidden:  # the agent's door maps the client's errors (praesto/kubeerrors.py)
             return False
         return True
 
