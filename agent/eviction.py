@@ -13,6 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
+from praesto.agent.download.origins.huggingface import xetstore
 from praesto.agent.download.publish import recall_origin
 from praesto.csi import storefs
 
@@ -163,18 +164,12 @@ def gc_blobs(layout: StoreLayout) -> int:
         with contextlib.suppress(OSError):  # only when empty
             index.rmdir()
     # the Xet chunk store: indexes of files no blob holds any more, then chunks no index names
-    # (imported here: the Hugging Face origin's package loads huggingface_hub, which reads its own
-    # environment on import; the agent's settings must not, tests/test_settings_inventory.py)
-    from praesto.agent.download.origins.huggingface import xetstore
-
     return freed + xetstore.collect(layout.xet_chunks_dir, layout.blobs_dir)
 
 
 def clear_xet_chunks(layout: StoreLayout) -> int:
     """Disk pressure: the whole Xet chunk store gives its room back (bytes a download can fetch
     again) before any copy is evicted; bytes freed."""
-    from praesto.agent.download.origins.huggingface import xetstore  # lazily: see gc_blobs
-
     return xetstore.clear(layout.xet_chunks_dir)
 
 

@@ -24,6 +24,7 @@ from praesto.agent.copies import CacheState, Copies, CopyKey, Obj, cache_of, del
 from praesto.agent.copy_metrics import CopyCollector
 from praesto.agent.credentials import CredentialPolicy
 from praesto.agent.download import api as dlapi
+from praesto.agent.download.origins.huggingface import xetstore
 from praesto.agent.jobs import JobRunner
 from praesto.agent.kube import KubeApi, short_error
 from praesto.agent.metrics import AgentMetrics
@@ -106,7 +107,7 @@ class Agent:
             self.layout, scrub_side, settings.scrub.interval_seconds, settings.scrub.bytes_per_second, clock,
             logs.logger("praesto.agent.scrub", node=settings.node_name),
             poll_seconds=min(10.0, tuning.tick_seconds * 10),  # when nothing was due: look again
-            chunk_store=_chunk_scrub(self.layout),
+            chunk_store=lambda pace, cancel: xetstore.verify_all(self.layout.xet_chunks_dir, pace, cancel),
         )  # fmt: skip
         self.stop_event = threading.Event()
         self.log = logs.logger("praesto.agent", node=settings.node_name)
@@ -185,15 +186,3 @@ class Agent:
         """The disk room took a copy off the node: counted, and every copy of it says so."""
         self.metrics.evictions.labels(cause).inc()
         self.status.evicted(namespace, cache, cause)
-
-
-def _chunk_scrub(layout: StoreLayout) -> Callable[[Callable[[int], None], threading.Event], int]:
-    """The Xet chunk store's paced scrub (origins/huggingface/xetstore.py), for the Scrubber."""
-
-    def scrub(pace: Callable[[int], None], cancel: threading.Event) -> int:
-        # imported at use: the Hugging Face origin loads huggingface_hub, which reads its own variables
-        from praesto.agent.download.origins.huggingface import xetstore
-
-        return xetstore.verify_all(layout.xet_chunks_dir, pace, cancel)
-
-    return scrub

@@ -41,9 +41,7 @@ from praesto.agent.peers.peering import PeerConfig
 from praesto import credscope, names, quota
 from praesto.quantity import QuantityError, parse_duration, parse_quantity
 
-# ModelScope's own client variable, as HF_ENDPOINT is the Hub's (the same name as
-# download/origins/modelscope/hubapi.py ENV_ENDPOINT, which reads it; belongs in praesto/names.py).
-ENV_MODELSCOPE_ENDPOINT = "MODELSCOPE_ENDPOINT"
+ENV_MODELSCOPE_ENDPOINT = names.ENV_MODELSCOPE_ENDPOINT  # ModelScope's own client variable
 
 
 class SettingsError(ValueError):

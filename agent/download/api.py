@@ -99,6 +99,17 @@ ARCHIVE_KINDS = ("tar", "tar+gzip", "tar+zstd")  # OCI layers unpacked into the 
 MAX_FILES = 100_000
 
 
+def hub_refused_token(uri: str, had_token: bool) -> LastingDownloadError:
+    """A model hub's 401, in the same words for every hub origin: the token refused, or none given
+    for a repo that may be private."""
+    hint = (
+        "the token was refused; check that it is valid"
+        if had_token
+        else "the repo does not exist, or it is private and needs a token (token.secretRef)"
+    )
+    return LastingDownloadError("Unauthorized", f"{uri}: {hint}")
+
+
 def check_file_count(uri: str, count: int, limit: int, fix: str) -> None:
     """Refuse a selection of more than `limit` files, naming both numbers and how to narrow it."""
     if count > limit:

@@ -13,8 +13,7 @@ from urllib.parse import quote, urlsplit
 from praesto.agent.download.access import Access
 from praesto.agent.download.api import Options, Plan, RemoteFile
 from praesto.agent.download.origin import TOKEN, CredentialShape, http_transport
-from praesto.agent.download.origins.huggingface import plan as hub_plan
-from praesto.agent.download.origins.huggingface.plan import endpoint_of
+from praesto.agent.download.origins.huggingface.endpoint import endpoint_of
 from praesto.agent.download.origins.huggingface.xetfetch import XetOrigin
 from praesto.agent.download.origins.huggingface.xetpath import XetRoute
 from praesto.agent.download.origins.huggingface.xetstore import ChunkStore
@@ -30,6 +29,11 @@ class HuggingFace:
     credential = CredentialShape(TOKEN, cluster_key="HF_TOKEN")
 
     def plan(self, source: Source, options: Options) -> Plan:
+        # Imported here, the one place that needs it: plan.py loads huggingface_hub, which reads its
+        # own environment variables on import; the chunk store (eviction, room, scrub) and the Xet
+        # route live in this package and must not (tests/test_settings_inventory.py).
+        from praesto.agent.download.origins.huggingface import plan as hub_plan
+
         return hub_plan.plan(source, options)
 
     def open(self, plan: Plan, options: Options) -> Access:

@@ -31,16 +31,16 @@ from praesto.agent.download.api import (
     RemoteFile,
     TemporaryDownloadError,
     check_file_count,
+    hub_refused_token,
 )
 from praesto.agent.download.egress import REASON_EGRESS_REFUSED, EgressRefused
 from praesto.agent.download.origins.huggingface import hubclient
+from praesto.agent.download.origins.huggingface.endpoint import endpoint_of
 from praesto.agent.download.repopath import check_repo_path
 
 from praesto.spec import Source
 
 log = logging.getLogger("praesto.download")
-
-DEFAULT_ENDPOINT = "https://huggingface.co"
 
 # The agent reports nothing to the Hub. With telemetry on, huggingface_hub 2.4 builds each
 # user agent by fetching huggingface.co/api/agent-harnesses once per process
@@ -52,11 +52,6 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 constants.HF_HUB_DISABLE_TELEMETRY = True
 hubclient.install()  # its connections under the egress rule of the plan on each thread (hubclient.py)
 FEWER_HUB_FILES = "select fewer with spec.source.huggingface.allowPatterns or ignorePatterns"
-
-
-def endpoint_of(options: Options) -> str:
-    """The Hub to ask: Options.endpoint (the process edge fills it from --endpoint or HF_ENDPOINT)."""
-    return (options.endpoint or DEFAULT_ENDPOINT).rstrip("/")
 
 
 def plan(source: Source, options: Options) -> Plan:
@@ -155,12 +150,7 @@ def translate_error(error: BaseException, source: Source, revision: str, options
         )
     if isinstance(error, RepositoryNotFoundError) or status == 401:
         if status == 401:
-            hint = (
-                "the token was refused; check that it is valid"
-                if options.token
-                else "the repo does not exist, or it is private and needs a token (token.secretRef)"
-            )
-            return LastingDownloadError("Unauthorized", f"{uri}: {hint}")
+            return hub_refused_token(uri, bool(options.token))
         return LastingDownloadError(
             "RepoNotFound",
             f"{uri} does not exist or this token cannot see it; check the repo name and the token's access",

@@ -31,7 +31,12 @@ import json
 from typing import Any
 from urllib.parse import quote, quote_plus, urlencode
 
-from praesto.agent.download.api import LastingDownloadError, Options, TemporaryDownloadError
+from praesto.agent.download.api import (
+    LastingDownloadError,
+    Options,
+    TemporaryDownloadError,
+    hub_refused_token,
+)
 from praesto.agent.download.http import Transient, Transport, redact
 
 from praesto import names
@@ -43,9 +48,7 @@ DEFAULT_REVISION = "master"
 LISTING_LIMIT = 3000  # entries per file list: the hub cuts there without saying so
 MAX_LISTING_BYTES = 64 << 20  # a file list's body: MAX_FILES entries of ~400 bytes fit, a flood does not
 MAX_REVISIONS_BYTES = 4 << 20  # a revisions answer: thousands of branches and tags
-# The client's own variable (config.py ENV_ENDPOINT), as HF_ENDPOINT is the Hub's; agent/settings.py
-# names it too (ENV_MODELSCOPE_ENDPOINT, checked equal by tests/modelscope/test_settings.py).
-ENV_ENDPOINT = "MODELSCOPE_ENDPOINT"
+ENV_ENDPOINT = names.ENV_MODELSCOPE_ENDPOINT  # the client's own variable (config.py ENV_ENDPOINT)
 ENV_TOKEN = names.ENV_MODELSCOPE_TOKEN  # MODELSCOPE_API_TOKEN: the client's token variable (config.py)
 
 
@@ -109,12 +112,7 @@ def _refusal(status: int, uri: str, url: str, options: Options) -> Exception:
             "SourceUnavailable", f"{uri}: the hub answered HTTP {status}; it will be retried"
         )
     if status == 401:
-        hint = (
-            "the token was refused; check that it is valid"
-            if options.token
-            else "the repo does not exist, or it is private and needs a token (token.secretRef)"
-        )
-        return LastingDownloadError("Unauthorized", f"{uri}: {hint}")
+        return hub_refused_token(uri, bool(options.token))
     if status == 403:
         return LastingDownloadError("Unauthorized", f"{uri}: access forbidden (HTTP 403); check the token")
     if status == 404:
