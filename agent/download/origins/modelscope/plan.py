@@ -36,11 +36,11 @@ from praesto.agent.download.origins.modelscope.hubapi import (
 )
 from praesto.agent.download.repopath import check_repo_path
 
+from praesto.kinds import COMMIT_PATTERN as COMMIT
 from praesto.spec import Source
 
 log = logging.getLogger("praesto.download")
 
-COMMIT = re.compile(r"^[0-9a-fA-F]{40}$")
 SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 MAX_PATH_CHARS = 1024  # a repo path; each of its names at most NAME_MAX bytes
 NAME_MAX = 255
