@@ -130,3 +130,17 @@ def test_values_reach_the_releaser() -> None:
 def test_bad_values_are_refused_by_the_schema(orphans: Obj, named: str) -> None:
     with pytest.raises(Exception, match=named):
         render({"hooks": {"orphans": orphans}})
+
+
+def test_no_pod_may_connect_to_the_releaser_it_listens_on_nothing() -> None:
+    """A NetworkPolicy selecting exactly the releaser's Pods, with Ingress and no rule: deny all."""
+    objects = render_objects()
+    policy = one(objects, "NetworkPolicy", ORPHANS)
+    pod_labels = _deployment()["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert set(selector.items()) <= set(pod_labels.items())
+    assert policy["spec"]["policyTypes"] == ["Ingress"] and "ingress" not in policy["spec"]
+    hooks_labels = one(objects, "Deployment", HOOKS)["spec"]["template"]["metadata"]["labels"]
+    assert not set(selector.items()) <= set(hooks_labels.items())
+    disabled = render_objects({"hooks": {"networkPolicy": {"enabled": False}}})
+    assert not [o for o in disabled if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == ORPHANS]
