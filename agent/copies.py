@@ -68,6 +68,8 @@ class CacheState:
     downloaded: bool = False  # Ready through a download (not a cache hit)
     evicted: bool = False  # set before the directory goes, so no reconcile re-downloads it meanwhile
     peer_bytes: int | None = None  # bytes the last download got from peers, until Ready shows them
+    # the last download's status.xet (status.xet_report; {}: none, the field goes), until Ready shows it
+    xet_report: dict[str, Any] | None = None
     # (inode, mtime, size, cache UID, trust) of the manifest last found to be this cache's: not read
     # again until one of them changes
     matching_manifest: tuple[int, int, int, str, str] | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from praesto.agent import logs
 from praesto.agent.budget.origin_budget import OriginBudget
@@ -110,6 +111,9 @@ class Job:
             )
             check_request(self.ref, plan)
             out.evicted = self.room.make_room(self.ref, plan)
+            # no room for Xet chunks above the reserve: this download keeps none (agent/room.py)
+            if not self.room.stores_chunks((self.ref.namespace, self.ref.cache)):
+                options = replace(options, xet_chunks=False)
             sources = self.attach(self.ref, plan, options) if self.attach is not None else dlapi.NO_SOURCES
             self.on_started(self.ref, plan)
             # a rolling update publishes beside the served copy (agent/rolling.py switches them)

@@ -257,6 +257,8 @@ class Reconciler:
         }
         if state.peer_bytes is not None:
             fields["bytesFromPeers"], state.peer_bytes = state.peer_bytes, None
+        if state.xet_report is not None:
+            fields["xet"], state.xet_report = state.xet_report or None, None
         self.status.set(
             obj,
             names.PHASE_READY,
@@ -325,6 +327,8 @@ class Reconciler:
                 self._scrub_repaired(obj, ref, repaired)
             state.downloaded = True
             state.peer_bytes = outcome.result.bytes_from_peers
+            result = outcome.result
+            state.xet_report = st.xet_report(result.xet_files, result.bytes_from_xet, result.xet_fallbacks)
             self.metrics.record_download(outcome.result)
             record_copy(self.layout, ref.namespace, ref.cache, outcome.result)
         elif outcome.cancelled or obj is None:

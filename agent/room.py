@@ -4,7 +4,10 @@
 store lock (`Copies.lock`), whether a planned download fits above the reserve,
 evicting least recently used unused copies first (namespaces over their quota
 give first: capacity.py); the Xet chunk store, bytes a download can fetch again,
-is emptied before any copy goes. It reads only the disk and the copies the agent knows
+is emptied before any copy goes. A download's Xet chunks count in its reservation beside its
+files (`chunk_store_bytes`); when they do not fit above the reserve even with the store emptied,
+the download keeps none (`stores_chunks`) rather than evict a copy for them or dip into the
+reserve. It reads only the disk and the copies the agent knows
 (`Copies`); what an eviction means for a copy's status is the caller's, told
 through `on_evicted` - so it runs, and is tested, without an API server.
 """
@@ -19,6 +22,7 @@ from pathlib import Path
 from praesto.agent import capacity, eviction, logs
 from praesto.agent.copies import CacheRef, Copies, cache_of, deleting
 from praesto.agent.download import api as dlapi
+from praesto.agent.download.origins.huggingface.xet.limits import CHUNK_HEADER_SIZE, MIN_CHUNK_SIZE
 from praesto.agent.reservations import Reservations, StoreKey
 
 from praesto import names, store
@@ -40,6 +44,14 @@ def staged_bytes(path: Path) -> int:
     return total
 
 
+def chunk_store_bytes(plan: dlapi.Plan) -> int:
+    """The most the plan's Xet files write to the node's chunk store besides the files themselves:
+    each chunk as the xorb stores it, at most its bytes (an incompressible chunk is stored plain)
+    plus its header, with hf_xet's smallest chunk (a file's last may be shorter). A CAS that serves
+    smaller or inflated chunks can write more; the next `make_room` empties the store then."""
+    return sum(f.size + (f.size // MIN_CHUNK_SIZE + 1) * CHUNK_HEADER_SIZE for f in plan.files if f.xet_hash)
+
+
 class DiskRoom:
     def __init__(
         self,
@@ -53,6 +65,7 @@ class DiskRoom:
         self.quotas = quotas or Quotas()
         self.on_evicted = on_evicted
         self.reservations = Reservations()  # disk promised to downloads in flight; under `lock`
+        self.no_chunk_room: set[StoreKey] = set()  # downloads in flight that keep no Xet chunks
 
     @property
     def lock(self) -> threading.RLock:
@@ -63,7 +76,8 @@ class DiskRoom:
 
         Raises InsufficientDiskSpace (with the numbers) when even that is not enough.
         On success the model's bytes are reserved until `release`, so a download
-        planned meanwhile counts them as already spent.
+        planned meanwhile counts them as already spent. Its Xet chunks are reserved too when they
+        fit without evicting a copy; otherwise the download keeps none (`stores_chunks`).
         """
         key = (ref.namespace, ref.cache)
         base = self.layout.base
@@ -75,13 +89,18 @@ class DiskRoom:
             disk = capacity.disk_usage(base)
             reserve = capacity.reserve_bytes(self.reserve, disk.total)
             promised = plan.disk_bytes(ref.size_bytes)  # what check_request let through, unpacked
+            chunks = chunk_store_bytes(plan)
             needed = max(0, promised - written(key))
             in_flight = self.reservations.outstanding(written, excluding=key)
             candidates = self.candidates(ref)
-            chosen = capacity.choose_evictions(needed, _minus(disk, in_flight), reserve, candidates)
-            if (chosen is None or chosen) and eviction.clear_xet_chunks(self.layout):
+            chosen = capacity.choose_evictions(needed + chunks, _minus(disk, in_flight), reserve, [])
+            if chosen is None and eviction.clear_xet_chunks(self.layout):
                 # short of room: the Xet chunk store gives its bytes back before any copy goes
                 disk = capacity.disk_usage(base)
+                chosen = capacity.choose_evictions(needed + chunks, _minus(disk, in_flight), reserve, [])
+            keeps_chunks = chosen is not None  # no copy is evicted for chunks: they are a cache
+            if not keeps_chunks:
+                chunks = 0
                 chosen = capacity.choose_evictions(needed, _minus(disk, in_flight), reserve, candidates)
             if chosen is None:
                 evictable = sum(c.size for c in candidates)
@@ -100,13 +119,23 @@ class DiskRoom:
                     )
             if evicted:
                 eviction.gc_blobs(self.layout)
-            self.reservations.reserve(key, promised)
+            self.reservations.reserve(key, promised + chunks)
+            if keeps_chunks:
+                self.no_chunk_room.discard(key)
+            else:
+                self.no_chunk_room.add(key)
             return evicted
+
+    def stores_chunks(self, key: StoreKey) -> bool:
+        """Whether the download `make_room` last admitted for `key` may write Xet chunks."""
+        with self.copies.lock:
+            return key not in self.no_chunk_room
 
     def release(self, key: StoreKey) -> None:
         """A download ended (however): its promise no longer holds back other plans."""
         with self.copies.lock:
             self.reservations.release(key)
+            self.no_chunk_room.discard(key)
 
     def usage(self) -> dict[str, int]:
         """Bytes each namespace's complete copies hold on this node (from their manifests)."""

@@ -3,7 +3,8 @@
 Status fields: phase, localPath, progress{bytesDone,bytesTotal, and bytesPerSecond,etaSeconds while
 Downloading}, resolvedRevision, revision (the spec revision resolvedRevision answers),
 sizeBytes, lastUsedTime (RFC 3339), message, observedGeneration, next (a revision fetched
-beside the served one during a rolling update: agent/rolling.py) and conditions:
+beside the served one during a rolling update: agent/rolling.py), xet (the last download's Xet
+files and fallbacks to resolve/, `xet_report`) and conditions:
 
 * `Ready`: True (reason `Cached`) or False with the reason why not: `Pending`,
   `Downloading`, a downloader reason (`RepoNotFound`, `Unauthorized`, ...),
@@ -120,6 +121,18 @@ def status_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, 
         if key not in desired:
             patch[key] = None
     return patch
+
+
+def xet_report(files: int, cas_bytes: int, fallbacks: dict[str, int]) -> dict[str, Any]:
+    """status.xet for a download that ended: how many files came through the Xet CAS, its bytes, and
+    how many fell back to resolve/ by cause (download/origins/huggingface/xetpath.py), so a user
+    sees a stalling CAS on the copy, not only in the agent's log and metrics; {} when Xet played
+    no part (the field goes)."""
+    if not files and not any(fallbacks.values()):
+        return {}
+    report: dict[str, Any] = {"files": files, "bytesFromCas": cas_bytes}
+    fell_back = {cause: n for cause, n in fallbacks.items() if n}
+    return {**report, "fallbacks": fell_back} if fell_back else report
 
 
 def phase_of(obj: dict[str, Any]) -> str:

@@ -449,6 +449,9 @@ class Options(EngineSettings):
     cache_uid: str = ""
     # A signature the model must carry (spec.verification, --signature-*); None: none required.
     signature: SignaturePolicy | None = None
+    # False: this download keeps no Xet chunks beside blobs_dir (the node has no room for them
+    # above its reserve: agent/room.py); its files still come through Xet when they may.
+    xet_chunks: bool = True
 
     @classmethod
     def of(cls, settings: EngineSettings, **request: Any) -> Options:

@@ -44,7 +44,9 @@ class HuggingFace:
             return f"{base}/{quote(f.path)}"
 
         xet = options.xet and any(f.xet_hash for f in plan.files)
-        chunks = ChunkStore(store.xet_chunks_beside(options.blobs_dir)) if options.blobs_dir else None
+        # xet_chunks False: the node has no room for chunks above its reserve (agent/room.py)
+        keep = options.blobs_dir if options.xet_chunks else None
+        chunks = ChunkStore(store.xet_chunks_beside(keep)) if keep else None
         repo, revision = plan.source.location, plan.revision
         route = XetRoute(XetOrigin(endpoint, repo, revision, options, chunks)) if xet else None
         # the Hub the platform configured is trusted as it is; where it redirects is checked

@@ -10,6 +10,9 @@ writer falls back to storing it plain). The chunk header's length fields are 3 b
 from __future__ import annotations
 
 MAX_CHUNK_SIZE = 128 * 1024
+# TARGET_CHUNK_SIZE / MINIMUM_CHUNK_DIVISOR (8): the smallest chunk hf_xet's chunker cuts, a file's
+# last chunk aside ("a recommendation, not a threshold": a server may name smaller ones)
+MIN_CHUNK_SIZE = 8 * 1024
 MAX_COMPRESSED_CHUNK_SIZE = 2 * MAX_CHUNK_SIZE
 MAX_XORB_BYTES = 64 * 1024 * 1024
 MAX_XORB_CHUNKS = 8 * 1024
