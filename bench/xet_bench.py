@@ -1,7 +1,7 @@
 """Issue 40 item 4: origin bytes and time of the Xet path with the node's chunk store vs `resolve/`,
 for (a) a first download, (b) a revision roll where ~10 % of a model's chunks changed, and (c) a
-second repository sharing half of the first's chunks. (d), 8 nodes via peers, is not built: peers
-do not share chunks yet.
+second repository sharing half of the first's chunks. (d), 8 nodes via peers, is
+bench/xet_peers_bench.py (`python -m bench.xet_peers_bench`), on the same models and doubles.
 
 The model is 2 GiB-shaped, scaled down: 4 safetensors-like shards (as a 2 GiB model is split),
 `--size-mib` in all (default 256). (b): every shard of the new revision rewrites one contiguous

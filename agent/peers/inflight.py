@@ -97,6 +97,7 @@ class Flight:
     staging: Path
     arrivals: Arrivals  # parts as far as they are written, before the journal has them
     fanout: Fanout = field(default_factory=Fanout)  # how often each part may go out (swarm.py)
+    digests: dict[str, str] = field(default_factory=dict)  # plan sha256 -> path (xorbserve.py)
 
     def unjournaled(
         self, written: Written | None, spent: set[tuple[str, int]]
@@ -156,6 +157,7 @@ class InFlight:
         """Peers may copy `plan` of `namespace`/`cache` from `staging` as the download writes it; the
         download notes its parts' progress in the returned flight's `arrivals`."""
         flight = Flight(plan.revision, {f.path: f.size for f in plan.files}, staging, Arrivals(part_size))
+        flight.digests.update({f.sha256: f.path for f in plan.files if f.sha256})
         with self._lock:
             self._flights[f"{namespace}/{cache}"] = flight
         return flight

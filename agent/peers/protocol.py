@@ -81,6 +81,14 @@ def parts_path(namespace: str, cache: str, revision: str) -> str:
     return f"{PREFIX}{namespace}/{cache}/{revision}/parts"
 
 
+def xorbs_path(
+    namespace: str, cache: str, revision: str, cas: str, xorb: str, start: int, end: int, sha256: str
+) -> str:
+    """The request path for chunks [start, end) of `xorb`, as the asker's reconstruction from the
+    CAS keyed `cas` (xetstore.cas_key) named them for the file `sha256` (xorbserve.py)."""
+    return f"{PREFIX}{namespace}/{cache}/{revision}/xorbs/{cas}/{xorb}?chunks={start}-{end}&file={sha256}"
+
+
 def public_bytes(key: Ed25519PrivateKey) -> bytes:
     return key.public_key().public_bytes_raw()
 

@@ -9,6 +9,9 @@ While this node is still downloading the revision asked for, files of its plan
 are served from staging, but only ranges its resume journal records as written
 and fsync'd (inflight.py); others answer 425 (Too Early) with Retry-After and
 the bytes written so far, never 404, so a follower waits instead of giving up.
+    GET /v1/caches/<namespace>/<cache>/<resolvedRevision>/xorbs/<CAS key>/<xorb>?chunks=..&file=..
+
+answers Xet chunks from this node's chunk store for files of that cache (xorbserve.py).
     GET /v1/caches/<namespace>/<cache>/<resolvedRevision>/parts
 
 says what this node can serve of that revision (`{"complete": true}`, or the
@@ -48,6 +51,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from praesto.agent.peers import xorbserve
 from praesto.agent.peers.conns import Connections, refusal
 from praesto.agent.peers.identity import PeerAuthorizer, Refused
 from praesto.agent.peers.inflight import InFlight
@@ -225,10 +229,11 @@ class _Handler(BaseHTTPRequestHandler):
         raw = urlsplit(self.path).path
         try:
             node = self.server.authorizer.authenticate(self.command, self.path, self.headers)
-            match = _ROUTE.match(raw) or _PARTS.match(raw)
+            match = _ROUTE.match(raw) or _PARTS.match(raw) or xorbserve.XORBS.match(raw)
             if match is None:
                 raise Refused(
-                    404, f"{raw}: not a peer path ({PREFIX}<ns>/<cache>/<rev>/files/<path> or .../parts)"
+                    404,
+                    f"{raw}: not a peer path ({PREFIX}<ns>/<cache>/<rev>/files/<path>, .../parts or .../xorbs/...)",
                 )
             namespace, cache, revision = (unquote(g) for g in match.groups()[:3])
             if not (names.is_dns_label(namespace) and names.is_dns_label(cache)):
@@ -238,6 +243,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(refused.status, refused.message, retry_after="1" * (refused.status == 503))
         if match.re is _PARTS:
             return self._parts(namespace, cache, revision)
+        if match.re is xorbserve.XORBS:  # Xet chunks from the chunk store (xorbserve.py)
+            return xorbserve.serve(
+                self, namespace, cache, revision, match[4], match[5], urlsplit(self.path).query
+            )
         path = unquote(match.group(4))
         found = self.server.manifest_files(namespace, cache)
         complete = found is not None and found[1] == revision

@@ -40,10 +40,12 @@ from urllib.parse import quote
 
 from praesto.agent.download.api import DownloadCancelled, DownloadError, RemoteFile, Sink, Target
 from praesto.agent.download.http import Expired, Redirect, Transient
+from praesto.agent.download.origins.huggingface.xet import FetchRange
 from praesto.agent.peers import auth
 from praesto.agent.peers.protocol import file_path, parts_path
 from praesto.agent.peers.swarm import MAX_PEERS, Offer, neighbours, pick_peer
 from praesto.agent.peers.transport import NotYet, PeerTransport, Slow
+from praesto.agent.peers.xorbsource import XorbPeers
 
 log = logging.getLogger("praesto.peers")
 
@@ -104,6 +106,7 @@ class PeerSource:
         # (peer, file, range start) -> since when the peer answered only "not yet" for that range, or
         # (peer, "", -1): only "busy" (its upload slots are the node's, whatever the range)
         self._waiting: dict[tuple[str, str, int], float] = {}
+        self.xorbs = XorbPeers(self)  # Xet xorb ranges from the same peers (xorbsource.py)
 
     # ---- PartSource ------------------------------------------------------------
     def fetch(self, file: RemoteFile, start: int, end: int, sink: Sink, cancel: threading.Event) -> int:
@@ -161,6 +164,13 @@ class PeerSource:
         for peer in senders:
             self._drop(peer, f"sent bytes of {file.path} that failed verification against the origin's hash")
         return bool(senders)
+
+    # ---- Xet chunks (xetfetch.ChunkPeers; xorbsource.py asks, xorbserve.py answers) ------------
+    def xorb_range(self, cas: str, sha256: str, source: FetchRange, cancel: threading.Event) -> bytes | None:
+        return self.xorbs.fetch(cas, sha256, source, cancel)
+
+    def blame_chunks(self, sha256: str) -> bool:
+        return self.xorbs.blame(sha256)
 
     # ---- internals ---------------------------------------------------------------
     def _from(

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.client import HTTPResponse
+from typing import Protocol, runtime_checkable
 
 from praesto.agent.download.api import ByteSource, DownloadError, Options, OriginThrottle, RemoteFile, Target
 from praesto.agent.download.egress import REASON_EGRESS_REFUSED, EgressRefused
@@ -227,20 +228,61 @@ class XetOrigin:
         wire(source.length)
         return bytes(buf)
 
+    def held_bytes(self, recon: Reconstruction) -> int:
+        """How many of the file's bytes the node's chunk store holds (indexes only, nothing read)."""
+        if self.chunks is None:
+            return 0
+        held = self.chunks.file(self.token().cas_url)
+        return sum(t.unpacked_length for t in recon.terms if held.holds(t))
+
     def file_pieces(
-        self, file: RemoteFile, cancel: threading.Event, wire: Callable[[int], None]
+        self,
+        file: RemoteFile,
+        cancel: threading.Event,
+        wire: Callable[[int], None],
+        *,
+        recon: Reconstruction | None = None,
+        peers: ChunkPeers | None = None,
+        peer_wire: Callable[[int], None] | None = None,
     ) -> Iterator[bytes]:
         """`file`'s bytes in order, each piece verified as the format core verifies it; raises
         XetFallback before the last piece when anything fails (the sha256 is the engine's check).
-        `wire(n)`: n bytes of xorb ranges arrived from the origin."""
+        `wire(n)`: n bytes of xorb ranges arrived from the origin. `peers`: asked for each range
+        the chunk store lacks before the CAS (`peer_wire(n)`: n bytes came from them)."""
         assert file.xet_hash is not None
-        recon = self.reconstruction(file)
-        held = self.chunks.file(self.token().cas_url) if self.chunks is not None else None
+        recon = recon or self.reconstruction(file)
+        cas_url = self.token().cas_url
+        held = self.chunks.file(cas_url) if self.chunks is not None else None
+
+        def fetch(source: FetchRange) -> bytes:
+            if peers is not None and file.sha256:
+                raw = peers.xorb_range(cas_key(cas_url), file.sha256, source, cancel)
+                if raw is not None:
+                    if peer_wire is not None:
+                        peer_wire(len(raw))
+                    return raw
+            return self.fetch_range(source, cancel, wire)
+
         try:
-            yield from iter_file(
-                recon, lambda source: self.fetch_range(source, cancel, wire), file.xet_hash, held=held
-            )
+            yield from iter_file(recon, fetch, file.xet_hash, held=held)
         except XetFormatError as error:
             raise XetFallback(CAUSE_FORMAT, f"{file.path}: {error}") from None
         if held is not None and file.sha256:  # every chunk verified by the file's Xet hash
             held.verified(file.sha256)
+
+
+@runtime_checkable
+class ChunkPeers(Protocol):
+    """Other nodes' chunk stores (agent/peers/xorbsource.py), asked for a xorb range the node lacks.
+
+    Nothing they send is trusted: `xorb_range` answers bytes that decode as the range's chunks
+    (else the sender is dropped), the file's Xet hash and sha256 judge them; `blame_chunks` drops
+    whoever sent ranges of a file that failed its Xet hash."""
+
+    def xorb_range(self, cas: str, sha256: str, source: FetchRange, cancel: threading.Event) -> bytes | None:
+        """Chunks [source.start, source.end) of `source.xorb` as a CAS range of them, or None."""
+        ...
+
+    def blame_chunks(self, sha256: str) -> bool:
+        """Drop the peers that sent ranges of the file `sha256`; whether any did."""
+        ...

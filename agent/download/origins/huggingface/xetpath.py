@@ -3,9 +3,13 @@ parts are, verified by the Hub's sha256 the same way, and on any failure fetched
 `resolve/`.
 
 When: the plan found the file's Xet hash in the Hub's tree listing (an LFS file, so its sha256 is
-known), Xet is on (`Options.xet`), nothing of the file was journaled by an earlier run (a resumed
-file finishes through `resolve/`), and the download asks no peers (a follower copies whole-file
-ranges from peers first: chunks between peers are issue 40 item 3). The file is one work item:
+known), Xet is on (`Options.xet`), and nothing of the file was journaled by an earlier run (a
+resumed file finishes through `resolve/`). With peers (issue 40 item 3), a file the node's chunk
+store holds nothing of (a first download) is copied whole from peers as before (ranges in
+parallel, passed on as they arrive, "not yet" waited on by the swarm's rules); any other file comes
+through Xet, each range the chunk store lacks asked of peers' chunk stores before the CAS
+(`ChunkPeers`), and a file whose Xet hash fails after peers sent ranges of it is assembled once
+more without them (they are dropped), before any fallback to `resolve/`. The file is one work item:
 its terms come in file order (xetfetch.py fetches each range, the format core decodes and checks
 it), its bytes are written and hashed in order, and each part is journaled as the bytes pass its
 end, so a crash resumes it. Its last part verifies it by sha256 (engine `_verify`, which calls
@@ -22,7 +26,14 @@ from typing import TYPE_CHECKING
 
 from praesto.agent.download.api import OriginThrottle
 from praesto.agent.download.http import CHUNK
-from praesto.agent.download.origins.huggingface.xetfetch import CAUSE_CHECKSUM, XetFallback, XetOrigin
+from praesto.agent.download.origins.huggingface.xet import Reconstruction
+from praesto.agent.download.origins.huggingface.xetfetch import (
+    CAUSE_CHECKSUM,
+    CAUSE_FORMAT,
+    ChunkPeers,
+    XetFallback,
+    XetOrigin,
+)
 
 if TYPE_CHECKING:
     from praesto.agent.download.engine import Engine, FileJob
@@ -37,20 +48,52 @@ class XetRoute:
         self.xet = xet
 
     def eligible(self, engine: Engine, job: FileJob) -> bool:
-        return (
-            job.file.xet_hash is not None
-            and job.file.sha256 is not None
-            and not job.resumed
-            and engine.peers is None
-        )
+        return job.file.xet_hash is not None and job.file.sha256 is not None and not job.resumed
 
     def fetch_file(self, engine: Engine, job: FileJob) -> None:
         """The whole file through Xet; on a failure, every part queued again for `resolve/`."""
+        asked: object = engine.peers  # a PartSource; PeerSource also serves Xet chunks (ChunkPeers)
+        peers = asked if isinstance(asked, ChunkPeers) and job.file.peers_may_supply else None
+        try:
+            recon = self.xet.reconstruction(job.file)
+            if peers is not None and self.xet.held_bytes(recon) == 0:  # a first download: swarm it
+                log.debug("file=%s: nothing of it in the chunk store: copied whole from peers", job.file.path)
+                job.whole = False
+                engine._enqueue([(job, i) for i in range(len(job.parts))])
+                return
+        except XetFallback as refused:
+            fall_back(engine, job, refused.cause, str(refused), 0)
+            return
+        failed = self._assemble(engine, job, recon, peers)
+        blamed = failed is not None and failed[1].cause == CAUSE_FORMAT and peers is not None
+        if failed is not None and blamed and peers is not None and peers.blame_chunks(job.file.sha256 or ""):
+            # their ranges decoded as chunks, the file's hash refused them: once more without peers
+            log.warning("xet file=%s: %s; assembling it again without the peers that sent ranges of it",
+                        job.file.path, failed[1])  # fmt: skip
+            engine._start_over(job, failed[0])
+            failed = self._assemble(engine, job, recon, None)
+        if failed is not None:
+            fall_back(engine, job, failed[1].cause, str(failed[1]), failed[0])
+
+    def _assemble(
+        self, engine: Engine, job: FileJob, recon: Reconstruction, peers: ChunkPeers | None
+    ) -> tuple[int, XetFallback] | None:
+        """Write the file's pieces, journaling its parts as they pass; None when all went, else the
+        bytes written before the failure and the failure."""
         assert job.hasher is not None
         written = 0
         done_parts, last = 0, len(job.parts) - 1
+
+        def from_peers(n: int) -> None:  # a peer's xorb range: what crossed the wire, like the CAS's
+            with engine._cond:
+                engine.result.bytes_from_peers += n
+
         try:
-            for piece in self.xet.file_pieces(job.file, engine.options.cancel, engine.count_route_bytes):
+            pieces = self.xet.file_pieces(
+                job.file, engine.options.cancel, engine.count_route_bytes,
+                recon=recon, peers=peers, peer_wire=from_peers,
+            )  # fmt: skip
+            for piece in pieces:
                 view = memoryview(piece)
                 for at in range(0, len(view), CHUNK):
                     _write(engine, job, written + at, view[at : at + CHUNK])
@@ -59,10 +102,10 @@ class XetRoute:
                     engine._part_done(job, done_parts)
                     done_parts += 1
         except XetFallback as failed:
-            fall_back(engine, job, failed.cause, str(failed), written)
-            return
+            return written, failed
         for index in range(done_parts, last + 1):  # the last part verifies the file (engine._verify)
             engine._part_done(job, index)
+        return None
 
     def mismatch(self, engine: Engine, job: FileJob, why: str) -> None:
         """Xet's own hashes passed, the Hub's sha256 did not: counted, and the engine starts the

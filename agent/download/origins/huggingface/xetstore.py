@@ -38,7 +38,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -130,6 +130,12 @@ class ChunkStore:
 
     def read(self, xorb: str, index: int, chunk_hash: str) -> Chunk | None:
         """The stored chunk, checked against its hash; a bad one is dropped (None: fetch it)."""
+        found = self.read_raw(xorb, index, chunk_hash)
+        return found[1] if found is not None else None
+
+    def read_raw(self, xorb: str, index: int, chunk_hash: str) -> tuple[bytes, Chunk] | None:
+        """The stored chunk as the xorb stores it (what a peer is sent) and decoded, checked against
+        its hash; a bad one is dropped (None)."""
         path = self.chunk_path(chunk_hash)
         try:
             raw = path.read_bytes()
@@ -146,7 +152,18 @@ class ChunkStore:
             with self._lock:
                 self.counters.dropped += 1
             return None
-        return chunk
+        return raw, chunk
+
+    def held_by(self, cas: str, xorb: str, files: Container[str]) -> dict[int, str]:
+        """Chunk index -> hash of `xorb` as the indexes of `files` (sha256s) under CAS key `cas` name
+        them, read afresh (the peer server: only files of the cache asked for)."""
+        known: dict[int, str] = {}
+        if not (SHA256.fullmatch(xorb) and re.fullmatch(r"[0-9a-f]{32}", cas)):
+            return known
+        for entry in _entries(self.root / store.XET_FILE_INDEX / cas / xorb):
+            if entry.name in files:
+                known.update({i: h for (x, i), h in _read_index(Path(entry.path)).items() if x == xorb})
+        return known
 
     def write(self, chunks: list[Chunk], raw: bytes) -> None:
         """Each chunk of a fetched range as the xorb stores it, unless already here."""
@@ -199,6 +216,11 @@ class FileChunks:
     store: ChunkStore
     cas: str
     terms: list[tuple[str, int, list[str]]] = field(default_factory=list)
+
+    def holds(self, term: Term) -> bool:
+        """Whether the indexes name every chunk of `term` (not read: a cheap look before fetching)."""
+        known = self.store._map(self.cas, term.xorb)
+        return all(i in known for i in range(term.start, term.end))
 
     def chunks(self, term: Term) -> list[Chunk] | None:
         known = self.store._map(self.cas, term.xorb)
