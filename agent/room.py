@@ -5,7 +5,7 @@ store lock (`Copies.lock`), whether a planned download fits above the reserve,
 evicting least recently used unused copies first (namespaces over their quota
 give first: capacity.py); the Xet chunk store, bytes a download can fetch again,
 is emptied before any copy goes. A download's Xet chunks count in its reservation beside its
-files (`chunk_store_bytes`); when they do not fit above the reserve even with the store emptied,
+files (`xetstore.chunk_store_bytes`); when they do not fit above the reserve even with the store emptied,
 the download keeps none (`stores_chunks`) rather than evict a copy for them or dip into the
 reserve. It reads only the disk and the copies the agent knows
 (`Copies`); what an eviction means for a copy's status is the caller's, told
@@ -22,7 +22,7 @@ from pathlib import Path
 from praesto.agent import capacity, eviction, logs
 from praesto.agent.copies import CacheRef, Copies, cache_of, deleting
 from praesto.agent.download import api as dlapi
-from praesto.agent.download.origins.huggingface.xet.limits import CHUNK_HEADER_SIZE, MIN_CHUNK_SIZE
+from praesto.agent.download.origins.huggingface.xetstore import chunk_store_bytes
 from praesto.agent.reservations import Reservations, StoreKey
 
 from praesto import names, store
@@ -42,14 +42,6 @@ def staged_bytes(path: Path) -> int:
             except FileNotFoundError:
                 continue
     return total
-
-
-def chunk_store_bytes(plan: dlapi.Plan) -> int:
-    """The most the plan's Xet files write to the node's chunk store besides the files themselves:
-    each chunk as the xorb stores it, at most its bytes (an incompressible chunk is stored plain)
-    plus its header, with hf_xet's smallest chunk (a file's last may be shorter). A CAS that serves
-    smaller or inflated chunks can write more; the next `make_room` empties the store then."""
-    return sum(f.size + (f.size // MIN_CHUNK_SIZE + 1) * CHUNK_HEADER_SIZE for f in plan.files if f.xet_hash)
 
 
 class DiskRoom:

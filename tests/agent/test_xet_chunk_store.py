@@ -149,3 +149,20 @@ def test_scrub_checks_the_chunk_store_once_an_interval_within_its_budget(tmp_pat
     assert sorted(paced) == sorted(len(stored(b"good" * 400)) for _ in range(2))
     assert scrubber.scrub_chunk_store() == 0  # done for this interval
     assert json.loads(next(tmp_path.glob("files/*/*/*")).read_text())["terms"][0][2] == hashes
+
+
+def test_a_download_writes_no_more_chunk_bytes_than_its_room_reserved(tmp_path: Path) -> None:
+    """A CAS naming smaller or inflated chunks than the estimate assumes cannot write into the
+    reserve: past the download's budget (`chunk_store_bytes` of its plan) its chunks are not kept."""
+    pieces = [bytes([i]) * 1000 for i in range(10)]
+    raw = b"".join(stored(p) for p in pieces)
+    chunks = decode_range(raw, 0, len(pieces), XORB)
+    budget = 3 * len(stored(pieces[0]))
+    kept = xetstore.ChunkStore(tmp_path, budget)
+    kept.write(chunks, raw)
+    kept.write(chunks, raw)  # asked again: still nothing past the budget
+    assert kept.counters.chunks_written == 3
+    assert xetstore.stored_bytes(tmp_path) == budget
+    unbounded = xetstore.ChunkStore(tmp_path / "other")
+    unbounded.write(chunks, raw)
+    assert unbounded.counters.chunks_written == 10

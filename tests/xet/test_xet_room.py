@@ -19,7 +19,8 @@ from praesto.agent import capacity
 from praesto.agent.copies import CacheRef, Copies
 from praesto.agent.download import api as dlapi
 from praesto.agent.download.origins.huggingface import xetstore
-from praesto.agent.room import DiskRoom, chunk_store_bytes
+from praesto.agent.download.origins.huggingface.xetstore import chunk_store_bytes
+from praesto.agent.room import DiskRoom
 
 from praesto import names, store
 from testkit.agent_harness import Env, env_context, tree

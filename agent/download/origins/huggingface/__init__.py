@@ -16,7 +16,7 @@ from praesto.agent.download.origin import TOKEN, CredentialShape, http_transport
 from praesto.agent.download.origins.huggingface.endpoint import endpoint_of
 from praesto.agent.download.origins.huggingface.xetfetch import XetOrigin
 from praesto.agent.download.origins.huggingface.xetpath import XetRoute
-from praesto.agent.download.origins.huggingface.xetstore import ChunkStore
+from praesto.agent.download.origins.huggingface.xetstore import ChunkStore, chunk_store_bytes
 
 from praesto import store
 from praesto.spec import Source
@@ -46,7 +46,7 @@ class HuggingFace:
         xet = options.xet and any(f.xet_hash for f in plan.files)
         # xet_chunks False: the node has no room for chunks above its reserve (agent/room.py)
         keep = options.blobs_dir if options.xet_chunks else None
-        chunks = ChunkStore(store.xet_chunks_beside(keep)) if keep else None
+        chunks = ChunkStore(store.xet_chunks_beside(keep), chunk_store_bytes(plan)) if keep else None
         repo, revision = plan.source.location, plan.revision
         route = XetRoute(XetOrigin(endpoint, repo, revision, options, chunks)) if xet else None
         # the Hub the platform configured is trusted as it is; where it redirects is checked

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from praesto.agent.download.api import Plan
 from praesto.agent.download.crashpoints import XET_CHUNKS_WRITTEN, crash_point
 from praesto.agent.download.origins.huggingface.xet import (
     Chunk,
@@ -52,12 +53,22 @@ from praesto.agent.download.origins.huggingface.xet import (
     decode_range,
 )
 from praesto.agent.download.origins.huggingface.xet.hashing import from_hex, to_hex
+from praesto.agent.download.origins.huggingface.xet.limits import CHUNK_HEADER_SIZE, MIN_CHUNK_SIZE
 
 from praesto import store
 
 log = logging.getLogger("praesto.download")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 GRACE_SECONDS = 3600.0  # what `collect` leaves alone: younger than any download's file takes to finish
+
+
+def chunk_store_bytes(plan: Plan) -> int:
+    """The most the plan's Xet files write to the node's chunk store besides the files themselves:
+    each chunk as the xorb stores it, at most its bytes (an incompressible chunk is stored plain)
+    plus its header, with hf_xet's smallest chunk (a file's last may be shorter). The node's room
+    reserves this much (agent/room.py), and a download's `ChunkStore` writes no more than this: a
+    CAS naming smaller or inflated chunks gets the rest of its chunks not kept, never the reserve."""
+    return sum(f.size + (f.size // MIN_CHUNK_SIZE + 1) * CHUNK_HEADER_SIZE for f in plan.files if f.xet_hash)
 
 
 def cas_key(cas_url: str) -> str:
@@ -97,10 +108,14 @@ class Counters:
 
 
 class ChunkStore:
-    """The chunk store at `root` (store.xet_chunks_beside(blobs dir)); one per download, thread-safe."""
+    """The chunk store at `root` (store.xet_chunks_beside(blobs dir)); one per download, thread-safe.
+    `budget`: the most this download writes to it (`chunk_store_bytes` of its plan; None: readers
+    such as the peer server and the scrub, which write nothing)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, budget: int | None = None) -> None:
         self.root = root
+        self.budget = budget
+        self._spent = 0  # bytes of chunks this download wrote
         self.counters = Counters()
         self._lock = threading.Lock()
         self._index: dict[tuple[str, str], dict[int, str]] = {}  # (CAS key, xorb) -> index -> chunk hash
@@ -173,6 +188,17 @@ class ChunkStore:
             path = self.chunk_path(to_hex(chunk.hash))
             if path.exists():
                 continue
+            with self._lock:
+                if self.budget is not None and self._spent + len(piece) > self.budget:
+                    if self._spent <= self.budget:  # said once per download
+                        log.warning(
+                            "xet chunk store: this download's %d bytes of chunks are spent; "
+                            "its other chunks are not kept",
+                            self.budget,
+                        )
+                    self._spent = self.budget + 1
+                    return
+                self._spent += len(piece)
             try:
                 _write_atomic(path, piece, durable=False)  # checked on every read; the index is durable
             except OSError as error:  # the store is an optimisation: a full disk must not fail the file
