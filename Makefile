@@ -76,6 +76,8 @@ bench: install
 	$(PY) -m bench.all
 
 ## The scale tier alone (not part of `make test`: ~N/50 s per phase and ~15 min at 1,000 nodes): one cache over
-## 100 and 1,000 GPU-shaped Nodes on the real control plane, the chart's Metacontroller settings (bench/scale_bench.py)
+## 100 and 1,000 GPU-shaped Nodes on the real control plane, the chart's Metacontroller settings (bench/scale_bench.py).
+## Other shapes: SCALE_ARGS="--nodes 100 --caches 100 --rounds 1", or "--nodes 1000 --rounds 1 --pods 1000 --restart"
+## (Pods admitted while the copies roll, then a rollout of the node DaemonSet)
 test-scale: install cluster-bin
 	$(PY) -m bench.scale_bench $(SCALE_ARGS)

@@ -91,6 +91,11 @@ class FakeAgents:
                 self._writers[node] = found
             return found
 
+    def forget(self, node: str) -> None:
+        """The node's agent restarted: its next write starts from an empty memory."""
+        with self._lock:
+            self._writers.pop(node, None)
+
     def _work(self) -> None:
         while (key := self._queue.get()) is not None:
             with self._lock:

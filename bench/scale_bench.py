@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import statistics
@@ -36,10 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from bench.common import ROUNDS, print_table, record
 from bench.scale_agents import FakeAgents
 from bench.scale_nodes import POOL, POOL_LABEL, Heartbeats, NodeWriter
+from bench.scale_pods import PodStorm, delete_pods
+from bench.scale_restart import restart_phase
 from bench.scale_standin import StandIn, Stats
 from praesto import names
 from testkit import apiserver_metrics
@@ -69,11 +73,13 @@ class Watched:
     def count_copies(self, cache: str, done: Callable[[Obj], bool] = lambda o: True) -> int:
         label = names.LABEL_MODEL_CACHE
         return len(
-            self.copies.objects(NS, lambda o: o["metadata"].get("labels", {}).get(label) == cache and done(o))
+            self.copies.objects(
+                home(cache), lambda o: o["metadata"].get("labels", {}).get(label) == cache and done(o)
+            )
         )
 
     def status(self, cache: str) -> Obj:
-        return (self.caches.get(NS, cache) or {}).get("status") or {}
+        return (self.caches.get(home(cache), cache) or {}).get("status") or {}
 
 
 class Run:
@@ -86,12 +92,20 @@ class Run:
         self.calls: list[tuple[str, int, float]] = []
         self.errors: list[str] = []
         self.last = Stats()
+        self.failed: dict[str, dict[str, Any]] = {}  # hook path -> failed calls, their largest body, why
+        self.extra: dict[str, Any] = {}
+        self.create_failures: list[
+            str
+        ] = []  # ModelCache creates answered "retry" (a webhook timing out)  # "admission" (Pods created during a roll), "restart" (a rollout)
 
     def gather(self) -> None:
         stats = self.standin.stats()
         self.passes.update(stats.passes)
         self.writes.update(stats.writes)
         self.calls += stats.calls
+        for path, size, why in stats.failed:  # per hook path: how many failed, the largest, the first reason
+            seen = self.failed.setdefault(path, {"calls": 0, "max_bytes": 0, "error": why})
+            seen["calls"], seen["max_bytes"] = seen["calls"] + 1, max(seen["max_bytes"], size)
         self.errors = (self.errors + stats.errors)[-5:]
         self.last = stats
 
@@ -126,21 +140,56 @@ def cache_names(count: int) -> list[str]:
     return [f"gpu-model-{i:03d}" for i in range(count)]
 
 
+def home(cache: str) -> str:
+    """Each cache in a namespace of its own (`scale` for the first), as tenants' caches are. All in one
+    namespace, the stand-in, not the product, is what slows: its claim scans every child of the parent's
+    namespace each pass (testkit/metacontroller.py `_claim_children`), where Metacontroller v4.17.2 looks
+    its children up by index (`pkg/controller/composite/controller.go` `claimChildren`); with 10,000
+    copies in one namespace, 75 of 100 caches were still not Ready 9 minutes after all copies existed."""
+    index = int(cache.rsplit("-", 1)[1])
+    return NS if index == 0 else f"{NS}-{index:03d}"
+
+
+def create_caches(run: Run, custom: client.CustomObjectsApi, caches: list[str], deadline: float) -> None:
+    """Each cache created as a user would: again after an answer that says to retry (the ModelCache
+    validating webhook timing out on a busy machine answers 500), each such answer kept."""
+    for cache in caches:
+        body = modelcache(cache, home(cache), node_selector={POOL_LABEL: POOL},
+                          source={"huggingface": {"repo": "org/tiny", "revision": COMMITS[0]}})  # fmt: skip
+        end = time.monotonic() + deadline
+        while True:
+            try:
+                custom.create_namespaced_custom_object(
+                    names.GROUP, names.VERSION, home(cache), "modelcaches", body
+                )
+                break
+            except ApiException as error:
+                if error.status not in (429, 500, 503, 504) or time.monotonic() > end:
+                    raise
+                why = f"create {cache}: HTTP {error.status}: {str(error.body)[:300]}"
+                run.create_failures.append(why)
+                print(f"  !! {why}", flush=True)
+                time.sleep(1.0)  # a user's retry, bounded by the deadline above
+
+
 def one_round(
-    run: Run, admin: client.ApiClient, nodes: int, caches: list[str], deadline: float
+    run: Run, admin: client.ApiClient, nodes: int, caches: list[str], deadline: float, pods: int = 0
 ) -> dict[str, float]:
     custom = client.CustomObjectsApi(admin)
     w = run.watched
     started = time.monotonic()
-    for cache in caches:
-        body = modelcache(cache, NS, node_selector={POOL_LABEL: POOL},
-                          source={"huggingface": {"repo": "org/tiny", "revision": COMMITS[0]}})  # fmt: skip
-        custom.create_namespaced_custom_object(names.GROUP, names.VERSION, NS, "modelcaches", body)
+    create_caches(run, custom, caches, deadline)
     out = {
         "create → all copies": run.wait(
             "all copies", lambda: all(w.count_copies(c) == nodes for c in caches), deadline
         )
     }
+    if math.isnan(out["create → all copies"]):  # what it reached, and no later phase can start
+        run.extra["reached"] = {"copies": sum(w.count_copies(c) for c in caches), "of": nodes * len(caches),
+                                "readyNodes": sum(int(w.status(c).get("readyNodes") or 0) for c in caches)}  # fmt: skip
+        print(f"  reached: {run.extra['reached']}; failed hook calls: {run.failed}", flush=True)
+        nan = float("nan")
+        return {**out, "create → READY N/N": nan, "revision roll → READY N/N": nan, "delete → gone": nan}
 
     def ready(commit: str) -> Callable[[], bool]:
         def check() -> bool:
@@ -156,12 +205,22 @@ def one_round(
     started = time.monotonic()
     patch = {"spec": {"source": {"huggingface": {"repo": "org/tiny", "revision": COMMITS[1]}}}}
     for cache in caches:
-        custom.patch_namespaced_custom_object(names.GROUP, names.VERSION, NS, "modelcaches", cache, patch)
+        custom.patch_namespaced_custom_object(
+            names.GROUP, names.VERSION, home(cache), "modelcaches", cache, patch
+        )
+    storm = PodStorm(admin.configuration, home(caches[0]), caches[0], pods).start() if pods else None
     out["revision roll → READY N/N"] = run.wait("roll", ready(COMMITS[1]), deadline)
+    if storm is not None:  # Pods asking for the rolling cache, admitted while its copies roll
+        rolled = started + out["revision roll → READY N/N"]
+        summary = storm.join(deadline).summary(None if math.isnan(rolled) else rolled)
+        print(f"  admission during the roll: { {k: round(v, 1) for k, v in summary.items()} }; "
+              f"first failures: {storm.result.failures[:3]}", flush=True)  # fmt: skip
+        run.extra["admission"] = summary
+        delete_pods(admin.configuration, home(caches[0]))
     started = time.monotonic()
     for cache in caches:
-        custom.delete_namespaced_custom_object(names.GROUP, names.VERSION, NS, "modelcaches", cache)
-    gone = lambda: all(w.caches.get(NS, c) is None and w.count_copies(c) == 0 for c in caches)  # noqa: E731
+        custom.delete_namespaced_custom_object(names.GROUP, names.VERSION, home(cache), "modelcaches", cache)
+    gone = lambda: all(w.caches.get(home(c), c) is None and w.count_copies(c) == 0 for c in caches)  # noqa: E731
     out["delete → gone"] = run.wait("delete", gone, deadline)
     del started
     return out
@@ -202,8 +261,11 @@ def cluster(work: Path, nodes: int) -> Iterator[tuple[ControlPlane, Installed, f
         plane.stop()
 
 
-def measure(nodes: int, caches: int, rounds: int, steady: float, deadline: float) -> dict[str, list[float]]:
+def measure(nodes: int, caches: int, rounds: int, steady: float, deadline: float, pods: int = 0,
+            restart: bool = False) -> dict[str, list[float]]:  # fmt: skip
     shape = f"{caches} cache{'s' if caches > 1 else ''} x {nodes} nodes"
+    shape += f", {pods} Pods admitted during the roll" if pods else ""
+    shape += ", node DaemonSet rolled" if restart else ""
     with (
         tempfile.TemporaryDirectory(prefix="scale-") as tmp,
         cluster(Path(tmp), nodes) as (plane, inst, secs, size),
@@ -213,7 +275,10 @@ def measure(nodes: int, caches: int, rounds: int, steady: float, deadline: float
             flush=True,
         )
         admin = inst.admin.api
-        ensure_namespace(inst.admin, NS)
+        for namespace in sorted({home(c) for c in cache_names(caches)}):
+            ensure_namespace(
+                inst.admin, namespace, {names.LABEL_INJECTION: names.INJECTION_ENABLED} if pods else None
+            )
         args = rendered_command_args(Path(tmp) / "args")
         print(f"  Metacontroller args (chart): {' '.join(args)}", flush=True)
         kubeconfig = plane.token_kubeconfig(NAMESPACE, METACONTROLLER_SA)
@@ -230,13 +295,21 @@ def measure(nodes: int, caches: int, rounds: int, steady: float, deadline: float
                 names_ = cache_names(caches)
                 samples: dict[str, list[float]] = {}
                 before, started = apiserver_metrics.read(admin), time.monotonic()
-                for _ in range(rounds):
-                    for key, value in one_round(run, admin, nodes, names_, deadline).items():
+                for index in range(rounds):
+                    for key, value in one_round(run, admin, nodes, names_, deadline,
+                                                pods if index == 0 else 0).items():  # fmt: skip
                         samples.setdefault(key, []).append(value)
+                    if "reached" in run.extra:  # the caches never got their copies: nothing more to time
+                        rounds = index + 1
+                        break
                 rounds_rate = per_second(apiserver_metrics.delta(before, apiserver_metrics.read(admin)),
                                          time.monotonic() - started)  # fmt: skip
                 round_calls, round_passes = list(run.calls), Counter(run.passes)
-                steady_out = steady_state(run, admin, inst, nodes, names_, steady, deadline)
+                broken = "reached" in run.extra
+                steady_out = ({}, {}, 0) if broken else steady_state(run, admin, inst, nodes, names_, steady,
+                                                                      deadline)  # fmt: skip
+                if restart and not broken:
+                    run.extra["restart"] = restart_phase(run, admin, nodes)
                 report(
                     shape,
                     samples,
@@ -258,10 +331,7 @@ def steady_state(run: Run, admin: client.ApiClient, inst: Installed, nodes: int,
                  seconds: float, deadline: float) -> tuple[dict[str, float], dict[str, float], int]:  # fmt: skip
     """Caches Ready, then `seconds` of heartbeats: (passes/min by controller hook, requests/s, beats)."""
     custom = client.CustomObjectsApi(admin)
-    for cache in caches:
-        body = modelcache(cache, NS, node_selector={POOL_LABEL: POOL},
-                          source={"huggingface": {"repo": "org/tiny", "revision": COMMITS[0]}})  # fmt: skip
-        custom.create_namespaced_custom_object(names.GROUP, names.VERSION, NS, "modelcaches", body)
+    create_caches(run, custom, caches, deadline)
     run.wait(
         "steady: READY",
         lambda: all(run.watched.status(c).get("readyNodes") == nodes for c in caches),
@@ -299,6 +369,8 @@ def report(shape: str, samples: dict[str, list[float]], calls: list[tuple[str, i
               f"{statistics.median(sizes):.3f} max {max(sizes):.3f}; seconds median "
               f"{statistics.median(times):.3f} max {max(times):.3f}")  # fmt: skip
     print(f"  passes over {rounds} rounds: {dict(passes)}; load average now {os.getloadavg()[0]:.1f}")
+    if run.failed:
+        print(f"  failed hook calls: {run.failed}")
     print(f"  the stand-in's writes, all phases: {dict(run.writes)}")
     per_minute, rates, beats = steady
     print(
@@ -317,7 +389,7 @@ def report(shape: str, samples: dict[str, list[float]], calls: list[tuple[str, i
                            "max_seconds": max(t for _, t in v)} for p, v in by_path.items()},
         "passes_per_minute_steady": per_minute, "requests_per_second_rounds": rounds_rate,
         "requests_per_second_steady": rates, "hooks_peak_rss_mib": hooks_rss, "standin_peak_rss_mib": standin_rss,
-        "load_average": os.getloadavg()[0],
+        "load_average": os.getloadavg()[0], "failed_hook_calls": run.failed, "create_failures": run.create_failures, "errors": run.errors, **run.extra,
     })  # fmt: skip
 
 
@@ -329,13 +401,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--caches", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--steady", type=float, default=60.0, help="seconds of heartbeats measured")
+    parser.add_argument("--pods", type=int, default=0, help="annotated Pods created during the first roll")
+    parser.add_argument("--restart", action="store_true", help="then roll the node DaemonSet (every agent)")
     parser.add_argument(
         "--deadline", type=float, default=900.0, help="seconds a phase may take before it counts as not done"
     )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the control plane and the hooks
     for nodes in args.nodes:
-        measure(nodes, args.caches, args.rounds, args.steady, args.deadline)
+        measure(nodes, args.caches, args.rounds, args.steady, args.deadline, args.pods, args.restart)
     return 0
 
 

@@ -9,11 +9,13 @@ and its peak RSS. The pass log is drained every call, so a long run keeps no his
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 Obj = dict[str, Any]
 
@@ -24,6 +26,9 @@ class Stats:
     writes: dict[str, int] = field(default_factory=dict)  # "composite create ModelCacheNode" -> count
     errors: list[str] = field(default_factory=list)
     calls: list[tuple[str, int, float]] = field(default_factory=list)  # (path, request bytes, seconds)
+    failed: list[tuple[str, int, str]] = field(
+        default_factory=list
+    )  # (path, request bytes, why) per failed call
     peak_rss_mib: float = 0.0
     limiter_wait_s: float = 0.0  # seconds callers waited on the client rate limiter, all time
     limiter_requests: int = 0
@@ -39,7 +44,20 @@ def _serve(conn: Connection, kubeconfig: str, hooks_url: str, ca_path: str, comp
     from testkit.metacontroller import HookClient, Metacontroller
 
     calls: list[tuple[str, int, float]] = []
-    hooks = HookClient(hooks_url, Path(ca_path), observer=lambda *call: calls.append(call))
+    failed: list[tuple[str, int, str]] = []
+
+    class ObservedHooks(HookClient):
+        """The stand-in's hook client, which also keeps each failed call: where a size limit bites."""
+
+        def call(self, webhook: Obj, body: Obj, allowed: frozenset[str]) -> Obj:
+            try:
+                return super().call(webhook, body, allowed)
+            except Exception as error:
+                why = f"{type(error).__name__}: {str(error)[:200]}"
+                failed.append((urlsplit(webhook["url"]).path, len(json.dumps(body).encode()), why))
+                raise
+
+    hooks = ObservedHooks(hooks_url, Path(ca_path), observer=lambda *call: calls.append(call))
     kube = Kube(config.new_client_from_config(config_file=kubeconfig), field_manager="metacontroller")
     flags = MetacontrollerFlags.from_args(args)
     process = Metacontroller(
@@ -60,6 +78,7 @@ def _serve(conn: Connection, kubeconfig: str, hooks_url: str, ca_path: str, comp
                 if done.error and len(stats.errors) < 5:
                     stats.errors.append(f"{done.key}: {done.error[:300]}")
         stats.calls, calls[:] = list(calls), []
+        stats.failed, failed[:] = list(failed), []
         stats.peak_rss_mib = rss_mib()[1]
         if process.bucket is not None:
             stats.limiter_wait_s, stats.limiter_requests = process.bucket.waited, process.bucket.requests

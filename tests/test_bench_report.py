@@ -72,6 +72,23 @@ SCALE = {
 }  # fmt: skip
 
 
+EXTRAS = {
+    **SCALE,
+    "admission": {"pods": 1000, "admitted": 1000, "failed": 0, "not_mutated": 0, "seconds": 32.5,
+                  "per_second": 30.8, "peak_per_second": 47, "p50_ms": 231.8, "p99_ms": 728.1, "max_ms": 974.3,
+                  "admitted_while_rolling": 1000},
+    "restart": {"agents": 1000, "seconds": 16.9, "copies_listed": 1000, "errors": [],
+                "requests": {"WATCH modelcachenodes": 1002, "GET nodes": 1000, "PUT leases": 2},
+                "requests_per_second": {"WATCH modelcachenodes": 59.3, "GET nodes": 59.2, "PUT leases": 0.1},
+                "passes": {}, "hook_calls": 0, "hook_bytes": 0},
+}  # fmt: skip
+BROKEN = {
+    **SCALE, "hook_calls": {}, "reached": {"copies": 0, "of": 2000, "readyNodes": 0},
+    "failed_hook_calls": {"/hooks/modelcache/sync": {"calls": 140, "max_bytes": 45148491,
+                                                     "error": "URLError: <urlopen error EOF>"}},
+}  # fmt: skip
+
+
 def test_numbers_read_plainly_repeated_titles_are_told_apart_and_scale_is_its_own_section(
     tmp_path: Path,
 ) -> None:
@@ -86,6 +103,8 @@ sys.argv = ["bench.download_bench", "--cold"]
 print_table("p2p: seconds to all Ready (incl. sync)", {{"dedup": [1.0, 1.0, 1.0]}}, unit="x")
 record("scale", "1 cache x 100 nodes", {SCALE!r})
 record("scale", "1 cache x 1000 nodes", {SCALE!r})
+record("scale", "1 cache x 1000 nodes, 1000 Pods admitted during the roll, node DaemonSet rolled", {EXTRAS!r})
+record("scale", "1 cache x 2000 nodes", {BROKEN!r})
 """
     recorded = _python(["-c", script.replace("nan", "float('nan')")], {"PRAESTO_BENCH_RESULTS": str(results)})
     assert recorded.returncode == 0, recorded.stderr
@@ -105,3 +124,7 @@ record("scale", "1 cache x 1000 nodes", {SCALE!r})
     assert "| 1 cache x 100 nodes | 25.9 KiB | 2.2 s [2-2.5] | 1.05 s [1-1.1] (1 not reached) | 3 |" in text
     assert "| 1 cache x 1000 nodes | `/hooks/modelcache/sync` | 4 | 1 / 3 | 0.04 / 0.2 |" in text
     assert (tmp_path / "docs" / "benchmarks" / "scale-against-n.png").read_bytes()[:4] == b"\x89PNG"
+    rolled = "| 1 cache x 1000 nodes, 1000 Pods admitted during the roll, node DaemonSet rolled |"
+    assert f"{rolled} 1,000 | 1,000 / 0 / 0 | 1,000 | 30.8 (47) | 232 / 728 / 974 ms |" in text  # admission
+    assert f"{rolled} 16.9 |" in text and "| WATCH modelcachenodes 1, GET nodes 1 | 0 / 0 / 0 | 0 |" in text
+    assert "| 1 cache x 2000 nodes | 0 of 2,000 copies | `/hooks/modelcache/sync` | 140 | 43.1 MiB |" in text
