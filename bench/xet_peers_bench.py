@@ -1,16 +1,23 @@
 """Issue 40 item 4 (d): `--nodes` nodes (default 8) via peers, on bench/xet_bench.py's models and doubles.
 
-    python -m bench.xet_peers_bench [--nodes 8] [--size-mib 256] [--rounds 3] [--cap-mib-s 50]
+    python -m bench.xet_peers_bench [--nodes 8] [--size-mib 256] [--rounds 3] [--cap-mib-s 50] [--roll-seeder 0]
 
 Each round: `--nodes` fresh nodes (own blob and chunk store, own peer server on loopback), all
-selected at once as the agent's peering orders them (agent/peers/peering.py): node-0 fetches from
+selected at once as the agent's peering orders them (agent/peers/peering.py): one node fetches from
 the origin (it seeds; its download in flight is offered to the others), the others ask every
-other node and take from the origin only what no peer gives. Two steps: (1) a first download of
+other node and take from the origin only what no peer gives. node-0 seeds v1; node-`--roll-seeder`
+seeds the roll: 0, the node that seeded v1 (the lowest name, which leads when no node is
+downloading yet), or 1, a node that copied v1 from peers (a roll's leader is whichever node is
+downloading first: `peering._leader`), which, as the agent's leader does, asks no peers. Two
+steps: (1) a first download of
 the first repository at v1, (2) the roll to v2 (every shard rewrites 10 % of its bytes); and, as a
 second contender, (3) the same roll on fresh nodes that each took v1 alone through Xet first (not
 counted): a follower copies a first download whole from peers, which leaves no chunks on it, so
-in (2) only the seeder holds v1's chunks and the followers copy v2 whole again, while in (3) every
-node holds them and only the changed chunks cross between peers. Per step:
+in (2) only node-0 holds v1's chunks: seeding the roll (`--roll-seeder 0`) it takes only the
+changed chunks from the origin and the followers copy v2 whole from it; with `--roll-seeder 1`
+node-1 seeds v2 with none of them and no peers to ask, so the origin sends each changed file's
+every chunk (docs/xet.md, "Peers": the leader's missing chunk peers). In (3) every node holds
+them and only the changed chunks cross between peers. Per step:
 seconds until every node holds the revision, the origin's bytes (the CAS's xorb ranges plus
 `resolve/`) as a share of the *chunks needed* (what one node alone, with its own chunk store, takes
 from the origin for the same step: measured once, before the rounds), and the bytes that crossed
@@ -121,11 +128,11 @@ def alone(work: Path, hub: LocalHub, double: XetDouble, commits: tuple[str, ...]
         return needed
 
 
-def step(nodes: list[Node], hub: LocalHub, wanted: Plan) -> tuple[float, list[Result]]:
-    """Every node downloads `wanted` at once into its cache folder: node-0 seeds, the others ask
-    every other node first (as Peering.attach orders them)."""
+def step(nodes: list[Node], hub: LocalHub, wanted: Plan, seed: int) -> tuple[float, list[Result]]:
+    """Every node downloads `wanted` at once into its cache folder: node-`seed` seeds, the others
+    ask every other node first (as Peering.attach orders them)."""
     results: list[Result | BaseException | None] = [None] * len(nodes)
-    seeder = nodes[0].server.address
+    seeder = nodes[seed].server.address
 
     def run(i: int, node: Node) -> None:
         options = node.options(hub)
@@ -133,7 +140,7 @@ def step(nodes: list[Node], hub: LocalHub, wanted: Plan) -> tuple[float, list[Re
         shutil.rmtree(dest, ignore_errors=True)  # the previous revision's copy (its chunks stay)
         staging = node.layout.staging_dir(NAMESPACE, CACHE)
         flight = node.server.inflight.register(NAMESPACE, CACHE, wanted, staging, options.part_size)
-        if i == 0:
+        if i == seed:
             node.server.inflight.seed(NAMESPACE, CACHE)
             sources = PartSources(arrivals=flight.arrivals)
         else:
@@ -171,6 +178,7 @@ def swarm(
     needed: dict[str, int],
     size: int,
     warm: bool = False,
+    roll_seeder: int = 0,
 ) -> dict[str, tuple[float, float, float]]:
     """One round: fresh nodes through both steps; step -> (seconds, origin / needed, peer bytes / model).
     `warm`: each node first takes v1 alone through Xet (not counted; its chunk store then holds v1's
@@ -195,7 +203,7 @@ def swarm(
             for name, commit in steps:
                 wanted = plan(Source("hf", REPO, commit, (), ()), nodes[0].options(hub))
                 before = origin_bytes(hub, double)
-                took, results = step(nodes, hub, wanted)
+                took, results = step(nodes, hub, wanted, 0 if name == STEPS[0] else roll_seeder)
                 moved = origin_bytes(hub, double) - before
                 need = needed[STEPS[1] if name == WARM_ROLL else name]
                 out[name] = (took, moved / need, sum(r.bytes_from_peers for r in results) / size)
@@ -214,6 +222,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--cap-mib-s", type=int, default=50, help="the origin link's rate (0: uncapped)")
     parser.add_argument("--workdir", default="/var/tmp", help="on the disk to measure")
+    parser.add_argument(
+        "--roll-seeder",
+        type=int,
+        default=0,
+        help="the node that seeds the roll (0 seeded v1; 1 copied it from peers)",
+    )
     args = parser.parse_args()
     size, link = args.size_mib * MiB, Link()
     link.rate = args.cap_mib_s * MiB
@@ -224,12 +238,12 @@ def main() -> int:
             print(
                 "chunks needed by one node: " + ", ".join(f"{k} {v / MiB:.1f} MiB" for k, v in needed.items())
             )
-            n = args.nodes
+            n, seeder = args.nodes, args.roll_seeder
             samples = interleaved(
                 {
-                    f"{n} nodes": lambda: swarm(work, hub, double, commits, n, needed, size),
+                    f"{n} nodes": lambda: swarm(work, hub, double, commits, n, needed, size, False, seeder),
                     f"{n} nodes, v1 via Xet on each": lambda: swarm(
-                        work, hub, double, commits, n, needed, size, True
+                        work, hub, double, commits, n, needed, size, True, seeder
                     ),
                 },
                 max(ROUNDS, args.rounds),

@@ -172,6 +172,11 @@ class PeerSource:
     def blame_chunks(self, sha256: str) -> bool:
         return self.xorbs.blame(sha256)
 
+    def xorb_probe(
+        self, cas: str, sha256: str, path: str, source: FetchRange, cancel: threading.Event
+    ) -> bytes | None:
+        return self.xorbs.probe(cas, sha256, path, source, cancel)
+
     # ---- internals ---------------------------------------------------------------
     def _from(
         self,

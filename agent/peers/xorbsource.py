@@ -23,6 +23,13 @@ swarm.neighbours), the seeder last (every follower's first choice otherwise), un
   peer, without dropping it.
 
 None when no peer served the range: the CAS serves it.
+
+`probe` decides whether a file the node's chunk store holds nothing of comes through Xet at all
+(xetpath.py): not when a peer offers the file itself at this revision (its `/parts` offer: copied
+whole, ranges in parallel, is faster); else its first range asked once of each peer, nothing
+waited on ("not yet", busy, 404 or refused: the next peer). Bytes from a peer (say the node that
+seeded the previous revision, whose chunk store holds the unchanged chunks): through Xet, those
+bytes its first range; None: copied whole from peers as a first download is.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from praesto.agent.download.api import DownloadCancelled, DownloadError
 from praesto.agent.download.http import Expired, Redirect, Transient
 from praesto.agent.download.origins.huggingface.xet import FetchRange, XetFormatError, decode_range
 from praesto.agent.peers.protocol import xorbs_path
-from praesto.agent.peers.swarm import neighbours
+from praesto.agent.peers.swarm import Offer, neighbours
 from praesto.agent.peers.transport import NotYet, Slow
 
 if TYPE_CHECKING:
@@ -54,6 +61,16 @@ class _Busy(Exception):
     """503: the peer's uploads are all taken."""
 
 
+def _offers_file(offer: Offer, path: str) -> bool:
+    """Whether a peer's `/parts` offer holds or is receiving any of the file `path`."""
+    return (
+        offer.complete
+        or path in offer.whole
+        or any(part[0] == path for part in offer.parts)
+        or any(part[0] == path for part in offer.arriving)
+    )
+
+
 class XorbPeers:
     """One download's asks for xorb ranges, over its `PeerSource`'s peers and transport."""
 
@@ -62,7 +79,23 @@ class XorbPeers:
         self._lock = threading.Lock()
         self._sent: dict[str, set[str]] = {}  # file sha256 -> peers that sent ranges of it
 
-    def fetch(self, cas: str, sha256: str, source: FetchRange, cancel: threading.Event) -> bytes | None:
+    def probe(
+        self, cas: str, sha256: str, path: str, source: FetchRange, cancel: threading.Event
+    ) -> bytes | None:
+        """`source`'s bytes from a peer asked once, nothing waited on; None when none had them, or
+        when a peer offers the file `path` itself at this revision (then it is copied whole)."""
+        self.peers._refresh()
+        with self.peers._lock:
+            offers = [o for p, o in self.peers.offers.items() if p in self.peers.alive]
+        if any(_offers_file(o, path) for o in offers):
+            return None
+        return self.fetch(cas, sha256, source, cancel, wait=False)
+
+    def fetch(
+        self, cas: str, sha256: str, source: FetchRange, cancel: threading.Event, *, wait: bool = True
+    ) -> bytes | None:
+        """`source`'s bytes from a peer; `wait`: a range peers said "not yet" or busy for is asked
+        again within the stall bound (else None at once)."""
         tuning = self.peers.tuning
         missing: set[str] = set()
         first_not_yet: float | None = None
@@ -103,7 +136,7 @@ class XorbPeers:
                 with self._lock:
                     self._sent.setdefault(sha256, set()).add(peer)
                 return raw
-            if not waiting:
+            if not waiting or not wait:
                 return None
             now = time.monotonic()
             first_not_yet = first_not_yet or now

@@ -66,8 +66,9 @@ def publish(node: Path, dest: Path, revision: str) -> None:
 
 
 @contextlib.contextmanager
-def serving(node: Path, peers: Peers) -> Iterator[PeerServer]:
-    srv = PeerServer(StoreLayout(node), peers.authorizer(SERVER), ("127.0.0.1", 0)).start()
+def serving(node: Path, peers: Peers, name: str = SERVER) -> Iterator[PeerServer]:
+    """Node `node`'s peer server, as the node called `name`."""
+    srv = PeerServer(StoreLayout(node), peers.authorizer(name), ("127.0.0.1", 0)).start()
     try:
         yield srv
     finally:
@@ -226,3 +227,41 @@ def test_a_node_holding_nothing_of_a_file_copies_it_whole_from_peers(
     assert tree_of(cold / "v2") == {NAME: uploads.files["v2"]}
     assert (served, result.xet_files, result.xet_fallbacks, source.dropped) == (0, 0, {}, {})
     assert result.bytes_from_peers == SIZE and hub.bytes_by_path.get(NAME, 0) == 0
+
+
+def test_a_node_that_copied_a_revision_whole_seeds_the_next_roll_from_peers_chunks(
+    hub: LocalHub, uploads: Uploads, peers: Peers, tmp_path: Path
+) -> None:
+    """B copied v1 whole from A (so its chunk store holds nothing), then rolls to v2 first: its
+    first range from A's chunk store (A downloaded v1 through Xet) sends it through Xet, so the CAS
+    serves only about the changed chunks and A the unchanged ones; C, holding nothing, answers 404."""
+    a, b, c = tmp_path / "node-a", tmp_path / "node-b", tmp_path / "node-c"
+    v1 = head(hub)
+    fetch(hub, uploads, a, a / "v1")  # A: v1 through Xet, its chunks indexed
+    publish(a, a / "v1", v1)
+    with serving(a, peers) as srv:
+        source = asker(srv, peers, v1)
+        copied, served = fetch(hub, uploads, b, b / "v1", source)  # B: v1 copied whole from A
+        source.close()
+    assert (served, copied.xet_files, copied.bytes_from_peers) == (0, 0, SIZE)
+    assert not any(p.is_file() for p in StoreLayout(b).xet_chunks_dir.rglob("*"))
+
+    hub.commit(REPO, {NAME: uploads.files["v2"]})
+    changed = SIZE - sum(x == y for x, y in zip(uploads.files["v1"], uploads.files["v2"], strict=True))
+    c.mkdir()
+    with serving(a, peers) as srv, serving(c, peers, "node-c") as empty:
+        both = {srv.address: SERVER, empty.address: "node-c"}
+        source = PeerSource(both, peers.credentials(), "team-a", "m", head(hub), TUNING)
+        result, served = fetch(hub, uploads, b, b / "v2", source)
+        source.close()
+    assert tree_of(b / "v2") == {NAME: uploads.files["v2"]}
+    assert (result.xet_files, result.xet_fallbacks, source.dropped) == (1, {}, {})
+    assert hub.bytes_by_path.get(NAME, 0) == 0, "no file went whole through resolve/"
+    assert 0 < served <= 0.15 * SIZE, f"the CAS served {served} bytes; {changed} bytes changed"
+    assert result.bytes_from_peers + served >= SIZE - changed  # the rest came from A's chunks
+    deadline = time.monotonic() + 10  # the server counts a write after the asker may have read it
+    while srv.bytes_served < result.bytes_from_peers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert srv.bytes_served == result.bytes_from_peers and empty.bytes_served == 0
+    _, rolled = fetch(hub, uploads, a, a / "v2")  # A rolls from its own chunk store, no peers
+    assert served == rolled, "B took from the CAS what a node holding v1's chunks takes"
