@@ -220,6 +220,9 @@ class JobRunner:
         """Before the bytes: the origin budget gates the origin (`throttle`), peers and arrivals not."""
 
         def waiting(reason: str) -> Callable[[str], None]:  # why the download waits, on the copy's status
+            if ref.beside:  # a rolling update: the served copy stays Ready; status.next says it waits
+                beside = {"revision": ref.source.version, "phase": names.NEXT_DOWNLOADING, "reason": reason}
+                return lambda message: self.status.set_next(ref.key, {**beside, "message": message})
             return lambda message: self.status.set_key(ref.key, names.PHASE_PENDING, reason, message)
 
         throttle = None

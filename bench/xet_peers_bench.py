@@ -8,15 +8,16 @@ the origin (it seeds; its download in flight is offered to the others), the othe
 other node and take from the origin only what no peer gives. node-0 seeds v1; node-`--roll-seeder`
 seeds the roll: 0, the node that seeded v1 (the lowest name, which leads when no node is
 downloading yet), or 1, a node that copied v1 from peers (a roll's leader is whichever node is
-downloading first: `peering._leader`), which, as the agent's leader does, asks no peers. Two
-steps: (1) a first download of
-the first repository at v1, (2) the roll to v2 (every shard rewrites 10 % of its bytes); and, as a
-second contender, (3) the same roll on fresh nodes that each took v1 alone through Xet first (not
-counted): a follower copies a first download whole from peers, which leaves no chunks on it, so
-in (2) only node-0 holds v1's chunks: seeding the roll (`--roll-seeder 0`) it takes only the
-changed chunks from the origin and the followers copy v2 whole from it; with `--roll-seeder 1`
-node-1 seeds v2 with none of them and no peers to ask, so the origin sends each changed file's
-every chunk (docs/xet.md, "Peers": the leader's missing chunk peers). In (3) every node holds
+downloading first: `peering._leader`). The roll is published beside the served copy, which keeps
+serving (agent/rolling.py), and its leader asks for Xet chunks only the nodes whose last download
+went through Xet (peering.py `_chunk_source`, from status.xet.files). Two steps: (1) a first
+download of the first repository at v1, (2) the roll to v2 (every shard rewrites 10 % of its
+bytes); and, as a second contender, (3) the same roll on fresh nodes that each took v1 alone
+through Xet first (not counted): a follower copies a first download whole from peers, which
+leaves no chunks on it, so in (2) only node-0 holds v1's chunks: seeding the roll
+(`--roll-seeder 0`) it takes only the changed chunks from the origin and the followers copy v2
+whole from it; with `--roll-seeder 1` node-1 seeds v2 holding none of them, takes the unchanged
+chunks from node-0 and only the changed ones from the origin. In (3) every node holds
 them and only the changed chunks cross between peers. Per step:
 seconds until every node holds the revision, the origin's bytes (the CAS's xorb ranges plus
 `resolve/`) as a share of the *chunks needed* (what one node alone, with its own chunk store, takes
@@ -33,7 +34,7 @@ real API server; this figure counts bytes. The origin answers through one link o
 from __future__ import annotations
 
 import argparse
-import shutil
+import dataclasses
 import tempfile
 import threading
 import time
@@ -128,24 +129,32 @@ def alone(work: Path, hub: LocalHub, double: XetDouble, commits: tuple[str, ...]
         return needed
 
 
-def step(nodes: list[Node], hub: LocalHub, wanted: Plan, seed: int) -> tuple[float, list[Result]]:
-    """Every node downloads `wanted` at once into its cache folder: node-`seed` seeds, the others
-    ask every other node first (as Peering.attach orders them)."""
+def step(
+    nodes: list[Node], hub: LocalHub, wanted: Plan, seed: int, indexed: set[str], roll: bool
+) -> tuple[float, list[Result]]:
+    """Every node downloads `wanted` at once: node-`seed` seeds, asking for Xet chunks only the
+    nodes in `indexed` (whose last download went through Xet: status.xet.files, as
+    Peering._chunk_source picks them), the others ask every other node first (as Peering.attach
+    orders them). `roll`: published beside the served copy, which keeps serving its chunks (as
+    agent/rolling.py does), else into the cache folder."""
     results: list[Result | BaseException | None] = [None] * len(nodes)
     seeder = nodes[seed].server.address
 
     def run(i: int, node: Node) -> None:
         options = node.options(hub)
-        dest = node.layout.cache_dir(NAMESPACE, CACHE)
-        shutil.rmtree(dest, ignore_errors=True)  # the previous revision's copy (its chunks stay)
-        staging = node.layout.staging_dir(NAMESPACE, CACHE)
+        layout = node.layout
+        dest = (layout.next_dir if roll else layout.cache_dir)(NAMESPACE, CACHE)
+        staging = (layout.next_staging_dir if roll else layout.staging_dir)(NAMESPACE, CACHE)
+        options = dataclasses.replace(options, staging_dir=staging)
         flight = node.server.inflight.register(NAMESPACE, CACHE, wanted, staging, options.part_size)
+        unsigned = cast(Credentials, _Unsigned(node.name))
         if i == seed:
             node.server.inflight.seed(NAMESPACE, CACHE)
-            sources = PartSources(arrivals=flight.arrivals)
+            holders = {n.server.address: n.name for n in nodes if n is not node and n.name in indexed}
+            chunks = PeerSource(holders, unsigned, NAMESPACE, CACHE, wanted.revision, chunks_only=True)
+            sources = PartSources(peers=chunks if holders else None, arrivals=flight.arrivals)
         else:
             others = {n.server.address: n.name for n in nodes if n is not node}
-            unsigned = cast(Credentials, _Unsigned(node.name))
             peers = PeerSource(others, unsigned, NAMESPACE, CACHE, wanted.revision, seeders=[seeder])
             sources = PartSources(peers=peers, arrivals=flight.arrivals)
         try:
@@ -153,8 +162,8 @@ def step(nodes: list[Node], hub: LocalHub, wanted: Plan, seed: int) -> tuple[flo
         except BaseException as error:  # shown below
             results[i] = error
         finally:
-            if sources.peers is not None:
-                peers.close()
+            if isinstance(sources.peers, PeerSource):
+                sources.peers.close()
 
     started = time.monotonic()
     threads = [threading.Thread(target=run, args=(i, n)) for i, n in enumerate(nodes)]
@@ -195,15 +204,19 @@ def swarm(
         try:
             out = {}
             steps = list(zip(STEPS, commits, strict=False))
+            indexed: set[str] = set()  # nodes whose last download went through Xet (status.xet.files)
             if warm:
                 for node in nodes:
                     first = plan(Source("hf", REPO, commits[0], (), ()), node.options(hub))
                     download(first, node.layout.cache_dir(NAMESPACE, CACHE), node.options(hub))
+                    indexed.add(node.name)
                 steps = [(WARM_ROLL, commits[1])]
             for name, commit in steps:
                 wanted = plan(Source("hf", REPO, commit, (), ()), nodes[0].options(hub))
                 before = origin_bytes(hub, double)
-                took, results = step(nodes, hub, wanted, 0 if name == STEPS[0] else roll_seeder)
+                roll = name != STEPS[0]
+                took, results = step(nodes, hub, wanted, roll_seeder if roll else 0, indexed, roll)
+                indexed = {n.name for n, r in zip(nodes, results, strict=True) if r.xet_files}
                 moved = origin_bytes(hub, double) - before
                 need = needed[STEPS[1] if name == WARM_ROLL else name]
                 out[name] = (took, moved / need, sum(r.bytes_from_peers for r in results) / size)

@@ -136,11 +136,7 @@ class Peering:
         while True:
             seen = copies.version
             others = self._others(namespace, cache, copies, options.cancel)
-            ready = [
-                _address(o)
-                for o in others
-                if _phase(o) == names.PHASE_READY and o["status"].get("resolvedRevision") == plan.revision
-            ]
+            ready = [_address(o) for o in others if _view(o, names.PHASE_READY, plan.revision) is not None]
             ready = [a for a in ready if a]
             if ready:
                 peers = self._source(copies, plan, self._holders(others, plan), [], options)
@@ -149,29 +145,21 @@ class Peering:
             active = {
                 _node(o): o
                 for o in others
-                if _phase(o) in (names.PHASE_PENDING, names.PHASE_DOWNLOADING)
-                and _address(o)
-                and _node(o) not in skipped
+                if _address(o) and _node(o) not in skipped and _fetching(o, plan.revision) is not None
             }
             leader = _leader(self.node_name, active, plan.revision)
             if leader == self.node_name:
                 self.server.inflight.seed(namespace, cache)
-                return PartSources(arrivals=arrivals)
-            status = active[leader].get("status") or {}
-            if (
-                status.get("phase") == names.PHASE_DOWNLOADING
-                and status.get("resolvedRevision") == plan.revision
-            ):
+                return PartSources(peers=self._chunk_source(copies, plan, others, options), arrivals=arrivals)
+            view = _fetching(active[leader], plan.revision)
+            assert view is not None
+            if view.phase == names.PHASE_DOWNLOADING and view.revision == plan.revision:
                 seeder = _address(active[leader])
                 holders = {seeder: leader, **self._holders(others, plan)}
                 peers = self._source(copies, plan, holders, [seeder], options)
                 log.info("copying %s/%s from node %s while it downloads", namespace, cache, leader)
                 return PartSources(peers=peers, arrivals=arrivals)
-            shows = (
-                status.get("phase"),
-                (status.get("progress") or {}).get("bytesDone"),
-                status.get("message"),
-            )
+            shows = (view.phase, view.done, view.message)
             now = time.monotonic()
             if watched is None or watched[:2] != (leader, shows):
                 watched = (leader, shows, now)
@@ -187,6 +175,29 @@ class Peering:
             )
             if copies.wait(seen, self.config.poll_seconds, options.cancel):  # a change of any copy wakes it
                 raise DownloadCancelled()
+
+    def _chunk_source(
+        self, copies: WatchedSet, plan: Plan, others: list[Obj], options: Options
+    ) -> PeerSource | None:
+        """The leader's peers for Xet chunks only (issue 40 item 3): the nodes whose last download
+        went through Xet (status.xet.files), whatever revision they hold, so a roll led by a node
+        that copied the previous revision whole still takes the unchanged chunks from a node that
+        indexed them, and only the changed ones from the CAS. None when no node shows any."""
+        holders = {_address(o): _node(o) for o in others if _address(o) and _indexed_chunks(o)}
+        if not holders:
+            return None
+        tuning = dataclasses.replace(self.config.tuning, stall_seconds=self.config.stall_seconds)
+        namespace, cache = copies.key
+        return PeerSource(
+            holders,
+            self.credentials,
+            namespace,
+            cache,
+            plan.revision,
+            tuning,
+            proxies=options.proxies,
+            chunks_only=True,
+        )
 
     def _source(
         self,
@@ -213,13 +224,16 @@ class Peering:
     @staticmethod
     def _holders(others: list[Obj], plan: Plan) -> dict[str, str]:
         """Address -> node of other nodes that hold (Ready) or are fetching (Downloading) this
-        revision; only a node's own agent may write its copy's status (the own-node policy)."""
+        revision, served or beside; only a node's own agent may write its copy's status (the
+        own-node policy)."""
         return {
             _address(o): _node(o)
             for o in others
-            if _phase(o) in (names.PHASE_READY, names.PHASE_DOWNLOADING)
-            and (o.get("status") or {}).get("resolvedRevision") == plan.revision
-            and _address(o)
+            if _address(o)
+            and (
+                _view(o, names.PHASE_READY, plan.revision) is not None
+                or _view(o, names.PHASE_DOWNLOADING, plan.revision) is not None
+            )
         }
 
     def _others(
@@ -246,20 +260,70 @@ def _leader(me: str, active: dict[str, Obj], revision: str) -> str:
     watch lagged, it restarted) joins the swarm rather than seeding a second copy from the
     origin; else the lowest node name among those about to download, which all of them agree on."""
     downloading = [
-        node
-        for node, obj in active.items()
-        if _phase(obj) == names.PHASE_DOWNLOADING
-        and (obj.get("status") or {}).get("resolvedRevision") == revision
+        node for node, obj in active.items() if _view(obj, names.PHASE_DOWNLOADING, revision) is not None
     ]
     return min(downloading) if downloading else min([me, *active])
 
 
+@dataclass(frozen=True)
+class _View:
+    """One copy of a cache on a node as its ModelCacheNode shows it: the served one (status), or
+    the next revision fetched beside it during a rolling update (status.next, agent/rolling.py)."""
+
+    phase: str  # Pending, Downloading, Ready, ... (a beside download not started yet: Pending)
+    revision: str  # its resolvedRevision ("" until its download started)
+    done: object  # progress.bytesDone: a leader whose copy does not move is stalled
+    message: object
+
+
+def _views(obj: Obj) -> list[_View]:
+    status = obj.get("status") or {}
+    served = _View(
+        str(status.get("phase") or ""),
+        str(status.get("resolvedRevision") or ""),
+        (status.get("progress") or {}).get("bytesDone"),
+        status.get("message"),
+    )
+    beside = status.get("next")
+    if not isinstance(beside, dict) or beside.get("phase") not in (names.NEXT_DOWNLOADING, names.NEXT_READY):
+        return [served]
+    revision = str(beside.get("resolvedRevision") or "")
+    phase = names.PHASE_READY if beside["phase"] == names.NEXT_READY else names.PHASE_DOWNLOADING
+    started = revision or phase == names.PHASE_READY
+    view = _View(
+        phase if started else names.PHASE_PENDING,
+        revision,
+        (beside.get("progress") or {}).get("bytesDone"),
+        beside.get("message"),
+    )
+    return [served, view]
+
+
+def _view(obj: Obj, phase: str, revision: str) -> _View | None:
+    """The node's copy in `phase` at `revision`, served or beside, if it has one."""
+    return next((v for v in _views(obj) if v.phase == phase and v.revision == revision), None)
+
+
+def _fetching(obj: Obj, revision: str) -> _View | None:
+    """The node's copy, served or beside, about to download (Pending) or downloading `revision`
+    (or a revision not said yet); a node fetching another revision is no one to wait for."""
+    found = [
+        v
+        for v in _views(obj)
+        if v.phase == names.PHASE_PENDING
+        or (v.phase == names.PHASE_DOWNLOADING and v.revision in ("", revision))
+    ]
+    return found[-1] if found else None
+
+
+def _indexed_chunks(obj: Obj) -> bool:
+    """Its last download went through Xet, so its chunk store indexes that revision's chunks."""
+    files = ((obj.get("status") or {}).get("xet") or {}).get("files")
+    return isinstance(files, int) and files > 0
+
+
 def _node(obj: Obj) -> str:
     return str((obj.get("spec") or {}).get("nodeName") or "")
-
-
-def _phase(obj: Obj) -> str:
-    return str((obj.get("status") or {}).get("phase") or "")
 
 
 def _address(obj: Obj) -> str:

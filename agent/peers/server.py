@@ -2,7 +2,8 @@
 
     GET /v1/caches/<namespace>/<cache>/<resolvedRevision>/files/<path>
 
-A file is found by looking its path up in the cache's `.praesto-manifest.json`,
+A file is found by looking its path up in the manifest of the cache's complete copy of that
+revision (the served one, or during a rolling update the one published beside it: held.py),
 never by joining the URL onto the filesystem, so nothing else on the node can be
 named; another revision, or a path the manifest does not list answers 404.
 While this node is still downloading the revision asked for, files of its plan
@@ -53,6 +54,7 @@ from urllib.parse import unquote, urlsplit
 
 from praesto.agent.peers import xorbserve
 from praesto.agent.peers.conns import Connections, refusal
+from praesto.agent.peers.held import HeldCopies
 from praesto.agent.peers.identity import PeerAuthorizer, Refused
 from praesto.agent.peers.inflight import InFlight
 from praesto.agent.peers.limits import Limits as Limits  # re-exported: callers import it from here
@@ -60,7 +62,7 @@ from praesto.agent.peers.limits import RateLimiter
 from praesto.agent.peers.protocol import ACCEPT_PREFIX_HEADER, NOT_YET, PREFIX, WRITTEN_HEADER
 
 from praesto import names
-from praesto.store import StoreLayout, read_json
+from praesto.store import StoreLayout
 
 log = logging.getLogger("praesto.peers")
 
@@ -97,7 +99,7 @@ class PeerServer(ThreadingHTTPServer):
         self.not_yet = 0  # 425 answers: asks for ranges of an in-flight download not written yet
         self.conns = Connections(self.limits.max_connections, self.limits.max_connections_per_client)
         self._lock = threading.Lock()
-        self._manifests: dict[str, tuple[tuple[int, int, int], dict[str, dict[str, Any]], str]] = {}
+        self.held = HeldCopies(layout)  # complete copies: the served one and the one beside it
         self.inflight = InFlight()  # downloads under way here: their journaled parts are served too
         self._thread: threading.Thread | None = None
 
@@ -167,33 +169,6 @@ class PeerServer(ThreadingHTTPServer):
         with self._lock:
             self.bytes_served += n
 
-    def manifest_files(self, namespace: str, cache: str) -> tuple[dict[str, dict[str, Any]], str] | None:
-        """(path -> manifest entry, resolved revision) of a complete cache, or None."""
-        if not (names.is_dns_label(namespace) and names.is_dns_label(cache)):
-            return None
-        layout = self.layout
-        try:
-            marker = os.stat(layout.complete_marker(namespace, cache))
-            manifest = os.stat(layout.manifest_path(namespace, cache))
-        except OSError:
-            return None
-        stamp = (marker.st_mtime_ns, manifest.st_ino, manifest.st_mtime_ns)
-        key = f"{namespace}/{cache}"
-        with self._lock:
-            cached = self._manifests.get(key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1], cached[2]
-        data = read_json(layout.manifest_path(namespace, cache)) or {}
-        files = {
-            str(f["path"]): f
-            for f in data.get("files") or []
-            if isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("size"), int)
-        }
-        revision = str(data.get("resolvedRevision") or "")
-        with self._lock:
-            self._manifests[key] = (stamp, files, revision)
-        return files, revision
-
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -248,13 +223,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self, namespace, cache, revision, match[4], match[5], urlsplit(self.path).query
             )
         path = unquote(match.group(4))
-        found = self.server.manifest_files(namespace, cache)
-        complete = found is not None and found[1] == revision
-        if found is not None and complete:
-            entry = found[0].get(path)
+        held = self.server.held.at(namespace, cache, revision)
+        complete = held is not None
+        if held is not None:
+            entry = held.files.get(path)
             if entry is None:
                 return self._error(404, f"{path!r} is not in the manifest of {namespace}/{cache}")
-            root: str | os.PathLike[str] = self.server.layout.cache_dir(namespace, cache)
+            root: str | os.PathLike[str] = held.root
         else:
             flight = self.server.inflight.flight(namespace, cache, revision)
             if flight is None:
@@ -289,9 +264,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _parts(self, namespace: str, cache: str, revision: str) -> None:
         """What of `revision` this node can serve now: all of it, or journaled parts per file."""
-        found = self.server.manifest_files(namespace, cache)
         answer: dict[str, Any]
-        if found is not None and found[1] == revision:
+        if self.server.held.at(namespace, cache, revision) is not None:
             answer = {"complete": True, "busy": self.server.busy}
         else:
             flight = self.server.inflight.flight(namespace, cache, revision)

@@ -77,12 +77,18 @@ class PeerSource:
         seeders: list[str] | None = None,
         discover: Callable[[], dict[str, str]] | None = None,
         proxies: Mapping[str, str] | None = None,
+        chunks_only: bool = False,
     ) -> None:
         """`peers` and what `discover` returns: address -> the node it serves (from its
         ModelCacheNode, whose status only that node's agent may write): tokens are minted for it.
         `proxies`: the download's Options.proxies (a NO_PROXY that leaves out the Pod network
-        sends peer requests through the proxy, as it sends the origin's)."""
+        sends peer requests through the proxy, as it sends the origin's). `chunks_only`: peers
+        holding other revisions, asked for Xet chunks and nothing else (peering.py, a roll's
+        leader): no file parts, and a range they say "not yet" for is not waited on (they may
+        well be waiting for this very download)."""
         self.tuning = tuning or Tuning()
+        self.chunks_only = chunks_only
+        self.offers_files = not chunks_only  # xetfetch.ChunkPeers: the first-range probe applies
         self.node = credentials.node
         self.seeders = list(seeders or [])  # peers fetching from the origin: asked for parts nobody has
         self.discover = discover
@@ -110,7 +116,7 @@ class PeerSource:
 
     # ---- PartSource ------------------------------------------------------------
     def fetch(self, file: RemoteFile, start: int, end: int, sink: Sink, cancel: threading.Event) -> int:
-        if file.path in self._origin_only:
+        if file.path in self._origin_only or self.chunks_only:
             return 0
         budget = max(self.tuning.min_seconds, (end - start) / self.tuning.min_rate)
         deadline = time.monotonic() + budget
@@ -167,7 +173,7 @@ class PeerSource:
 
     # ---- Xet chunks (xetfetch.ChunkPeers; xorbsource.py asks, xorbserve.py answers) ------------
     def xorb_range(self, cas: str, sha256: str, source: FetchRange, cancel: threading.Event) -> bytes | None:
-        return self.xorbs.fetch(cas, sha256, source, cancel)
+        return self.xorbs.fetch(cas, sha256, source, cancel, wait=not self.chunks_only)
 
     def blame_chunks(self, sha256: str) -> bool:
         return self.xorbs.blame(sha256)

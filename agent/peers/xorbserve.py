@@ -8,8 +8,8 @@ it would the CAS's), from the chunk store under the asker's CAS key (`xetstore.c
 folder the asker's own reconstruction reaches locally). It passes the server's authorization first
 (a signed, Pod-bound token of a node holding a ModelCacheNode of this cache, 401/403), and then
 serves only chunks named by the indexes of files of *this cache* on this node: the sha256s its
-complete copy's manifest lists (whatever its revision: chunks are content-addressed, and the asker
-checks every byte) or the plan of its download in flight at `revision`. Another cache's files,
+complete copies' manifests list (held.py: the served one and the one beside it, whatever their
+revision: chunks are content-addressed, and the asker checks every byte) or the plan of its download in flight at `revision`. Another cache's files,
 on this node or not, reach nothing here. Each chunk is read back and hashed against its name before
 it goes out (a bad one is dropped from the store and the answer cut short: the asker drops this
 peer for the range and asks elsewhere).
@@ -78,10 +78,7 @@ class NotYet(Exception):
 def lookup(server: PeerServer, namespace: str, cache: str, revision: str, ask: Ask) -> list[str]:
     """The chunk hashes of the range, as this cache's indexes here name them; `NotYet`, or `Refused`
     (404) when they do not name every one."""
-    files: set[str] = set()
-    found = server.manifest_files(namespace, cache)
-    if found is not None:
-        files.update(str(e["sha256"]) for e in found[0].values() if isinstance(e.get("sha256"), str))
+    files = server.held.digests(namespace, cache)
     flight = server.inflight.flight(namespace, cache, revision)
     if flight is not None:
         files.update(flight.digests)

@@ -11,6 +11,7 @@ the real API server's TokenReviews (tests/peers/conftest.py). The CAS double cou
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import http.client
 import json
@@ -265,3 +266,43 @@ def test_a_node_that_copied_a_revision_whole_seeds_the_next_roll_from_peers_chun
     assert srv.bytes_served == result.bytes_from_peers and empty.bytes_served == 0
     _, rolled = fetch(hub, uploads, a, a / "v2")  # A rolls from its own chunk store, no peers
     assert served == rolled, "B took from the CAS what a node holding v1's chunks takes"
+
+
+def test_a_roll_leader_takes_chunks_from_a_node_at_another_revision_without_waiting_on_it(
+    hub: LocalHub, uploads: Uploads, peers: Peers, tmp_path: Path
+) -> None:
+    """The roll's leader asks chunk holders only (peering.py `_chunk_source`: nodes whose last
+    download went through Xet, whatever revision they serve). B copied v1 whole and leads the roll;
+    A holds v1's chunks and rolls too, as B's follower (its download of v2 is registered, so it
+    answers "not yet" for the changed chunks of the file: it waits for B). B takes the unchanged
+    chunks from A and the changed ones from the CAS at once, never through the first-range probe,
+    and copies nothing whole."""
+    a, b = tmp_path / "node-a", tmp_path / "node-b"
+    v1 = head(hub)
+    fetch(hub, uploads, a, a / "v1")
+    publish(a, a / "v1", v1)
+    with serving(a, peers) as srv:
+        source = asker(srv, peers, v1)
+        fetch(hub, uploads, b, b / "v1", source)  # B: v1 copied whole from A, no chunks kept
+        source.close()
+    hub.commit(REPO, {NAME: uploads.files["v2"]})
+    changed = SIZE - sum(x == y for x, y in zip(uploads.files["v1"], uploads.files["v2"], strict=True))
+    patient = dataclasses.replace(TUNING, stall_seconds=120.0)  # waiting on A's "not yet" would show
+    with serving(a, peers) as srv:
+        rolling = plan(Source("hf", REPO, "main", (), ()), node_options(hub, a))
+        srv.inflight.register("team-a", "m", rolling, a / "staging", 1 << 20)  # A follows B's roll
+        source = PeerSource(
+            {srv.address: SERVER}, peers.credentials(), "team-a", "m", rolling.revision, patient,
+            chunks_only=True,
+        )  # fmt: skip
+        began = time.monotonic()
+        result, served = fetch(hub, uploads, b, b / "v2", source)
+        took = time.monotonic() - began
+        source.close()
+    assert tree_of(b / "v2") == {NAME: uploads.files["v2"]}
+    assert (result.xet_files, result.xet_fallbacks, source.dropped) == (1, {}, {})
+    assert hub.bytes_by_path.get(NAME, 0) == 0, "no file went whole through resolve/"
+    assert 0 < served <= 0.15 * SIZE, f"the CAS served {served} bytes; {changed} bytes changed"
+    assert result.bytes_from_peers + served >= SIZE - changed  # the rest came from A's chunks
+    assert srv.not_yet > 0  # A said "not yet" for the changed chunks ...
+    assert took < patient.stall_seconds  # ... and B did not wait on it

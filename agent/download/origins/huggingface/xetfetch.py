@@ -290,6 +290,10 @@ class ChunkPeers(Protocol):
     (else the sender is dropped), the file's Xet hash and sha256 judge them; `blame_chunks` drops
     whoever sent ranges of a file that failed its Xet hash."""
 
+    # whether these peers also offer whole files of this revision (then a file the chunk store holds
+    # nothing of is decided by its first range: xetpath.py); False: chunks only (a roll's leader)
+    offers_files: bool
+
     def xorb_range(self, cas: str, sha256: str, source: FetchRange, cancel: threading.Event) -> bytes | None:
         """Chunks [source.start, source.end) of `source.xorb` as a CAS range of them, or None."""
         ...

@@ -63,7 +63,7 @@ class XetRoute:
         probed: _Probed | None = None
         try:
             recon = self.xet.reconstruction(job.file)
-            if peers is not None and self.xet.held_bytes(recon) == 0:  # decided by its first range
+            if peers is not None and peers.offers_files and self.xet.held_bytes(recon) == 0:
                 first = self.xet.probe_peers(job.file, recon, peers, engine.options.cancel)
                 if first is None:  # a first download, or a peer has the file itself: swarm it
                     log.debug("file=%s: no chunks of it on the node or peers: copied whole", job.file.path)
@@ -149,6 +149,7 @@ class _Probed:
 
     def __init__(self, peers: ChunkPeers, source: FetchRange, raw: bytes) -> None:
         self.peers = peers
+        self.offers_files = peers.offers_files
         self.first: tuple[FetchRange, bytes] | None = (source, raw)
 
     def xorb_range(self, cas: str, sha256: str, source: FetchRange, cancel: threading.Event) -> bytes | None:
