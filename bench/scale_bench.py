@@ -94,6 +94,9 @@ class Run:
         self.last = Stats()
         self.failed: dict[str, dict[str, Any]] = {}  # hook path -> failed calls, their largest body, why
         self.extra: dict[str, Any] = {}
+        # the stand-in's caches and queues at their furthest behind (scale_standin.Stats), all phases
+        self.backlog: dict[str, tuple[int, float]] = {}
+        self.queue_depth: dict[str, int] = {}
         self.create_failures: list[
             str
         ] = []  # ModelCache creates answered "retry" (a webhook timing out)  # "admission" (Pods created during a roll), "restart" (a rollout)
@@ -108,6 +111,19 @@ class Run:
             seen["calls"], seen["max_bytes"] = seen["calls"] + 1, max(seen["max_bytes"], size)
         self.errors = (self.errors + stats.errors)[-5:]
         self.last = stats
+        for kind, (count, age) in stats.backlog.items():
+            most = self.backlog.get(kind, (0, 0.0))
+            self.backlog[kind] = (max(most[0], count), max(most[1], age))
+        for name, depth in stats.queue_depth.items():
+            self.queue_depth[name] = max(self.queue_depth.get(name, 0), depth)
+
+    def behind(self) -> str:
+        """How far the stand-in's caches and work queues fell behind (its cache creating what exists)."""
+        caches = ", ".join(
+            f"{k} {n:,} events, oldest {age:.0f} s" for k, (n, age) in sorted(self.backlog.items())
+        )
+        queues = ", ".join(f"{k} {n:,}" for k, n in sorted(self.queue_depth.items()))
+        return f"cache backlog: {caches or 'none'}; work queue depth: {queues or 'none'}"
 
     def wait(self, what: str, done: Callable[[], bool], deadline: float) -> float:
         """Seconds until `done()`, gathering stats every half second; nan (and a line) past `deadline`."""
@@ -117,7 +133,8 @@ class Run:
             if time.monotonic() - started > deadline:
                 print(
                     f"  !! {what}: not done after {deadline:.0f} s; stand-in errors: {self.errors}; "
-                    f"fake agents' errors: {self.agents.errors[-3:]}",
+                    f"fake agents' errors: {self.agents.errors[-3:]}; stand-in behind at most: "
+                    f"{self.behind()}",
                     flush=True,
                 )
                 return float("nan")
@@ -372,6 +389,7 @@ def report(shape: str, samples: dict[str, list[float]], calls: list[tuple[str, i
     if run.failed:
         print(f"  failed hook calls: {run.failed}")
     print(f"  the stand-in's writes, all phases: {dict(run.writes)}")
+    print(f"  the stand-in behind at most: {run.behind()}")
     per_minute, rates, beats = steady
     print(
         f"  steady state ({beats} heartbeats): passes/min { ({k: round(v, 1) for k, v in per_minute.items()}) }"
@@ -389,7 +407,8 @@ def report(shape: str, samples: dict[str, list[float]], calls: list[tuple[str, i
                            "max_seconds": max(t for _, t in v)} for p, v in by_path.items()},
         "passes_per_minute_steady": per_minute, "requests_per_second_rounds": rounds_rate,
         "requests_per_second_steady": rates, "hooks_peak_rss_mib": hooks_rss, "standin_peak_rss_mib": standin_rss,
-        "load_average": os.getloadavg()[0], "failed_hook_calls": run.failed, "create_failures": run.create_failures, "errors": run.errors, **run.extra,
+        "load_average": os.getloadavg()[0], "failed_hook_calls": run.failed, "create_failures": run.create_failures, "errors": run.errors,
+        "standin_backlog": run.backlog, "standin_queue_depth": run.queue_depth, **run.extra,
     })  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import threading
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -32,6 +33,10 @@ class Stats:
     peak_rss_mib: float = 0.0
     limiter_wait_s: float = 0.0  # seconds callers waited on the client rate limiter, all time
     limiter_requests: int = 0
+    # since the last call, sampled each second: per informer kind the most watch events not yet in
+    # its cache and the oldest one's age (s); per controller the deepest work queue
+    backlog: dict[str, tuple[int, float]] = field(default_factory=dict)
+    queue_depth: dict[str, int] = field(default_factory=dict)
 
 
 def _serve(conn: Connection, kubeconfig: str, hooks_url: str, ca_path: str, composite: Obj,
@@ -64,10 +69,32 @@ def _serve(conn: Connection, kubeconfig: str, hooks_url: str, ca_path: str, comp
         kube, hooks, composite, decorator, flags=flags, workers=flags.workers
     )  # as 4.17.2
     process.start()
+    lock = threading.Lock()
+    backlog: dict[str, tuple[int, float]] = {}
+    depth: dict[str, int] = {}
+    stopping = threading.Event()
+
+    def sample() -> None:  # how far behind the caches and queues fall (a lagging cache creates what exists)
+        while not stopping.wait(1.0):
+            factory = process.factory
+            informers = factory.informers() if factory is not None else []
+            with lock:
+                for informer in informers:
+                    count, age = informer.backlog()
+                    seen = backlog.get(informer.kind, (0, 0.0))
+                    backlog[informer.kind] = (max(seen[0], count), max(seen[1], age))
+                for controller in (process.composite, process.decorator):
+                    depth[controller.name] = max(depth.get(controller.name, 0), controller.queue.depth())
+
+    threading.Thread(target=sample, name="standin-sampler", daemon=True).start()
     conn.send("started")
     while True:
         command = conn.recv()
         stats = Stats()
+        with lock:
+            stats.backlog, stats.queue_depth = dict(backlog), dict(depth)
+            backlog.clear()
+            depth.clear()
         for controller in (process.composite, process.decorator):
             for done in controller.drain():
                 name = f"{controller.name} {done.hook or '-'}"
@@ -83,6 +110,7 @@ def _serve(conn: Connection, kubeconfig: str, hooks_url: str, ca_path: str, comp
         if process.bucket is not None:
             stats.limiter_wait_s, stats.limiter_requests = process.bucket.waited, process.bucket.requests
         if command == "stop":
+            stopping.set()
             process.stop()
         conn.send(stats)
         if command == "stop":

@@ -124,6 +124,14 @@ class Informer:
         with self._lock:
             return list(self._store.values())
 
+    def backlog(self) -> tuple[int, float]:
+        """Watch events received but not yet in the store: how many, and the oldest one's age in
+        seconds (beyond `lag`). A controller reading a cache this far behind creates what exists."""
+        with self._lock:
+            if not self._events:
+                return 0, 0.0
+            return len(self._events), max(0.0, time.monotonic() - self._events[0][0])
+
     def start(self) -> Informer:
         for thread in self._threads:
             thread.start()

@@ -187,6 +187,10 @@ class InformerFactory:
                 self._informers[(api_version, plural)] = found
             return found
 
+    def informers(self) -> list[Informer]:
+        with self._lock:
+            return list(self._informers.values())
+
     def wait_synced(self, deadline: float = 30.0) -> None:
         with self._lock:
             informers = list(self._informers.values())

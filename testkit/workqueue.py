@@ -40,6 +40,11 @@ class WorkQueue:
         with self._lock:
             self._add(key, reason)
 
+    def depth(self) -> int:
+        """Keys ready and waiting for a worker (client-go's `workqueue_depth`)."""
+        with self._lock:
+            return len(self._queue)
+
     def _add(self, key: str, reason: str) -> None:
         if self._shut:
             return

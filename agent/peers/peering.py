@@ -20,6 +20,15 @@ list, then a watch, until the download ends) and:
   disappears is skipped (before the download) or dropped (during it, by
   `PeerSource`), so waiting never outlives a broken leader long.
 
+A node has up to two copies of a cache (`_views`): the one it serves (status) and, during a
+rolling update, the next revision fetched beside it (status.next: agent/rolling.py), which keeps
+its served copy Ready meanwhile. Both count above, so rolling nodes elect one leader and copy from
+it, and a node that rolls later copies from the copies held beside (held.py serves them). The
+leader has no one at its revision to ask, so it asks for Xet chunks only the nodes whose last
+download went through Xet (status.xet.files, whatever revision they serve: `_chunk_source`), so
+the changed chunks alone come from the origin even when the leader copied the previous revision
+whole (docs/xet.md, "Peers").
+
 Waiting costs the API server nothing per look: a waiting agent reads the watched
 copies from memory, woken by each change of them, and at least every `poll_seconds`
 (a stalled leader changes nothing, so the time has to be looked at too).

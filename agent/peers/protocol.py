@@ -27,6 +27,7 @@ import binascii
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -69,6 +70,14 @@ class Refused(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+# The paths the server matches, built below (one definition of the wire's routes): namespace,
+# cache and revision first, then the file's quoted path, or the xorb's CAS key and hash.
+_CACHE = PREFIX + r"([^/]+)/([^/]+)/([^/]+)"
+FILE_ROUTE = re.compile(rf"^{_CACHE}/files/(.+)$")
+PARTS_ROUTE = re.compile(rf"^{_CACHE}/parts$")
+XORBS_ROUTE = re.compile(rf"^{_CACHE}/xorbs/([^/]+)/([^/]+)$")
 
 
 def file_path(namespace: str, cache: str, revision: str, quoted_path: str) -> str:

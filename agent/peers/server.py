@@ -59,15 +59,21 @@ from praesto.agent.peers.identity import PeerAuthorizer, Refused
 from praesto.agent.peers.inflight import InFlight
 from praesto.agent.peers.limits import Limits as Limits  # re-exported: callers import it from here
 from praesto.agent.peers.limits import RateLimiter
-from praesto.agent.peers.protocol import ACCEPT_PREFIX_HEADER, NOT_YET, PREFIX, WRITTEN_HEADER
+from praesto.agent.peers.protocol import (
+    ACCEPT_PREFIX_HEADER,
+    FILE_ROUTE,
+    NOT_YET,
+    PARTS_ROUTE,
+    PREFIX,
+    WRITTEN_HEADER,
+    XORBS_ROUTE,
+)
 
 from praesto import names
 from praesto.store import StoreLayout
 
 log = logging.getLogger("praesto.peers")
 
-_ROUTE = re.compile(r"^/v1/caches/([^/]+)/([^/]+)/([^/]+)/files/(.+)$")
-_PARTS = re.compile(r"^/v1/caches/([^/]+)/([^/]+)/([^/]+)/parts$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 SENDFILE_CHUNK = 4 << 20
 PREFIX_WAIT = 1.0  # seconds a prefix asker's request waits for the first new bytes before 425
@@ -204,7 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = urlsplit(self.path).path
         try:
             node = self.server.authorizer.authenticate(self.command, self.path, self.headers)
-            match = _ROUTE.match(raw) or _PARTS.match(raw) or xorbserve.XORBS.match(raw)
+            match = FILE_ROUTE.match(raw) or PARTS_ROUTE.match(raw) or XORBS_ROUTE.match(raw)
             if match is None:
                 raise Refused(
                     404,
@@ -216,9 +222,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.authorizer.authorise(node, namespace, cache)
         except Refused as refused:
             return self._error(refused.status, refused.message, retry_after="1" * (refused.status == 503))
-        if match.re is _PARTS:
+        if match.re is PARTS_ROUTE:
             return self._parts(namespace, cache, revision)
-        if match.re is xorbserve.XORBS:  # Xet chunks from the chunk store (xorbserve.py)
+        if match.re is XORBS_ROUTE:  # Xet chunks from the chunk store (xorbserve.py)
             return xorbserve.serve(
                 self, namespace, cache, revision, match[4], match[5], urlsplit(self.path).query
             )

@@ -41,7 +41,6 @@ from praesto.agent.peers.identity import Refused
 if TYPE_CHECKING:
     from praesto.agent.peers.server import PeerServer
 
-XORBS = re.compile(r"^/v1/caches/([^/]+)/([^/]+)/([^/]+)/xorbs/([^/]+)/([^/]+)$")
 _CAS = re.compile(r"[0-9a-f]{32}")
 _HASH = re.compile(r"[0-9a-f]{64}")
 _QUERY = re.compile(r"^chunks=(\d{1,5})-(\d{1,5})&file=([0-9a-f]{64})$")

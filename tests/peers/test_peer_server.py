@@ -262,6 +262,28 @@ def test_incomplete_cache_is_not_served(server: PeerServer) -> None:
     assert get(server, url("model.bin"))[0] == 404
 
 
+def test_the_revision_held_beside_during_a_roll_is_served_once_complete(server: PeerServer) -> None:
+    """A rolling update's new revision, published beside the served copy (`.praesto/next`), is
+    served at its own revision once its complete marker is written (peers/held.py); the served
+    copy's revision still answers; an incomplete copy beside, or a path its manifest does not list,
+    is a 404."""
+    layout, beside_rev, new = server.layout, "c" * 40, os.urandom(5000)
+    beside = layout.next_dir("team-a", "m")
+    beside.mkdir(parents=True)
+    (beside / "model.bin").write_bytes(new)
+    (beside / "not-listed.bin").write_bytes(b"on disk, not in the manifest")
+    entry = {"path": "model.bin", "size": len(new), "sha256": hashlib.sha256(new).hexdigest()}
+    (beside / names.MANIFEST_FILE).write_text(json.dumps({"resolvedRevision": beside_rev, "files": [entry]}))
+    assert get(server, url("model.bin", rev=beside_rev))[0] == 404  # no complete marker yet
+    (beside / names.COMPLETE_FILE).write_text(beside_rev + "\n")
+    assert get(server, url("model.bin", rev=beside_rev))[::2] == (200, new)
+    assert get(server, url("not-listed.bin", rev=beside_rev))[0] == 404
+    assert get(server, url("model.bin"))[::2] == (200, DATA)  # the served revision still answers
+    status, _, body = get(server, f"/v1/caches/team-a/m/{beside_rev}/parts")
+    assert (status, json.loads(body)["complete"]) == (200, True)
+    assert server.held.digests("team-a", "m") >= {entry["sha256"], hashlib.sha256(DATA).hexdigest()}
+
+
 def test_a_file_changed_under_the_manifest_is_not_served(server: PeerServer) -> None:
     target = server.layout.cache_dir("team-a", "m") / "model.bin"
     target.write_bytes(DATA[:10])
