@@ -61,6 +61,7 @@ def test_the_config_is_the_dockerfiles_runtime_stage(image: PraestoImage) -> Non
     assert config["User"] == f"{NONROOT}:{NONROOT}"
     assert env["PATH"].startswith(f"{VENV}/bin:")
     assert env["HOME"] == "/tmp" and env["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert env["MALLOC_ARENA_MAX"] == "2"  # the agent's download threads share arenas (xetmemory.py)
     assert config["Cmd"] == ["praesto-hooks"] and config["WorkingDir"] == "/tmp"
 
 

@@ -19,8 +19,9 @@ import httpx2
 import pytest
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils._xet import parse_xet_connection_info_from_headers
-from praesto.agent.download.api import Options, Result
+from praesto.agent.download.api import DownloadCancelled, Options, Result
 from praesto.agent.download.fetch import download, plan
+from praesto.agent.download.origins.huggingface import xetfetch
 from praesto.agent.download.origins.huggingface.xetfetch import (
     CAUSE_CAS,
     CAUSE_CHECKSUM,
@@ -28,6 +29,7 @@ from praesto.agent.download.origins.huggingface.xetfetch import (
     CAUSE_FORMAT,
     CAUSE_STALL,
 )
+from praesto.agent.download.origins.huggingface.xetmemory import RangeMemory
 
 from praesto.spec import Source
 from testkit.hub import LocalHub
@@ -291,3 +293,39 @@ def test_huggingface_hub_downloads_through_the_hub_double_with_hf_xet(
     assert repo.double.store.counters.range_bytes_served > served
     assert hub.bytes_by_path == {}
     assert hub.xet is not None and hub.xet.tokens >= 1
+
+
+def test_ranges_in_memory_stay_within_the_agents_budget_and_all_go_back(
+    repo: Repo, hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every Xet file of the download runs at once (the engine's 32 workers), yet the ranges held in
+    memory never pass the budget, but for one larger than it, which runs alone (xetmemory.py)."""
+    budget = RangeMemory(512 * 1024)
+    held: list[tuple[int, int]] = []  # (bytes held once a range was taken, that range)
+    take = budget.take
+
+    def watched(n: int, cancel: threading.Event) -> int:
+        got = take(n, cancel)
+        held.append((budget.held, n))
+        return got
+
+    monkeypatch.setattr(budget, "take", watched)
+    monkeypatch.setattr(xetfetch, "RANGES", budget)
+    result = fetch(hub, tmp_path)
+    assert tree_of(tmp_path / "dest") == repo.files
+    assert (result.xet_files, result.xet_fallbacks) == (len(xet_files(repo)), {})
+    assert len(held) >= len(xet_files(repo))
+    assert all(total <= budget.limit or total == n for total, n in held), held
+    assert budget.held == 0
+
+
+def test_a_range_waiting_for_memory_is_cancelled_with_its_download() -> None:
+    budget = RangeMemory(100)
+    budget.take(80, threading.Event())
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(DownloadCancelled):
+        budget.take(40, cancel)
+    assert budget.take(20, cancel) == 20  # what fits is taken, cancelled or not: it never waits
+    budget.give(100)
+    assert budget.held == 0

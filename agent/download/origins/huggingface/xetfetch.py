@@ -42,6 +42,7 @@ from praesto.agent.download.origins.huggingface.xet import (
 )
 from praesto.agent.download.origins.huggingface.xet.assemble import iter_file
 from praesto.agent.download.origins.huggingface.xet.limits import MAX_RECONSTRUCTION_JSON_BYTES
+from praesto.agent.download.origins.huggingface.xetmemory import RANGES
 from praesto.agent.download.origins.huggingface.xetstore import ChunkStore, cas_key
 
 log = logging.getLogger("praesto.download")
@@ -124,6 +125,7 @@ class XetOrigin:
         self._token: CasToken | None = None
         self._lock = threading.Lock()
         self.tokens_fetched = 0
+        self.memory = RANGES  # the agent's budget for ranges in memory (a test may give its own)
 
     def behind(self, throttle: OriginThrottle) -> XetOrigin:
         """This origin with its CAS range requests behind the cluster's origin budget (a copy, made
@@ -265,7 +267,12 @@ class XetOrigin:
         cas_url = self.token().cas_url
         held = self.chunks.file(cas_url) if self.chunks is not None else None
 
+        reserved = [0]  # this file's range in memory (xetmemory.py): given back before the next
+
         def fetch(source: FetchRange) -> bytes:
+            self.memory.give(reserved[0])
+            reserved[0] = 0
+            reserved[0] = self.memory.take(source.length, cancel)
             if peers is not None and file.sha256:
                 raw = peers.xorb_range(cas_key(cas_url), file.sha256, source, cancel)
                 if raw is not None:
@@ -278,6 +285,8 @@ class XetOrigin:
             yield from iter_file(recon, fetch, file.xet_hash, held=held)
         except XetFormatError as error:
             raise XetFallback(CAUSE_FORMAT, f"{file.path}: {error}") from None
+        finally:
+            self.memory.give(reserved[0])
         if held is not None and file.sha256:  # every chunk verified by the file's Xet hash
             held.verified(file.sha256)
 

@@ -56,8 +56,10 @@ def iter_file(
     footers: Mapping[str, XorbFooter] | None = None,
     held: Held | None = None,
 ) -> Iterator[bytes]:
-    """The file's bytes term by term; raises before the last piece if anything fails to verify, so a
-    consumer that publishes only after exhausting the iterator publishes only verified files.
+    """The file's bytes chunk by chunk, in order; raises before the last term's first piece if
+    anything fails to verify, so a consumer that publishes only after exhausting the iterator
+    publishes only verified files. One fetched range is held at a time: the previous one is let go
+    before the next is fetched (`fetch` may count ranges against a memory budget: xetmemory.py).
 
     `held`: a local store asked for each term's chunks before fetching, and given what was fetched;
     its chunks count in the file's hash exactly like fetched ones."""
@@ -81,13 +83,15 @@ def iter_file(
             chunks = local
         else:
             if source not in decoded:
+                decoded.clear()  # terms arrive in file order: the previous range is done with
                 raw = fetch(source)
                 chunks = decode_range(raw, source.start, source.end - source.start, term.xorb)
                 if footer is not None:
                     verify_chunks(chunks, footer)
                 if held is not None:
                     held.keep(source, raw, chunks)
-                decoded = {source: chunks}  # terms arrive in file order: keep only the current range
+                decoded[source] = chunks
+                del raw  # what `held.keep` needed of it is written; the chunks are what is left
             chunks = decoded[source][term.start - source.start : term.end - source.start]
         size = sum(len(c.data) for c in chunks)
         if size != term.unpacked_length:
@@ -98,14 +102,15 @@ def iter_file(
         leaves.extend((c.hash, len(c.data)) for c in chunks)
         if held is not None:
             held.used(term, chunks)
-        pieces = [c.data for c in chunks]
         if term is recon.terms[-1]:
             got = file_hash(leaves)
             if got != from_hex(expected_hash):
                 raise XetFormatError(
                     f"the assembled file hashes to {to_hex(got)}, not {expected_hash}: refused"
                 )
-        yield b"".join(pieces)
+        for chunk in chunks:
+            yield chunk.data
+        del chunks
 
 
 def assemble_file(
