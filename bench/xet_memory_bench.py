@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import bench.xet_bench as xet_bench
@@ -88,13 +89,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="praesto-xet-memory-", dir=args.workdir) as tmp:
         work = Path(tmp)
         with served(work, args.size_mib * MiB, link) as (hub, _, commits):
-            samples = interleaved(
-                {
-                    name: (lambda m=mode: run(work, hub.endpoint, commits[0], m))
-                    for name, mode in CONTENDERS.items()
-                },
-                max(ROUNDS, args.rounds),
-            )
+
+            def contender(mode: str) -> Callable[[], tuple[float, float]]:
+                return lambda: run(work, hub.endpoint, commits[0], mode)
+
+            contenders = {name: contender(mode) for name, mode in CONTENDERS.items()}
+            samples = interleaved(contenders, max(ROUNDS, args.rounds))
     title = f"Xet first download, {args.files} files of {args.size_mib // args.files} MiB, uncapped"
     print_table(f"{title}: downloader peak RSS above its start, MiB", {
         k: [m for _, m in v] for k, v in samples.items()}, unit="MiB", digits=0)  # fmt: skip

@@ -45,6 +45,7 @@ from typing import Any, cast
 
 from praesto.agent.download.api import Options, PartSources, Plan, Result
 from praesto.agent.download.fetch import download, plan
+from praesto.agent.download.origins.huggingface import xetmemory
 from praesto.agent.peers.auth import Credentials
 from praesto.agent.peers.identity import PeerAuthorizer
 from praesto.agent.peers.server import Limits, PeerServer
@@ -242,6 +243,9 @@ def main() -> int:
         help="the node that seeds the roll (0 seeded v1; 1 copied it from peers)",
     )
     args = parser.parse_args()
+    # Each node is an agent with its own Xet range budget (xetmemory.py is one per process): the
+    # nodes here share one process, so it is theirs together.
+    xetmemory.RANGES.limit = args.nodes * xetmemory.RANGE_MEMORY_BYTES
     size, link = args.size_mib * MiB, Link()
     link.rate = args.cap_mib_s * MiB
     with tempfile.TemporaryDirectory(prefix="praesto-xet-peers-", dir=args.workdir) as tmp:
