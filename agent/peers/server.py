@@ -99,6 +99,9 @@ class PeerServer(ThreadingHTTPServer):
         self.authorizer = authorizer
         self.limits = limits or Limits()
         self.uploads = threading.BoundedSemaphore(max(1, self.limits.max_uploads))
+        # Xet chunk answers have their own slots (half as many): a roll's leader asks for chunks on
+        # its swarm's critical path, and must not wait behind the file parts the followers copy
+        self.chunk_uploads = threading.BoundedSemaphore(max(1, self.limits.max_uploads // 2))
         self.rate = RateLimiter(self.limits.rate)
         self.bytes_served = 0
         self.busy = 0  # uploads under way (told to askers in /parts, so they pick the least busy)

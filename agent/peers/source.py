@@ -88,7 +88,7 @@ class PeerSource:
         well be waiting for this very download)."""
         self.tuning = tuning or Tuning()
         self.chunks_only = chunks_only
-        self.offers_files = not chunks_only  # xetfetch.ChunkPeers: the first-range probe applies
+        self.offers_files = not chunks_only  # xetfetch.ChunkPeers: files are copied whole from these
         self.node = credentials.node
         self.seeders = list(seeders or [])  # peers fetching from the origin: asked for parts nobody has
         self.discover = discover
@@ -177,11 +177,6 @@ class PeerSource:
 
     def blame_chunks(self, sha256: str) -> bool:
         return self.xorbs.blame(sha256)
-
-    def xorb_probe(
-        self, cas: str, sha256: str, path: str, source: FetchRange, cancel: threading.Event
-    ) -> bytes | None:
-        return self.xorbs.probe(cas, sha256, path, source, cancel)
 
     # ---- internals ---------------------------------------------------------------
     def _from(

@@ -23,7 +23,9 @@ hash map is written only for a verified file, and nothing unverified leaves a no
 
 Bounded: at most a xorb's chunks (8192), and refused unread beyond `MAX_XORB_STORED_BYTES` (a
 xorb's 64 MiB of chunk data and a header per chunk), sent a chunk at a time (≤ 256 KiB + 8 bytes
-in memory), through the node's upload cap, its bytes/s limit and the response deadline (conns.py).
+in memory), through the node's chunk upload cap (half its `max_uploads`, apart from the file
+uploads: a roll's leader asks for chunks on the swarm's critical path, and must not queue behind
+the parts followers copy), its bytes/s limit and the response deadline (conns.py).
 """
 
 from __future__ import annotations
@@ -118,8 +120,8 @@ def serve(handler: Any, namespace: str, cache: str, revision: str, cas: str, xor
     if total > MAX_XORB_STORED_BYTES:
         handler._error(404, f"chunks {ask.start}-{ask.end} hold more than a xorb may ({total} bytes)")
         return
-    if not server.uploads.acquire(blocking=False):
-        handler._error(503, "upload limit reached on this node; try another peer", retry_after="1")
+    if not server.chunk_uploads.acquire(blocking=False):
+        handler._error(503, "chunk upload limit reached on this node; try another peer", retry_after="1")
         return
     server.count_busy(1)
     try:
@@ -130,7 +132,7 @@ def serve(handler: Any, namespace: str, cache: str, revision: str, cas: str, xor
         _send(handler, store, ask, hashes, sizes, total)
     finally:
         server.count_busy(-1)
-        server.uploads.release()
+        server.chunk_uploads.release()
 
 
 def _send(handler: Any, store: ChunkStore, ask: Ask, hashes: list[str], sizes: list[int], total: int) -> None:

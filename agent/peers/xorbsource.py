@@ -20,16 +20,11 @@ swarm.neighbours), the seeder last (every follower's first choice otherwise), un
   most `Tuning.stall_seconds` from the first such answer; then the CAS serves it (the peers are
   not dropped: a seeder honestly saying "not yet" is not lying, and its other ranges may come).
 * 503 or 429 (its uploads, or this node's share of its connections, are all taken): the next
-  peer, without dropping it.
+  peer, without dropping it; when none served the range, asked again every `Tuning.busy_pause`
+  within the range's own time (as whole-file ranges wait for busy peers), also where "not yet" is
+  not waited on.
 
 None when no peer served the range: the CAS serves it.
-
-`probe` decides whether a file the node's chunk store holds nothing of comes through Xet at all
-(xetpath.py): not when a peer offers the file itself at this revision (its `/parts` offer: copied
-whole, ranges in parallel, is faster); else its first range asked once of each peer, nothing
-waited on ("not yet", busy, 404 or refused: the next peer). Bytes from a peer (say the node that
-seeded the previous revision, whose chunk store holds the unchanged chunks): through Xet, those
-bytes its first range; None: copied whole from peers as a first download is.
 """
 
 from __future__ import annotations
@@ -44,7 +39,7 @@ from praesto.agent.download.api import DownloadCancelled, DownloadError
 from praesto.agent.download.http import Expired, Redirect, Transient
 from praesto.agent.download.origins.huggingface.xet import FetchRange, XetFormatError, decode_range
 from praesto.agent.peers.protocol import xorbs_path
-from praesto.agent.peers.swarm import Offer, neighbours
+from praesto.agent.peers.swarm import neighbours
 from praesto.agent.peers.transport import NotYet, Slow
 
 if TYPE_CHECKING:
@@ -61,16 +56,6 @@ class _Busy(Exception):
     """503: the peer's uploads are all taken."""
 
 
-def _offers_file(offer: Offer, path: str) -> bool:
-    """Whether a peer's `/parts` offer holds or is receiving any of the file `path`."""
-    return (
-        offer.complete
-        or path in offer.whole
-        or any(part[0] == path for part in offer.parts)
-        or any(part[0] == path for part in offer.arriving)
-    )
-
-
 class XorbPeers:
     """One download's asks for xorb ranges, over its `PeerSource`'s peers and transport."""
 
@@ -78,18 +63,6 @@ class XorbPeers:
         self.peers = peers
         self._lock = threading.Lock()
         self._sent: dict[str, set[str]] = {}  # file sha256 -> peers that sent ranges of it
-
-    def probe(
-        self, cas: str, sha256: str, path: str, source: FetchRange, cancel: threading.Event
-    ) -> bytes | None:
-        """`source`'s bytes from a peer asked once, nothing waited on; None when none had them, or
-        when a peer offers the file `path` itself at this revision (then it is copied whole)."""
-        self.peers._refresh()
-        with self.peers._lock:
-            offers = [o for p, o in self.peers.offers.items() if p in self.peers.alive]
-        if any(_offers_file(o, path) for o in offers):
-            return None
-        return self.fetch(cas, sha256, source, cancel, wait=False)
 
     def fetch(
         self, cas: str, sha256: str, source: FetchRange, cancel: threading.Event, *, wait: bool = True
@@ -99,21 +72,27 @@ class XorbPeers:
         tuning = self.peers.tuning
         missing: set[str] = set()
         first_not_yet: float | None = None
+        # "busy" is the peer's upload slots, not the range: asked again within the range's own time
+        # even when "not yet" is not waited on (a roll's leader asking nodes that serve the swarm)
+        busy_until = time.monotonic() + max(tuning.min_seconds, source.length / tuning.min_rate)
         while True:
             with self.peers._lock:  # followers first (spread per asker), the seeder last: it is everyone's
                 alive = [p for p in self.peers.alive if p not in missing]
             seeders = [p for p in alive if p in self.peers.seeders]
             others = [p for p in alive if p not in seeders]
             asked = neighbours(self.peers.node, others, len(others)) + seeders
-            waiting = False
+            waiting = busy = False
             for peer in asked:
                 try:
                     raw = self._ask(peer, cas, sha256, source, cancel)
                 except _Missing:
                     missing.add(peer)
                     continue
-                except (NotYet, _Busy):
+                except NotYet:
                     waiting = True
+                    continue
+                except _Busy:
+                    busy = True
                     continue
                 except Slow:
                     self.peers._strike(peer)  # as for whole-file ranges: dropped at its second
@@ -136,9 +115,14 @@ class XorbPeers:
                 with self._lock:
                     self._sent.setdefault(sha256, set()).add(peer)
                 return raw
+            now = time.monotonic()
+            if busy and not wait and now < busy_until:
+                if cancel.wait(tuning.busy_pause):
+                    raise DownloadCancelled()
+                continue
+            waiting = waiting or busy
             if not waiting or not wait:
                 return None
-            now = time.monotonic()
             first_not_yet = first_not_yet or now
             if now - first_not_yet >= tuning.stall_seconds:
                 log.info(

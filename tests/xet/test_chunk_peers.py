@@ -233,9 +233,9 @@ def test_a_node_holding_nothing_of_a_file_copies_it_whole_from_peers(
 def test_a_node_that_copied_a_revision_whole_seeds_the_next_roll_from_peers_chunks(
     hub: LocalHub, uploads: Uploads, peers: Peers, tmp_path: Path
 ) -> None:
-    """B copied v1 whole from A (so its chunk store holds nothing), then rolls to v2 first: its
-    first range from A's chunk store (A downloaded v1 through Xet) sends it through Xet, so the CAS
-    serves only about the changed chunks and A the unchanged ones; C, holding nothing, answers 404."""
+    """B copied v1 whole from A (so its chunk store holds nothing), then leads the roll to v2: its
+    chunk peers (peering.py `_chunk_source`) are A, which downloaded v1 through Xet, and C, which
+    holds nothing and answers 404; the CAS serves only about the changed chunks, A the unchanged."""
     a, b, c = tmp_path / "node-a", tmp_path / "node-b", tmp_path / "node-c"
     v1 = head(hub)
     fetch(hub, uploads, a, a / "v1")  # A: v1 through Xet, its chunks indexed
@@ -252,7 +252,7 @@ def test_a_node_that_copied_a_revision_whole_seeds_the_next_roll_from_peers_chun
     c.mkdir()
     with serving(a, peers) as srv, serving(c, peers, "node-c") as empty:
         both = {srv.address: SERVER, empty.address: "node-c"}
-        source = PeerSource(both, peers.credentials(), "team-a", "m", head(hub), TUNING)
+        source = PeerSource(both, peers.credentials(), "team-a", "m", head(hub), TUNING, chunks_only=True)
         result, served = fetch(hub, uploads, b, b / "v2", source)
         source.close()
     assert tree_of(b / "v2") == {NAME: uploads.files["v2"]}
@@ -275,8 +275,7 @@ def test_a_roll_leader_takes_chunks_from_a_node_at_another_revision_without_wait
     download went through Xet, whatever revision they serve). B copied v1 whole and leads the roll;
     A holds v1's chunks and rolls too, as B's follower (its download of v2 is registered, so it
     answers "not yet" for the changed chunks of the file: it waits for B). B takes the unchanged
-    chunks from A and the changed ones from the CAS at once, never through the first-range probe,
-    and copies nothing whole."""
+    chunks from A and the changed ones from the CAS at once, and copies nothing whole."""
     a, b = tmp_path / "node-a", tmp_path / "node-b"
     v1 = head(hub)
     fetch(hub, uploads, a, a / "v1")

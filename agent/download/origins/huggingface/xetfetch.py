@@ -237,17 +237,6 @@ class XetOrigin:
         held = self.chunks.file(self.token().cas_url)
         return sum(t.unpacked_length for t in recon.terms if held.holds(t))
 
-    def probe_peers(
-        self, file: RemoteFile, recon: Reconstruction, peers: ChunkPeers, cancel: threading.Event
-    ) -> tuple[FetchRange, bytes] | None:
-        """The file's first range and its bytes from a peer asked once (`ChunkPeers.xorb_probe`),
-        or None: nothing of it on peers' chunk stores now, or a peer offers the file whole."""
-        if not recon.terms or not file.sha256:
-            return None
-        source = recon.fetch_for(recon.terms[0])
-        raw = peers.xorb_probe(cas_key(self.token().cas_url), file.sha256, file.path, source, cancel)
-        return None if raw is None else (source, raw)
-
     def file_pieces(
         self,
         file: RemoteFile,
@@ -300,7 +289,7 @@ class ChunkPeers(Protocol):
     whoever sent ranges of a file that failed its Xet hash."""
 
     # whether these peers also offer whole files of this revision (then a file the chunk store holds
-    # nothing of is decided by its first range: xetpath.py); False: chunks only (a roll's leader)
+    # nothing of is copied whole from them: xetpath.py); False: chunks only (a roll's leader)
     offers_files: bool
 
     def xorb_range(self, cas: str, sha256: str, source: FetchRange, cancel: threading.Event) -> bytes | None:
@@ -309,11 +298,4 @@ class ChunkPeers(Protocol):
 
     def blame_chunks(self, sha256: str) -> bool:
         """Drop the peers that sent ranges of the file `sha256`; whether any did."""
-        ...
-
-    def xorb_probe(
-        self, cas: str, sha256: str, path: str, source: FetchRange, cancel: threading.Event
-    ) -> bytes | None:
-        """As `xorb_range`, each peer asked once, "not yet" not waited on; None also when a peer
-        offers the file `path` itself at this revision (it is copied whole then)."""
         ...

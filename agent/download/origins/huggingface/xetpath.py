@@ -4,14 +4,13 @@ parts are, verified by the Hub's sha256 the same way, and on any failure fetched
 
 When: the plan found the file's Xet hash in the Hub's tree listing (an LFS file, so its sha256 is
 known), Xet is on (`Options.xet`), and nothing of the file was journaled by an earlier run (a
-resumed file finishes through `resolve/`). With peers (issue 40 item 3), a file the node's chunk
-store holds nothing of is decided by its first range (`ChunkPeers.xorb_probe`): when a peer offers
-the file itself at this revision, or no peer's chunk store holds that range now (each asked once,
-"not yet" not waited on), it is copied whole from peers as before (ranges in parallel, passed on as
-they arrive, "not yet" waited on by the swarm's rules; what no peer has, from `resolve/`). When a
-peer sent that range (say the node that seeded the previous revision: a node that copied that
-revision whole holds no chunks, and may well seed the next roll), the file comes through Xet with
-those bytes as its first range, so a roll moves only the changed chunks from the CAS. Any other
+resumed file finishes through `resolve/`). With peers at this revision (issue 40 item 3), a file
+the node's chunk store holds nothing of is copied whole from them as a first download is (ranges
+in parallel, passed on as they arrive, "not yet" waited on by the swarm's rules; what no peer
+has, from `resolve/`): through Xet it would cross the wire whole anyway, slower, and would
+concentrate on the few nodes holding chunks. A roll's leader has no peer at its revision; its
+peers hold chunks only (`ChunkPeers.offers_files` false: agent/peers/peering.py), so every file
+it fetches comes through Xet and only the chunks no peer holds come from the CAS. Any other
 file comes through Xet too, each range the chunk store lacks asked of peers' chunk stores before
 the CAS (`ChunkPeers`), and a file whose Xet hash fails after peers sent ranges of it is assembled once
 more without them (they are dropped), before any fallback to `resolve/`. The file is one work item:
@@ -27,12 +26,11 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from typing import TYPE_CHECKING
 
 from praesto.agent.download.api import OriginThrottle
 from praesto.agent.download.http import CHUNK
-from praesto.agent.download.origins.huggingface.xet import FetchRange, Reconstruction
+from praesto.agent.download.origins.huggingface.xet import Reconstruction
 from praesto.agent.download.origins.huggingface.xetfetch import (
     CAUSE_CHECKSUM,
     CAUSE_FORMAT,
@@ -60,26 +58,17 @@ class XetRoute:
         """The whole file through Xet; on a failure, every part queued again for `resolve/`."""
         asked: object = engine.peers  # a PartSource; PeerSource also serves Xet chunks (ChunkPeers)
         peers = asked if isinstance(asked, ChunkPeers) and job.file.peers_may_supply else None
-        probed: _Probed | None = None
         try:
             recon = self.xet.reconstruction(job.file)
             if peers is not None and peers.offers_files and self.xet.held_bytes(recon) == 0:
-                first = self.xet.probe_peers(job.file, recon, peers, engine.options.cancel)
-                if first is None:  # a first download, or a peer has the file itself: swarm it
-                    log.debug("file=%s: no chunks of it on the node or peers: copied whole", job.file.path)
-                    job.whole = False
-                    engine._enqueue([(job, i) for i in range(len(job.parts))])
-                    return
-                peers = probed = _Probed(peers, *first)  # a peer's chunk store has it: through Xet
+                log.debug("file=%s: no chunks of it on the node: copied whole from peers", job.file.path)
+                job.whole = False
+                engine._enqueue([(job, i) for i in range(len(job.parts))])
+                return
         except XetFallback as refused:
             fall_back(engine, job, refused.cause, str(refused), 0)
             return
-        try:
-            self._through_xet(engine, job, recon, peers)
-        finally:
-            if probed is not None and probed.first is not None:  # crossed the wire, never used
-                with engine._cond:
-                    engine.result.bytes_from_peers += len(probed.first[1])
+        self._through_xet(engine, job, recon, peers)
 
     def _through_xet(
         self, engine: Engine, job: FileJob, recon: Reconstruction, peers: ChunkPeers | None
@@ -141,31 +130,6 @@ class XetRoute:
 
     def close(self) -> None:
         self.xet.close()
-
-
-class _Probed:
-    """`peers` whose answer for the probed first range is the probe's bytes (asked once, counted
-    once: `file_pieces` counts them as it counts any peer's range when it uses them)."""
-
-    def __init__(self, peers: ChunkPeers, source: FetchRange, raw: bytes) -> None:
-        self.peers = peers
-        self.offers_files = peers.offers_files
-        self.first: tuple[FetchRange, bytes] | None = (source, raw)
-
-    def xorb_range(self, cas: str, sha256: str, source: FetchRange, cancel: threading.Event) -> bytes | None:
-        first, self.first = self.first, None
-        if first is not None and first[0] == source:
-            return first[1]
-        self.first = first
-        return self.peers.xorb_range(cas, sha256, source, cancel)
-
-    def xorb_probe(
-        self, cas: str, sha256: str, path: str, source: FetchRange, cancel: threading.Event
-    ) -> bytes | None:
-        return self.peers.xorb_probe(cas, sha256, path, source, cancel)
-
-    def blame_chunks(self, sha256: str) -> bool:
-        return self.peers.blame_chunks(sha256)
 
 
 def _write(engine: Engine, job: FileJob, offset: int, chunk: memoryview) -> None:
