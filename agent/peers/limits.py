@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Limits:
-    max_uploads: int = 8  # concurrent file responses; more get 503
+    max_uploads: int = 8  # concurrent file responses (Xet chunk answers: half as many more); more get 503
     rate: int = 0  # bytes/s over all uploads of this node; 0 = unlimited
     max_connections: int = 128  # open connections; more are answered 503 and closed, no thread
     # open connections from one client address; more get 429. One agent opens at most one per
