@@ -193,20 +193,7 @@ class Peering:
         that copied the previous revision whole still takes the unchanged chunks from a node that
         indexed them, and only the changed ones from the CAS. None when no node shows any."""
         holders = {_address(o): _node(o) for o in others if _address(o) and _indexed_chunks(o)}
-        if not holders:
-            return None
-        tuning = dataclasses.replace(self.config.tuning, stall_seconds=self.config.stall_seconds)
-        namespace, cache = copies.key
-        return PeerSource(
-            holders,
-            self.credentials,
-            namespace,
-            cache,
-            plan.revision,
-            tuning,
-            proxies=options.proxies,
-            chunks_only=True,
-        )
+        return self._source(copies, plan, holders, [], options, chunks_only=True) if holders else None
 
     def _source(
         self,
@@ -215,6 +202,8 @@ class Peering:
         addresses: dict[str, str],
         seeders: list[str],
         options: Options,
+        *,
+        chunks_only: bool = False,  # peers at other revisions, asked for Xet chunks only (found once)
     ) -> PeerSource:
         tuning = dataclasses.replace(self.config.tuning, stall_seconds=self.config.stall_seconds)
         namespace, cache = copies.key
@@ -226,8 +215,11 @@ class Peering:
             plan.revision,
             tuning,
             seeders=seeders,
-            discover=lambda: self._holders(self._others(namespace, cache, copies), plan),  # from memory
+            discover=None
+            if chunks_only
+            else lambda: self._holders(self._others(namespace, cache, copies), plan),  # from memory
             proxies=options.proxies,
+            chunks_only=chunks_only,
         )
 
     @staticmethod

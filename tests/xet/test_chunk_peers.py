@@ -85,6 +85,19 @@ def asker(srv: PeerServer, peers: Peers, revision: str) -> PeerSource:
     return PeerSource({srv.address: SERVER}, peers.credentials(), "team-a", "m", revision, TUNING)
 
 
+def assert_rolled_by_chunks(
+    hub: LocalHub, uploads: Uploads, node: Path, result: Result, served: int, source: PeerSource
+) -> None:
+    """The node's roll to v2 came through Xet: the CAS served about the changed chunks (10 % of the
+    bytes changed), peers the rest, nothing went whole through resolve/ or fell back."""
+    changed = SIZE - sum(x == y for x, y in zip(uploads.files["v1"], uploads.files["v2"], strict=True))
+    assert tree_of(node / "v2") == {NAME: uploads.files["v2"]}
+    assert (result.xet_files, result.xet_fallbacks, source.dropped) == (1, {}, {})
+    assert hub.bytes_by_path.get(NAME, 0) == 0, "no file went whole through resolve/"
+    assert 0 < served <= 0.15 * SIZE, f"the CAS served {served} bytes; {changed} bytes changed"
+    assert result.bytes_from_peers + served >= SIZE - changed  # the rest came from the peers' chunks
+
+
 @pytest.fixture
 def nodes(hub: LocalHub, uploads: Uploads, tmp_path: Path) -> tuple[Path, Path]:
     """Two nodes holding v1 through Xet (so their chunk stores hold its chunks); then v2 is pushed."""
@@ -248,18 +261,13 @@ def test_a_node_that_copied_a_revision_whole_seeds_the_next_roll_from_peers_chun
     assert not any(p.is_file() for p in StoreLayout(b).xet_chunks_dir.rglob("*"))
 
     hub.commit(REPO, {NAME: uploads.files["v2"]})
-    changed = SIZE - sum(x == y for x, y in zip(uploads.files["v1"], uploads.files["v2"], strict=True))
     c.mkdir()
     with serving(a, peers) as srv, serving(c, peers, "node-c") as empty:
         both = {srv.address: SERVER, empty.address: "node-c"}
         source = PeerSource(both, peers.credentials(), "team-a", "m", head(hub), TUNING, chunks_only=True)
         result, served = fetch(hub, uploads, b, b / "v2", source)
         source.close()
-    assert tree_of(b / "v2") == {NAME: uploads.files["v2"]}
-    assert (result.xet_files, result.xet_fallbacks, source.dropped) == (1, {}, {})
-    assert hub.bytes_by_path.get(NAME, 0) == 0, "no file went whole through resolve/"
-    assert 0 < served <= 0.15 * SIZE, f"the CAS served {served} bytes; {changed} bytes changed"
-    assert result.bytes_from_peers + served >= SIZE - changed  # the rest came from A's chunks
+    assert_rolled_by_chunks(hub, uploads, b, result, served, source)
     deadline = time.monotonic() + 10  # the server counts a write after the asker may have read it
     while srv.bytes_served < result.bytes_from_peers and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -285,7 +293,6 @@ def test_a_roll_leader_takes_chunks_from_a_node_at_another_revision_without_wait
         fetch(hub, uploads, b, b / "v1", source)  # B: v1 copied whole from A, no chunks kept
         source.close()
     hub.commit(REPO, {NAME: uploads.files["v2"]})
-    changed = SIZE - sum(x == y for x, y in zip(uploads.files["v1"], uploads.files["v2"], strict=True))
     patient = dataclasses.replace(TUNING, stall_seconds=120.0)  # waiting on A's "not yet" would show
     with serving(a, peers) as srv:
         rolling = plan(Source("hf", REPO, "main", (), ()), node_options(hub, a))
@@ -298,10 +305,6 @@ def test_a_roll_leader_takes_chunks_from_a_node_at_another_revision_without_wait
         result, served = fetch(hub, uploads, b, b / "v2", source)
         took = time.monotonic() - began
         source.close()
-    assert tree_of(b / "v2") == {NAME: uploads.files["v2"]}
-    assert (result.xet_files, result.xet_fallbacks, source.dropped) == (1, {}, {})
-    assert hub.bytes_by_path.get(NAME, 0) == 0, "no file went whole through resolve/"
-    assert 0 < served <= 0.15 * SIZE, f"the CAS served {served} bytes; {changed} bytes changed"
-    assert result.bytes_from_peers + served >= SIZE - changed  # the rest came from A's chunks
+    assert_rolled_by_chunks(hub, uploads, b, result, served, source)
     assert srv.not_yet > 0  # A said "not yet" for the changed chunks ...
     assert took < patient.stall_seconds  # ... and B did not wait on it
