@@ -7,13 +7,15 @@ is a whole xorb of up to 64 MiB) uploaded by the real hf_xet to the CAS double, 
 through Xet by a fresh process per round (its own peak RSS, VmHWM, less what it held before the
 download: the downloader alone, not the doubles), interleaved: with the agent's range budget
 (`xetmemory.RANGE_MEMORY_BYTES`), without one (what the agent did before it), and through
-`resolve/` (the baseline). Seconds are noisy on a shared machine; the memory is the figure.
+`resolve/` (the baseline); each with `MALLOC_ARENA_MAX=2`, as the image runs it. Seconds are
+noisy on a shared machine; the memory is the figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -25,6 +27,8 @@ import bench.xet_bench as xet_bench
 from bench.common import ROUNDS, interleaved, print_table
 from bench.xet_bench import REPO, Link, MiB, served
 
+# as the image runs every process (Dockerfile ENV): glibc arenas shared by the download threads
+IMAGE_MALLOC = {"MALLOC_ARENA_MAX": "2"}
 CONTENDERS = {"xet, range budget": "budget", "xet, unbounded": "unbounded", "resolve/": "resolve"}
 
 
@@ -62,6 +66,7 @@ def run(work: Path, endpoint: str, commit: str, mode: str) -> tuple[float, float
     with tempfile.TemporaryDirectory(prefix="node-", dir=work) as dest:
         out = subprocess.run(
             [sys.executable, "-m", "bench.xet_memory_bench", "--child", endpoint, commit, dest, mode],
+            env={**os.environ, **IMAGE_MALLOC},
             check=True,
             capture_output=True,
             text=True,
