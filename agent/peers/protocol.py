@@ -78,6 +78,7 @@ _CACHE = PREFIX + r"([^/]+)/([^/]+)/([^/]+)"
 FILE_ROUTE = re.compile(rf"^{_CACHE}/files/(.+)$")
 PARTS_ROUTE = re.compile(rf"^{_CACHE}/parts$")
 XORBS_ROUTE = re.compile(rf"^{_CACHE}/xorbs/([^/]+)/([^/]+)$")
+XORBS_QUERY = re.compile(r"^chunks=(\d{1,5})-(\d{1,5})&file=([0-9a-f]{64})$")  # what xorbs_path appends
 
 
 def file_path(namespace: str, cache: str, revision: str, quoted_path: str) -> str:

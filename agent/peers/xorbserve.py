@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Any
 from praesto.agent.download.origins.huggingface.xet.limits import MAX_XORB_CHUNKS, MAX_XORB_STORED_BYTES
 from praesto.agent.download.origins.huggingface.xetstore import ChunkStore
 from praesto.agent.peers.identity import Refused
+from praesto.agent.peers.protocol import XORBS_QUERY
 
 if TYPE_CHECKING:
     from praesto.agent.peers.server import PeerServer
 
 _CAS = re.compile(r"[0-9a-f]{32}")
 _HASH = re.compile(r"[0-9a-f]{64}")
-_QUERY = re.compile(r"^chunks=(\d{1,5})-(\d{1,5})&file=([0-9a-f]{64})$")
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def parse(cas: str, xorb: str, query: str) -> Ask:
         raise Refused(400, f"{cas[:40]!r}: not a CAS key (32 hex digits, xetstore.cas_key)")
     if not _HASH.fullmatch(xorb):
         raise Refused(400, f"{xorb[:80]!r}: not a xorb hash (64 hex digits)")
-    m = _QUERY.fullmatch(query)
+    m = XORBS_QUERY.fullmatch(query)
     if m is None:
         raise Refused(400, "query: expected chunks=<first>-<end>&file=<sha256> (xorbsource.py sends it)")
     start, end = int(m[1]), int(m[2])
