@@ -37,6 +37,20 @@ def stages() -> list[list[tuple[str, str]]]:
     return result
 
 
+# The image's ENV that names its own filesystem (the venv on PATH, HOME=/tmp): not for a process here.
+IMAGE_LAYOUT_ENV = frozenset({"PATH", "HOME"})
+
+
+def image_env() -> dict[str, str]:
+    """The final stage's ENV a process of the image runs with (MALLOC_ARENA_MAX...), minus its layout:
+    the tiers give it to the processes they start from the wheel, so they run as in the image."""
+    env: dict[str, str] = {}
+    for keyword, rest in stages()[-1]:
+        if keyword == "ENV":
+            env.update(pair.split("=", 1) for pair in rest.split() if "=" in pair)
+    return {k: v for k, v in env.items() if k not in IMAGE_LAYOUT_ENV}
+
+
 def build_args() -> dict[str, str]:
     return dict(rest.split("=", 1) for keyword, rest in instructions() if keyword == "ARG" and "=" in rest)
 

@@ -25,6 +25,7 @@ from praesto.hooks.pvc_job import download_job
 from praesto.hooks.pvc_pod import TERMINATION_LOG
 
 from praesto.spec import parse_spec
+from testkit.dockerfile import image_env
 from testkit.egress import LOOPBACK_ENV
 from testkit.helm_chart import ROOT
 from testkit.hook_objects import modelcache
@@ -62,6 +63,7 @@ def test_the_config_is_the_dockerfiles_runtime_stage(image: PraestoImage) -> Non
     assert env["PATH"].startswith(f"{VENV}/bin:")
     assert env["HOME"] == "/tmp" and env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert env["MALLOC_ARENA_MAX"] == "2"  # the agent's download threads share arenas (xetmemory.py)
+    assert image_env().items() <= env.items()  # what the tiers give the processes they start
     assert config["Cmd"] == ["praesto-hooks"] and config["WorkingDir"] == "/tmp"
 
 

@@ -24,6 +24,7 @@ from testkit.chart_install import (
     render_for_cluster,
 )
 from testkit.controlplane import ControlPlane
+from testkit.dockerfile import image_env
 from testkit.egress import LOOPBACK_CIDRS
 from testkit.helm_chart import CRD_DIR, NAMESPACE, RELEASE, one
 from testkit.installed_wheel import installed_wheel
@@ -106,6 +107,7 @@ def install_chart(
     apply_rendered(admin, objects, webhook_url="", webhook_ca=b"", skip_kinds=WEBHOOK_KINDS)
     deployment = one(objects, "Deployment", HOOKS_SA)
     env = {
+        **image_env(),  # as the image runs it (MALLOC_ARENA_MAX: its peak memory is what scale measures)
         **container_env(deployment, "hooks"),
         "KUBECONFIG": str(control_plane.token_kubeconfig(NAMESPACE, HOOKS_SA)),
     }
@@ -150,7 +152,7 @@ def orphans_container(deployment: Obj, kubeconfig: str, workdir: Path) -> Iterat
         return [f"--heartbeat-file={heartbeat}" if a.startswith("--heartbeat-file=") else a for a in argv]
 
     script = installed_wheel().script("praesto-orphans")
-    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    env = {**os.environ, **image_env(), "KUBECONFIG": kubeconfig}
     log_path = workdir / "praesto-orphans.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(

@@ -19,6 +19,7 @@ from praesto.csi.proto import csi_pb2, csi_pb2_grpc
 
 from praesto import names
 from testkit.controlplane import Component, ControlPlane, wait_for
+from testkit.dockerfile import image_env
 from testkit.helm_chart import NAMESPACE, RELEASE
 from testkit.hub import LocalHub
 from testkit.installed_wheel import installed_wheel
@@ -106,7 +107,7 @@ class NodeDaemons:
         spec = next(
             c for c in self.daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == container
         )
-        return rendered_env(spec, self.downward)
+        return {**image_env(), **rendered_env(spec, self.downward)}  # as the image runs it
 
     def start_agent(self) -> None:
         self.agent = self._agent_component()
