@@ -47,7 +47,10 @@ def image_env() -> dict[str, str]:
     env: dict[str, str] = {}
     for keyword, rest in stages()[-1]:
         if keyword == "ENV":
-            env.update(pair.split("=", 1) for pair in rest.split() if "=" in pair)
+            for pair in rest.split():
+                key, equals, value = pair.partition("=")
+                if equals:
+                    env[key] = value
     return {k: v for k, v in env.items() if k not in IMAGE_LAYOUT_ENV}
 
 
