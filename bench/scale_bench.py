@@ -41,8 +41,10 @@ from kubernetes.client.exceptions import ApiException
 
 from bench.common import ROUNDS, print_table, record
 from bench.scale_agents import FakeAgents
+from bench.scale_background_pods import PodWriter, namespace_of, pod_body
 from bench.scale_nodes import POOL, POOL_LABEL, Heartbeats, NodeWriter
 from bench.scale_pods import PodStorm, delete_pods
+from bench.scale_real_mc import RealMetacontroller
 from bench.scale_restart import restart_phase
 from bench.scale_standin import StandIn, Stats
 from praesto import names
@@ -51,7 +53,7 @@ from testkit.chart_install import ensure_namespace
 from testkit.controlplane import ControlPlane, start_control_plane
 from testkit.helm_chart import NAMESPACE
 from testkit.informer import Informer
-from testkit.metacontroller_subchart import rendered_command_args
+from testkit.metacontroller_subchart import rendered_command_args, rendered_env
 from tests.cluster.installed import METACONTROLLER_SA, Installed, install_chart
 from tests.cluster.tenants import modelcache
 
@@ -85,7 +87,8 @@ class Watched:
 class Run:
     """One N: the stand-in's stats gathered while waiting, the API server's counters per phase."""
 
-    def __init__(self, installed: Installed, standin: StandIn, watched: Watched, agents: FakeAgents) -> None:
+    def __init__(self, installed: Installed, standin: StandIn | RealMetacontroller, watched: Watched,
+                 agents: FakeAgents) -> None:  # fmt: skip
         self.installed, self.standin, self.watched, self.agents = installed, standin, watched, agents
         self.passes: Counter[str] = Counter()
         self.writes: Counter[str] = Counter()
@@ -279,8 +282,10 @@ def cluster(work: Path, nodes: int) -> Iterator[tuple[ControlPlane, Installed, f
 
 
 def measure(nodes: int, caches: int, rounds: int, steady: float, deadline: float, pods: int = 0,
-            restart: bool = False) -> dict[str, list[float]]:  # fmt: skip
+            restart: bool = False, binary: Path | None = None, others: int = 0) -> dict[str, list[float]]:  # fmt: skip
     shape = f"{caches} cache{'s' if caches > 1 else ''} x {nodes} nodes"
+    shape += ", real Metacontroller" if binary else ""
+    shape += f", {others:,} other Pods" if others else ""
     shape += f", {pods} Pods admitted during the roll" if pods else ""
     shape += ", node DaemonSet rolled" if restart else ""
     with (
@@ -292,6 +297,14 @@ def measure(nodes: int, caches: int, rounds: int, steady: float, deadline: float
             flush=True,
         )
         admin = inst.admin.api
+        if others:  # before the controllers start, as on a running cluster
+            started = time.monotonic()
+            PodWriter(inst.admin, admin.configuration).write_all(others, nodes)
+            first = pod_body(0, nodes)["metadata"]["name"]
+            raw = admin.call_api(f"/api/v1/namespaces/{namespace_of(0)}/pods/{first}", "GET",
+                                 auth_settings=["BearerToken"], _preload_content=False)  # fmt: skip
+            print(f"  {others:,} other Pods written in {time.monotonic() - started:.0f} s, "
+                  f"{len(raw.data) / 1024:.1f} KiB each as returned", flush=True)  # fmt: skip
         for namespace in sorted({home(c) for c in cache_names(caches)}):
             ensure_namespace(
                 inst.admin, namespace, {names.LABEL_INJECTION: names.INJECTION_ENABLED} if pods else None
@@ -300,9 +313,14 @@ def measure(nodes: int, caches: int, rounds: int, steady: float, deadline: float
         print(f"  Metacontroller args (chart): {' '.join(args)}", flush=True)
         kubeconfig = plane.token_kubeconfig(NAMESPACE, METACONTROLLER_SA)
         assert inst.hooks.ca_path is not None
-        with FakeAgents(admin) as agents, StandIn(kubeconfig, inst.hooks.base_url, inst.hooks.ca_path,
-                                                  inst.rendered("CompositeController"),
-                                                  inst.rendered("DecoratorController"), args) as standin:  # fmt: skip
+        controllers: StandIn | RealMetacontroller = (
+            RealMetacontroller(binary, kubeconfig, inst.admin, inst.hooks.base_url, inst.hooks.ca_path, args,
+                               rendered_env(Path(tmp) / "env"), Path(tmp) / "metacontroller")
+            if binary else
+            StandIn(kubeconfig, inst.hooks.base_url, inst.hooks.ca_path, inst.rendered("CompositeController"),
+                    inst.rendered("DecoratorController"), args)
+        )  # fmt: skip
+        with FakeAgents(admin) as agents, controllers as standin:
             watched = Watched(admin, agents)
             try:
                 run = Run(inst, standin, watched, agents)
@@ -397,6 +415,12 @@ def report(shape: str, samples: dict[str, list[float]], calls: list[tuple[str, i
     print(f"  API server requests/s during rounds: { {k: round(v, 1) for k, v in rounds_rate.items()} }")
     print(f"  API server requests/s in steady state: { {k: round(v, 2) for k, v in rates.items()} }")
     hooks_rss, standin_rss = hooks_peak_rss(inst.hooks.process.pid), run.last.peak_rss_mib
+    if isinstance(run.standin, RealMetacontroller):
+        heap = run.extra["metacontroller_heap_mib"] = {"peak": run.standin.peak_heap_mib,
+                                                        "now": run.standin.heap_mib()}  # fmt: skip
+        print(
+            f"  Metacontroller's Go heap in use: at most {heap['peak']:.0f} MiB, {heap['now']:.0f} MiB at the end"
+        )
     print(f"  peak RSS MiB: hooks {hooks_rss:.0f}, stand-in {standin_rss:.0f}; client limiter waited "
           f"{run.last.limiter_wait_s:.0f} s over {run.last.limiter_requests} requests")  # fmt: skip
     record("scale", shape, {
@@ -423,12 +447,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=0, help="annotated Pods created during the first roll")
     parser.add_argument("--restart", action="store_true", help="then roll the node DaemonSet (every agent)")
     parser.add_argument(
+        "--other-pods", type=int, default=0, metavar="N",
+        help="write N running Pods that use no cache first (what Metacontroller caches anyway)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metacontroller", type=Path, metavar="BINARY",
+        help="run this Metacontroller binary (built from its v4.17.2 source) instead of the stand-in",
+    )  # fmt: skip
+    parser.add_argument(
         "--deadline", type=float, default=900.0, help="seconds a phase may take before it counts as not done"
     )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the control plane and the hooks
     for nodes in args.nodes:
-        measure(nodes, args.caches, args.rounds, args.steady, args.deadline, args.pods, args.restart)
+        measure(
+            nodes,
+            args.caches,
+            args.rounds,
+            args.steady,
+            args.deadline,
+            args.pods,
+            args.restart,
+            args.metacontroller,
+            args.other_pods,
+        )
     return 0
 
 

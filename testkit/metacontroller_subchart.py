@@ -18,10 +18,10 @@ holds what the tests look at, not Metacontroller itself:
   refuses an empty one). No workload is installed: nothing of Metacontroller runs from it (the
   tiers start Metacontroller's stand-in themselves);
 * `templates/statefulset.yaml`: only when the stand-in-only value `standinRenderWorkload` is
-  true (never in an install), Metacontroller's container args exactly as 4.17.2's
-  templates/statefulset.yaml renders them (`toYaml .Values.commandArgs`), with its default
-  commandArgs from values.yaml, so tests and the tiers read the flags the chart gives
-  Metacontroller (`rendered_command_args`, `chart_metacontroller_flags`).
+  true (never in an install), Metacontroller's container args, env and resources exactly as
+  4.17.2's templates/statefulset.yaml renders them (`toYaml .Values.commandArgs`, `.env`,
+  `.resources`), with its default values.yaml, so tests and the tiers read what the chart gives
+  Metacontroller (`rendered_command_args`, `rendered_env`, `chart_metacontroller_flags`).
 
 It is never written into the working tree's chart: callers pass a temporary directory.
 
@@ -78,6 +78,8 @@ commandArgs:
   - --discovery-interval=20s
   - --cache-flush-interval=30m
   - --health-probe-bind-address=:8081
+env: []
+resources: {}
 standinRenderWorkload: false
 clusterRole:
   aggregationRule: {}
@@ -145,10 +147,16 @@ spec:
       containers:
         - name: metacontroller
           image: stand-in.invalid/metacontroller:never-pulled
+          {{- with .Values.env }}
+          env:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
           command:
             - {{ .Values.command | default "/usr/bin/metacontroller" }}
           args:
             {{- toYaml .Values.commandArgs | nindent 12 }}
+          resources:
+            {{- toYaml .Values.resources | nindent 12 }}
 {{- end }}
 """,
 }
@@ -176,14 +184,26 @@ def chart_copy_with_dependency(tmp: Path) -> Path:
     return target
 
 
-def rendered_command_args(tmp: Path, values: dict[str, Any] | None = None) -> list[str]:
-    """Metacontroller's args as the chart renders them with `values` (the subchart's StatefulSet)."""
+def rendered_container(tmp: Path, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Metacontroller's container as the chart renders it with `values` (the subchart's StatefulSet)."""
     chart = chart_copy_with_dependency(tmp)
     shown = {**(values or {})}
     shown["metacontroller"] = {**(shown.get("metacontroller") or {}), "standinRenderWorkload": True}
     workload = one(render_objects(shown, chart_dir=chart), "StatefulSet")
-    args: list[str] = workload["spec"]["template"]["spec"]["containers"][0]["args"]
+    container: dict[str, Any] = workload["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def rendered_command_args(tmp: Path, values: dict[str, Any] | None = None) -> list[str]:
+    """Metacontroller's args as the chart renders them with `values`."""
+    args: list[str] = rendered_container(tmp, values)["args"]
     return args
+
+
+def rendered_env(tmp: Path, values: dict[str, Any] | None = None) -> dict[str, str]:
+    """The plain-value environment the chart gives Metacontroller's container (GOMEMLIMIT...)."""
+    env = rendered_container(tmp, values).get("env") or []
+    return {e["name"]: str(e["value"]) for e in env if "value" in e}
 
 
 def chart_metacontroller_flags(tmp: Path, values: dict[str, Any] | None = None) -> MetacontrollerFlags:
