@@ -122,3 +122,20 @@ def test_other_pods_are_running_replicas_that_ask_for_no_cache() -> None:
         assert "annotations" not in body["metadata"]  # no praesto.io/model-mounts: the webhook skips it
         assert not any("praesto.io" in k for k in body["metadata"]["labels"])  # no consumer label
     assert pod_status(7)["phase"] == "Running"
+
+
+def test_errors_are_read_once_each_from_where_the_last_read_stopped(tmp_path: Path) -> None:
+    from bench.scale_real_mc import RealMetacontroller
+
+    hooks_ca = make_tls_files(tmp_path / "hooks-tls").ca_path
+    mc = RealMetacontroller(Path("metacontroller"), tmp_path / "kubeconfig", None, "https://127.0.0.1:1",  # type: ignore[arg-type]
+                            hooks_ca, [], {}, tmp_path / "mc")  # fmt: skip
+    error = '{"level":"error","msg":"sync failed","n":%d}\n'
+    with mc.log_path.open("w") as log:
+        log.write('{"level":"info"}\n' + error % 1 + '{"level":"err')  # the last line still being written
+    assert mc.new_errors() == [(error % 1).strip()]
+    with mc.log_path.open("a") as log:
+        log.write('or","msg":"sync failed","n":2}\n')
+    assert mc.new_errors() == [(error % 2).strip()]
+    assert mc.new_errors() == []
+    mc.forwarder.server.server_close()
