@@ -13,12 +13,14 @@ from pathlib import Path
 
 import helm_python as helm
 
+from praesto.quantity import parse_quantity
 from testkit.client_rate_limit import MetacontrollerFlags
 from testkit.helm_chart import one, parse_manifests
 from testkit.metacontroller_subchart import (
     chart_copy_with_dependency,
     chart_metacontroller_flags,
     rendered_command_args,
+    rendered_container,
 )
 
 
@@ -55,3 +57,25 @@ def test_the_subchart_alone_renders_metacontrollers_own_default_args(tmp_path: P
     ]
     flags = MetacontrollerFlags.from_args(args)
     assert (flags.client_go_qps, flags.client_go_burst, flags.workers) == (5.0, 10, 5)
+
+
+GO_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def go_memory_limit(value: str) -> int:
+    """GOMEMLIMIT's bytes: a number and one of Go's units (runtime/debug SetMemoryLimit's syntax)."""
+    for unit in sorted(GO_UNITS, key=len, reverse=True):
+        if value.endswith(unit) and value[: -len(unit)].isdigit():
+            return int(value[: -len(unit)]) * GO_UNITS[unit]
+    raise AssertionError(f"GOMEMLIMIT {value!r}: not <digits><unit> (Go's own syntax; 'Mi' is not one)")
+
+
+def test_metacontrollers_go_memory_limit_sits_below_its_container_limit(tmp_path: Path) -> None:
+    """Metacontroller holds every Pod, Node and copy of the cluster (docs/scale.md): its heap peaks
+    ~1.5x what it keeps. GOMEMLIMIT makes Go collect before the container limit, not be killed at it."""
+    container = rendered_container(tmp_path)
+    env = {e["name"]: e["value"] for e in container["env"]}
+    limit = parse_quantity(container["resources"]["limits"]["memory"])
+    soft = go_memory_limit(env["GOMEMLIMIT"])
+    assert 0.85 * limit <= soft <= 0.95 * limit, (soft, limit)  # room for Go's stacks and the runtime
+    assert parse_quantity(container["resources"]["requests"]["memory"]) <= limit
