@@ -120,19 +120,13 @@ from pathlib import Path
 
 from bench.common import ROUNDS, interleaved, median, print_table, ratio, spread, timed_child
 from testkit.hub import LocalHub
+from testkit.ports import free_port
 
 REPO = "bench/model"
 SHARDS = 4
 SMALL_FILES = 40
 OURS, ARIA2, HF, CP = "praesto-agent", "aria2c -x8 -s8 -j8", "hf download", "cp -r (blobs)"
 BUFFERED = "praesto-agent --buffered-writes"  # ours without O_DIRECT (agent/download/writes.py): the A/B
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _generate(hub: LocalHub, work: Path, size: int) -> None:
@@ -156,7 +150,7 @@ class Nginx:
     def __init__(self, work: Path, root: Path) -> None:
         self.work = work
         self.root = root
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

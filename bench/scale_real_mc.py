@@ -22,7 +22,6 @@ What differs from the stand-in, and only where this bench needs it:
 from __future__ import annotations
 
 import http.client
-import socket
 import ssl
 import subprocess
 import threading
@@ -37,6 +36,7 @@ from bench.common import rss_mib
 from bench.scale_standin import Stats
 from testkit.helm_chart import NAMESPACE
 from testkit.kube_apply import Kube
+from testkit.ports import free_port
 from testkit.server import make_tls_files
 
 Obj = dict[str, Any]
@@ -107,12 +107,6 @@ class Forwarder:
             self.calls.clear()
             self.failed.clear()
         return calls, failed
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def point_hooks_at(controller: Obj, url: str, ca_pem: str) -> Obj:

@@ -41,7 +41,7 @@ import yaml
 from kubernetes import client, config
 
 from testkit.pki import CertificateAuthority, KeyPair, signing_key
-from testkit.s3server import free_port
+from testkit.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = ROOT / "scripts" / "build_cluster.sh"

@@ -32,7 +32,7 @@ import yaml
 
 from testkit.controlplane import Component, ControlPlane, write_kubeconfig
 from testkit.pki import KeyPair
-from testkit.s3server import free_port
+from testkit.ports import free_port
 
 KUBELET_PORT = 10250
 

@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from testkit.s3server import free_port
+from testkit.ports import free_port
 
 STARTUP_DEADLINE = 30.0
 

@@ -13,7 +13,6 @@ downward API would give them.
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +22,7 @@ from testkit.controlplane import Component, ControlPlane
 from testkit.egress import LOOPBACK_FLAG
 from testkit.installed_wheel import installed_wheel
 from testkit.peer_cluster import AGENT_SERVICE_ACCOUNT, Cluster, Node, agent_client, agent_pod
+from testkit.ports import free_port
 
 STARTED = '"msg": "agent started"'  # agent/node_agent.py logs it once its watch and loop run
 START_DEADLINE = 120.0  # seconds: eight interpreters importing at once on two busy CPUs
@@ -39,12 +39,6 @@ def _wait_started(component: Component) -> None:
                 f"{component.name} did not start in {START_DEADLINE:g}s:\n{component.log_tail()}"
             )
         time.sleep(0.05)  # poll interval, bounded by the deadline
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -76,7 +70,7 @@ class ProcessCluster(Cluster):
             "--scrub-interval=0",
             "--startup-taint-key=",
             f"--concurrency={concurrency}",
-            f"--peer-port={_free_port()}",
+            f"--peer-port={free_port()}",
             "--peer-address=127.0.0.1",
             f"--pod-name={pod.name}",
             f"--pod-uid={pod.uid}",

@@ -15,7 +15,6 @@ through `admin()`) run unauthenticated, every later request needs the access key
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -30,16 +29,11 @@ from typing import Any
 
 import boto3
 
+from testkit.ports import free_port
+
 STARTUP_DEADLINE = 30.0
 REGION = "us-east-1"
 ADMIN_KEY = ("testing", "testing")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class S3Server:

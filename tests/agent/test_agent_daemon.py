@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,14 +20,9 @@ from praesto.quantity import QuantityError
 from testkit.agent_harness import env_context
 from testkit.egress import LOOPBACK_ENV
 from testkit.kube_real import RealKube
+from testkit.ports import free_port
 
 GiB = 2**30
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _kubeconfig(path: Path, server: str) -> Path:
@@ -48,7 +42,7 @@ def test_run_process_downloads_serves_metrics_and_stops_on_sigterm(tmp_path: Pat
     for env in env_context(kube, tmp_path):
         env.add_model("tiny", **{"config.json": b"{}", "w.bin": os.urandom(3000)})
         env.create_mcn("tiny")
-        port = _free_port()
+        port = free_port()
         cmd = [
             sys.executable, "-m", "praesto.agent.cli", "run",
             "--base-path", str(env.base), "--hf-endpoint", env.hub.endpoint,

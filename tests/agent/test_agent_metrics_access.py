@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,13 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from testkit.kube_real import RealKube
+from testkit.ports import free_port
 from tests.chart.test_chart_agent_metrics import fetch, own_address
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

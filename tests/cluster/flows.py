@@ -17,7 +17,7 @@ from testkit.controlplane import wait_for
 from testkit.hub import LocalHub
 from testkit.kube_apply import Kube
 from testkit.metacontroller import HookClient
-from testkit.s3server import free_port
+from testkit.ports import free_port
 from tests.cluster.agents import AgentProcess
 from tests.cluster.installed import Installed
 from tests.cluster.tenants import modelcache

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from testkit.csi_driver import InProcessDriver, unmount_all_under
-from testkit.s3server import free_port
+from testkit.ports import free_port
 from tests.cluster.agents import AgentProcess
 from tests.cluster.installed import Installed
 

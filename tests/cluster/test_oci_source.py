@@ -23,9 +23,9 @@ from praesto import names
 from praesto.store import StoreLayout
 from testkit.metacontroller import CompositeController, gone
 from testkit.oci_artifacts import Layer, push_files, push_modelpack
+from testkit.ports import free_port
 from testkit.registry import Registry, docker_config
 from testkit.registry_token import Grants
-from testkit.s3server import free_port
 from tests.cluster.agents import AgentProcess
 from tests.cluster.flows import merge_patch, phase_is
 from tests.cluster.installed import Installed

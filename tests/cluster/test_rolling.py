@@ -26,7 +26,8 @@ from testkit.controlplane import wait_for
 from testkit.csi_driver import NEEDS_ROOT, InProcessDriver, publish_request
 from testkit.hub import LocalHub
 from testkit.metacontroller import CompositeController, DecoratorController
-from testkit.s3server import ADMIN_KEY, S3Server, free_port
+from testkit.ports import free_port
+from testkit.s3server import ADMIN_KEY, S3Server
 from tests.cluster.agents import AgentProcess
 from tests.cluster.flows import merge_patch, modelcachenodes
 from tests.cluster.installed import Installed

@@ -26,7 +26,7 @@ from praesto.hooks.pvc_job import download_job
 
 from praesto.spec import parse_spec
 from testkit.hook_objects import modelcache
-from testkit.s3server import free_port
+from testkit.ports import free_port
 
 # What the chart gives the hooks with credentials.identity set (charts/praesto/templates/hooks-deployment.yaml).
 CHART_ENV = {
