@@ -26,9 +26,8 @@ from pathlib import Path
 import bench.xet_bench as xet_bench
 from bench.common import ROUNDS, interleaved, print_table
 from bench.xet_bench import REPO, Link, MiB, served
+from testkit.dockerfile import image_env
 
-# as the image runs every process (Dockerfile ENV): glibc arenas shared by the download threads
-IMAGE_MALLOC = {"MALLOC_ARENA_MAX": "2"}
 CONTENDERS = {"xet, range budget": "budget", "xet, unbounded": "unbounded", "resolve/": "resolve"}
 
 
@@ -66,7 +65,7 @@ def run(work: Path, endpoint: str, commit: str, mode: str) -> tuple[float, float
     with tempfile.TemporaryDirectory(prefix="node-", dir=work) as dest:
         out = subprocess.run(
             [sys.executable, "-m", "bench.xet_memory_bench", "--child", endpoint, commit, dest, mode],
-            env={**os.environ, **IMAGE_MALLOC},
+            env={**os.environ, **image_env()},  # as the image runs it: MALLOC_ARENA_MAX
             check=True,
             capture_output=True,
             text=True,
